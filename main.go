@@ -1,0 +1,36 @@
+// Command warden runs local LLM engines (vLLM) for coding agents: one engine
+// per data-parallel rank, and in front of them a sticky, load-aware proxy that
+// keeps each conversation on the replica whose prefix cache holds it.
+//
+// main.go owns the command tree; serve.go wires the parts for `warden serve`
+// and owns the shutdown order.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lmwarden/warden/bench"
+	"github.com/lmwarden/warden/sim"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	app := &cli.App{
+		Name:    "warden",
+		Usage:   "sticky, load-aware data-parallel router for local vLLM",
+		Version: version,
+		Commands: []*cli.Command{
+			sim.Command(),
+			bench.Command(),
+		},
+	}
+	if err := app.Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "warden:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,100 @@
+package panel
+
+import "time"
+
+// Status is the snapshot served as JSON at GET /warden/status. It is the one
+// contract between the running proxy (which fills it), the HTML page, the
+// `warden status` terminal table, the exit summary, the Prometheus collector
+// and `warden bench` (which reads the engines' counters through it).
+//
+// Counters named "since start" run from Since (warden start); engine counters
+// are deltas of the engines' own Prometheus counters since Since, with engine
+// restarts (counter resets) handled.
+type Status struct {
+	Since          time.Time `json:"since"`
+	Now            time.Time `json:"now"`
+	UptimeSeconds  float64   `json:"uptime_seconds"`
+	Model          string    `json:"model"`           // the one served model name
+	Policy         string    `json:"policy"`          // off | hash | sticky | ...
+	Affinity       bool      `json:"affinity"`        // false when policy is "off"
+	SpillThreshold int       `json:"spill_threshold"` // in-flight requests above which a sticky turn spills
+	SpillAuto      bool      `json:"spill_threshold_auto"`
+	StickyShare    float64   `json:"sticky_share"` // turns served on their session's home / turns of known sessions (0..1)
+	InFlight       int       `json:"in_flight"`
+	Sessions       int       `json:"sessions"`      // active (not expired) sessions in the table
+	SessionsSeen   uint64    `json:"sessions_seen"` // distinct sessions since start
+	Replicas       []Replica `json:"replicas"`
+	Totals         Totals    `json:"totals"`
+	Series         []Point   `json:"series,omitempty"` // token rates, oldest first, last hour at most
+	Warnings       []string  `json:"warnings,omitempty"`
+}
+
+// Replica is one row of the panel.
+type Replica struct {
+	Rank       int      `json:"rank"`
+	GPUs       []string `json:"gpus,omitempty"` // GPU indices or UUIDs of this rank's group; empty for sim/route
+	URL        string   `json:"url"`            // engine base URL, e.g. http://127.0.0.1:8101
+	Port       int      `json:"port"`
+	Up         bool     `json:"up"` // routable now
+	State      string   `json:"state"`
+	Restarts   int      `json:"restarts"`
+	MaxNumSeqs int      `json:"max_num_seqs"`
+
+	// Ours, exact.
+	InFlight       int    `json:"in_flight"`
+	Requests       uint64 `json:"requests"` // proxied requests that reached this replica since start
+	New            uint64 `json:"new"`      // first turns of sessions placed here
+	Sticky         uint64 `json:"sticky"`   // turns that stayed on their session's home (this replica)
+	SpilledIn      uint64 `json:"spilled_in"`
+	Pinned         uint64 `json:"pinned"` // turns the client pinned here (X-Warden-Replica)
+	Failover       uint64 `json:"failover"`
+	Balanced       uint64 `json:"balanced"` // turns placed by a non-affinity policy (off, hash)
+	Errors         uint64 `json:"errors"`   // 5xx / transport errors from this replica
+	ActiveSessions int    `json:"active_sessions"`
+
+	// From finished requests' usage reports (never estimated).
+	PromptTokens     uint64 `json:"prompt_tokens"`
+	CachedTokens     uint64 `json:"cached_tokens"`
+	CompletionTokens uint64 `json:"completion_tokens"`
+
+	// Scraped from the engine's /metrics (gauges: latest value).
+	Running          float64 `json:"running"`
+	Waiting          float64 `json:"waiting"`
+	KVUsed           float64 `json:"kv_used"`            // 0..1
+	KVCapacityTokens int     `json:"kv_capacity_tokens"` // num_gpu_blocks x block_size; 0 if unknown
+	// Engine counters as deltas since warden start (tokens).
+	PrefixQueries   float64   `json:"prefix_queries"`
+	PrefixHits      float64   `json:"prefix_hits"`
+	HitRate         float64   `json:"hit_rate"` // PrefixHits / PrefixQueries, 0 if no queries
+	EnginePrompt    float64   `json:"engine_prompt_tokens"`
+	EngineGenerated float64   `json:"engine_generation_tokens"`
+	Preemptions     float64   `json:"preemptions"`
+	ScrapedAt       time.Time `json:"scraped_at"`
+	ScrapeError     string    `json:"scrape_error,omitempty"`
+}
+
+// Totals sums the replica rows.
+type Totals struct {
+	Requests         uint64  `json:"requests"`
+	Sticky           uint64  `json:"sticky"`
+	SpilledIn        uint64  `json:"spilled"`
+	Pinned           uint64  `json:"pinned"`
+	PromptTokens     uint64  `json:"prompt_tokens"`
+	CachedTokens     uint64  `json:"cached_tokens"`
+	CompletionTokens uint64  `json:"completion_tokens"`
+	CachedShare      float64 `json:"cached_share"` // CachedTokens / PromptTokens (usage reports)
+	PrefixQueries    float64 `json:"prefix_queries"`
+	PrefixHits       float64 `json:"prefix_hits"`
+	HitRate          float64 `json:"hit_rate"` // engine counters
+	KVCapacityTokens int     `json:"kv_capacity_tokens"`
+}
+
+// Point is one bucket of the token time series (per-second rates averaged
+// over the bucket).
+type Point struct {
+	T                time.Time `json:"t"`
+	Seconds          float64   `json:"seconds"` // bucket width
+	CachedTokens     uint64    `json:"cached_tokens"`
+	ComputedTokens   uint64    `json:"computed_tokens"` // prompt tokens not reported cached
+	CompletionTokens uint64    `json:"completion_tokens"`
+}
