@@ -27,6 +27,7 @@ func main() {
 		Commands: []*cli.Command{
 			sim.Command(),
 			bench.Command(),
+			waitCommand(),
 		},
 	}
 	if err := app.Run(os.Args); err != nil {
