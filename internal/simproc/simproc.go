@@ -1,0 +1,238 @@
+// Package simproc is a test helper that builds the warden binary once per
+// test process and runs `warden sim serve` as a real subprocess (its own
+// process group, real HTTP) for other packages' tests. It owns nothing at run
+// time; only tests import it.
+package simproc
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildDir  string
+	buildErr  error
+)
+
+// Binary returns the path of a warden binary for tests. If WARDEN_TEST_BIN is
+// set, that path is returned as is. Otherwise the binary is built once per
+// test process with the `go` in PATH into a fresh directory under
+// os.TempDir; Cleanup removes that directory.
+func Binary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("WARDEN_TEST_BIN"); p != "" {
+		return p
+	}
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "warden-simproc-")
+		if buildErr != nil {
+			return
+		}
+		buildPath = filepath.Join(buildDir, "warden")
+		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/lmwarden/warden")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("simproc: %v", buildErr)
+	}
+	return buildPath
+}
+
+// Cleanup removes the binary that Binary built, if any. Call it from TestMain
+// after m.Run; it is safe to call when nothing was built.
+func Cleanup() {
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("simproc: free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Proc is one running `warden sim serve` process.
+type Proc struct {
+	URL  string // http://127.0.0.1:PORT, no trailing slash
+	Port int
+	Cmd  *exec.Cmd
+
+	out    *syncBuffer
+	exited chan struct{}
+	once   sync.Once
+}
+
+// Start runs `<bin> sim serve test-model --port P --host 127.0.0.1 args...`
+// in its own process group (with Pdeathsig SIGKILL) and waits until GET
+// /health answers 200 (deadline 30 s; fails fast if the process exits). A
+// t.Cleanup SIGKILLs the whole group and reaps it; on test failure the
+// process output is logged.
+func Start(t testing.TB, args ...string) *Proc {
+	t.Helper()
+	p := StartNoWait(t, args...)
+	if err := p.WaitHealthy(30 * time.Second); err != nil {
+		t.Fatalf("simproc: %v\noutput:\n%s", err, p.Output())
+	}
+	return p
+}
+
+// StartNoWait is Start without the health wait, for tests of loading and
+// start-up failures.
+func StartNoWait(t testing.TB, args ...string) *Proc {
+	t.Helper()
+	bin := Binary(t)
+	port := FreePort(t)
+	argv := append([]string{"sim", "serve", "test-model", "--port", strconv.Itoa(port), "--host", "127.0.0.1"}, args...)
+	cmd := exec.Command(bin, argv...)
+	buf := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = buf, buf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = 2 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("simproc: start %s: %v", bin, err)
+	}
+	p := &Proc{URL: fmt.Sprintf("http://127.0.0.1:%d", port), Port: port, Cmd: cmd, out: buf, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("sim output (%s):\n%s", p.URL, p.Output())
+		}
+	})
+	return p
+}
+
+// WaitHealthy polls GET /health until it answers 200, the process exits, or
+// the timeout passes.
+func (p *Proc) WaitHealthy(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	client := &http.Client{Timeout: 2 * time.Second}
+	for {
+		resp, err := client.Get(p.URL + "/health")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-p.exited:
+			return fmt.Errorf("sim exited before healthy: %v", p.Cmd.ProcessState)
+		case <-ctx.Done():
+			return fmt.Errorf("sim not healthy after %v", timeout)
+		case <-tick.C:
+		}
+	}
+}
+
+// Exited is closed once the process has been reaped.
+func (p *Proc) Exited() <-chan struct{} { return p.exited }
+
+// Output returns everything the process wrote to stdout and stderr so far.
+func (p *Proc) Output() string { return p.out.String() }
+
+// Kill SIGKILLs the whole process group and waits until the leader is
+// reaped. Idempotent.
+func (p *Proc) Kill() {
+	p.once.Do(func() {
+		_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
+		<-p.exited
+	})
+}
+
+// Signal sends sig to the process (the leader only, not the group).
+func (p *Proc) Signal(sig os.Signal) error { return p.Cmd.Process.Signal(sig) }
+
+// Metrics scrapes GET /metrics and returns each sample's value summed over
+// its labels, keyed by metric name. Histograms appear as NAME_sum and
+// NAME_count; counters keep the exported name (with _total).
+func (p *Proc) Metrics(t testing.TB) map[string]float64 {
+	t.Helper()
+	m, err := ScrapeMetrics(p.URL + "/metrics")
+	if err != nil {
+		t.Fatalf("simproc: %v", err)
+	}
+	return m
+}
+
+// ScrapeMetrics fetches url and sums each Prometheus metric over its labels
+// (see Proc.Metrics).
+func ScrapeMetrics(url string) (map[string]float64, error) {
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: status %d", url, resp.StatusCode)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", url, err)
+	}
+	out := map[string]float64{}
+	for name, fam := range families {
+		for _, m := range fam.GetMetric() {
+			switch {
+			case m.Counter != nil:
+				out[name] += m.Counter.GetValue()
+			case m.Gauge != nil:
+				out[name] += m.Gauge.GetValue()
+			case m.Histogram != nil:
+				out[name+"_sum"] += m.Histogram.GetSampleSum()
+				out[name+"_count"] += float64(m.Histogram.GetSampleCount())
+			case m.Untyped != nil:
+				out[name] += m.Untyped.GetValue()
+			}
+		}
+	}
+	return out, nil
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
