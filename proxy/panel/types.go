@@ -27,6 +27,27 @@ type Status struct {
 	Totals         Totals    `json:"totals"`
 	Series         []Point   `json:"series,omitempty"` // token rates, oldest first, last hour at most
 	Warnings       []string  `json:"warnings,omitempty"`
+
+	// ActiveContextTokens sums, over the active sessions whose context is
+	// known, each session's latest context length in tokens (prompt +
+	// completion of its last finished turn, as the usage report said).
+	// ActiveContextSessions counts those sessions; mean context =
+	// ActiveContextTokens / ActiveContextSessions. Both 0 when unknown.
+	ActiveContextTokens   uint64 `json:"active_context_tokens"`
+	ActiveContextSessions int    `json:"active_context_sessions"`
+	// PeakOvercommit is the worst moment of the run at which active sessions
+	// x mean context exceeded the total KV capacity; nil if that never
+	// happened. The proxy keeps it with UpdatePeak on every snapshot.
+	PeakOvercommit *OvercommitPeak `json:"peak_overcommit,omitempty"`
+}
+
+// OvercommitPeak records a moment at which the active conversations needed
+// more KV cache than all replicas together have (see Overcommit).
+type OvercommitPeak struct {
+	At                time.Time `json:"at"`
+	Sessions          int       `json:"sessions"`            // active sessions then
+	MeanContextTokens int       `json:"mean_context_tokens"` // their mean context then
+	CapacityTokens    int       `json:"capacity_tokens"`     // total KV capacity then
 }
 
 // Replica is one row of the panel.
@@ -89,8 +110,9 @@ type Totals struct {
 	KVCapacityTokens int     `json:"kv_capacity_tokens"`
 }
 
-// Point is one bucket of the token time series (per-second rates averaged
-// over the bucket).
+// Point is one bucket of the token time series: the token counts of the
+// requests that finished in the bucket [T, T+Seconds); the page divides them
+// by Seconds to draw per-second rates averaged over the bucket.
 type Point struct {
 	T                time.Time `json:"t"`
 	Seconds          float64   `json:"seconds"` // bucket width

@@ -1,0 +1,68 @@
+package panel
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// loadStatus is a status with n active sessions of mean context ctx on
+// replicas of the given KV capacities.
+func loadStatus(n, ctx int, now time.Time, caps ...int) Status {
+	s := Status{Now: now, Sessions: n, ActiveContextSessions: n, ActiveContextTokens: uint64(n * ctx)}
+	for i, c := range caps {
+		s.Replicas = append(s.Replicas, Replica{Rank: i, KVCapacityTokens: c})
+	}
+	return s
+}
+
+func TestOvercommit(t *testing.T) {
+	t0 := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name string
+		s    Status
+		over bool
+		msg  string
+	}{
+		{name: "the field case: 26 sessions of 58k on 7 cards of ~40k", s: loadStatus(26, 58_000, t0, 40_000, 40_000, 40_000, 40_000, 40_000, 40_000, 40_000),
+			over: true, msg: "KV cache overcommitted: 26 active sessions x 58.0k tokens mean context = 1.51M tokens > 280.0k tokens"},
+		{name: "fits exactly", s: loadStatus(2, 40_000, t0, 40_000, 40_000)},
+		{name: "one token over", s: loadStatus(2, 40_001, t0, 40_000, 40_000), over: true, msg: "Run at most 1 concurrent sessions"},
+		{name: "capacity unknown", s: loadStatus(30, 58_000, t0, 0, 0)},
+		{name: "no sessions", s: loadStatus(0, 0, t0, 40_000)},
+		{name: "context unknown", s: Status{Sessions: 30, Replicas: []Replica{{KVCapacityTokens: 40_000}}}},
+	} {
+		msg, over := Overcommit(c.s)
+		if over != c.over || !strings.Contains(msg, c.msg) || (!over && msg != "") {
+			t.Errorf("%s: got (%q, %v), want over=%v and a message with %q", c.name, msg, over, c.over, c.msg)
+		}
+	}
+}
+
+func TestOvercommitUsesTotalsCapacity(t *testing.T) {
+	s := loadStatus(4, 30_000, time.Time{}) // no rows with capacity
+	s.Totals.KVCapacityTokens = 100_000
+	if _, over := Overcommit(s); !over {
+		t.Error("4 x 30k over 100k of Totals capacity not reported")
+	}
+}
+
+func TestUpdatePeakKeepsTheWorst(t *testing.T) {
+	t0 := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
+	caps := []int{40_000, 40_000}
+	var p *OvercommitPeak
+	p = UpdatePeak(p, loadStatus(1, 10_000, t0, caps...)) // fits
+	if p != nil {
+		t.Fatalf("peak %+v from a load that fits", p)
+	}
+	p = UpdatePeak(p, loadStatus(3, 30_000, t0.Add(time.Minute), caps...))   // 90k > 80k
+	p = UpdatePeak(p, loadStatus(5, 30_000, t0.Add(2*time.Minute), caps...)) // 150k: worst
+	p = UpdatePeak(p, loadStatus(4, 30_000, t0.Add(3*time.Minute), caps...)) // 120k
+	p = UpdatePeak(p, loadStatus(1, 30_000, t0.Add(4*time.Minute), caps...)) // fits again
+	want := &OvercommitPeak{At: t0.Add(2 * time.Minute), Sessions: 5, MeanContextTokens: 30_000, CapacityTokens: 80_000}
+	if diff := cmp.Diff(want, p); diff != "" {
+		t.Errorf("peak (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,100 @@
+package panel
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jedib0t/go-pretty/v6/table"
+	"github.com/jedib0t/go-pretty/v6/text"
+)
+
+// summaryColumns are the exit summary's headers.
+var summaryColumns = table.Row{
+	"replica", "requests", "sticky", "spills", "pinned", "prompt tok", "cached tok", "hit",
+	"cached share", "sessions",
+}
+
+// WriteSummary writes the exit summary: per replica and in total the
+// requests, sticky % (sticky turns / requests served there), spills
+// (requests spilled onto it), client-pinned requests, the engines' prompt
+// and cached tokens with their hit % (prefix-cache counters since warden
+// start), the cached share from the usage reports, and the sessions placed
+// there (the total: distinct sessions seen); then uptime and, if the run was ever overcommitted
+// (Status.PeakOvercommit, or Overcommit now), what happened and what to do.
+func WriteSummary(w io.Writer, s Status) {
+	head := "warden summary"
+	if s.Model != "" {
+		head += " for " + s.Model
+	}
+	fmt.Fprintf(w, "%s: policy %s, up %s, %d sessions seen\n", head, s.Policy, fmtDuration(uptime(s)), s.SessionsSeen)
+	t := table.NewWriter()
+	t.SetOutputMirror(w)
+	t.SetStyle(panelTableStyle())
+	t.AppendHeader(summaryColumns)
+	var all Replica
+	for _, r := range s.Replicas {
+		t.AppendRow(summaryRow(strconv.Itoa(r.Rank), r, r.New))
+		addReplica(&all, r)
+	}
+	t.AppendFooter(summaryRow("all", all, s.SessionsSeen))
+	var cc []table.ColumnConfig
+	for i := range summaryColumns {
+		cc = append(cc, table.ColumnConfig{Number: i + 1, Align: text.AlignRight, AlignHeader: text.AlignRight, AlignFooter: text.AlignRight})
+	}
+	t.SetColumnConfigs(cc)
+	t.SuppressTrailingSpaces()
+	t.Render()
+	fmt.Fprintf(w, "sticky share (turns of known sessions that stayed on their replica): %s\n", fmtPct(s.StickyShare))
+	fmt.Fprintln(w, "prompt tok, cached tok and hit: the engines' prefix-cache counters since warden start;")
+	fmt.Fprintf(w, "cached share: usage reports of finished requests (%s of %s prompt tokens cached).\n",
+		fmtTokens(float64(all.CachedTokens)), fmtTokens(float64(all.PromptTokens)))
+	if p := s.PeakOvercommit; p != nil {
+		writeWrapped(w, p.message("KV cache was overcommitted during the run (worst at "+
+			p.At.Local().Format("15:04:05")+")"), 100)
+	} else if msg, over := Overcommit(s); over {
+		writeWrapped(w, msg, 100)
+	}
+}
+
+// writeWrapped writes msg word-wrapped to lines of at most width runes
+// (a longer single word gets a line of its own).
+func writeWrapped(w io.Writer, msg string, width int) {
+	line := ""
+	for _, word := range strings.Fields(msg) {
+		if line != "" && utf8.RuneCountInString(line)+1+utf8.RuneCountInString(word) > width {
+			fmt.Fprintln(w, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += word
+	}
+	if line != "" {
+		fmt.Fprintln(w, line)
+	}
+}
+
+// summaryRow is one summary row, in summaryColumns order.
+func summaryRow(name string, r Replica, sessions uint64) table.Row {
+	return table.Row{
+		name, r.Requests, fmtPct(ratio(float64(r.Sticky), float64(r.Requests))), r.SpilledIn, r.Pinned,
+		fmtTokens(r.PrefixQueries), fmtTokens(r.PrefixHits), fmtPct(ratio(r.PrefixHits, r.PrefixQueries)),
+		fmtPct(ratio(float64(r.CachedTokens), float64(r.PromptTokens))), sessions,
+	}
+}
+
+// addReplica adds the summed counters of r into all.
+func addReplica(all *Replica, r Replica) {
+	all.Requests += r.Requests
+	all.Sticky += r.Sticky
+	all.SpilledIn += r.SpilledIn
+	all.Pinned += r.Pinned
+	all.PrefixQueries += r.PrefixQueries
+	all.PrefixHits += r.PrefixHits
+	all.PromptTokens += r.PromptTokens
+	all.CachedTokens += r.CachedTokens
+}

@@ -1,0 +1,76 @@
+package panel
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestWriteSummaryRows(t *testing.T) {
+	s := sampleStatus(3)
+	s.Sessions = 1 // not overcommitted now
+	var b bytes.Buffer
+	WriteSummary(&b, s)
+	out := b.String()
+	// Hand-computed from sampleStatus: replica requests sticky% spills pinned
+	// prompt-tok cached-tok hit cached-share sessions.
+	want := map[string][]string{
+		"0":   {"0", "1200", "91.7%", "17", "0", "10.00M", "8.10M", "81.0%", "80.6%", "40"},
+		"1":   {"1", "1237", "91.4%", "18", "2", "10.13M", "8.18M", "80.7%", "80.6%", "41"},
+		"2":   {"2", "1274", "91.2%", "19", "4", "10.26M", "8.26M", "80.4%", "80.6%", "42"},
+		"all": {"all", "3711", "91.4%", "54", "6", "30.39M", "24.53M", "80.7%", "80.6%", "241"},
+	}
+	for first, w := range want {
+		if diff := cmp.Diff(w, rowFields(out, first)); diff != "" {
+			t.Errorf("row %q (-want +got):\n%s\nin:\n%s", first, diff, out)
+		}
+	}
+	for _, sub := range []string{
+		"warden summary for Qwen/Qwen3-4B-Instruct-2507: policy sticky, up 1h02m05s, 241 sessions seen",
+		"sticky share (turns of known sessions that stayed on their replica): 97.3%",
+		"(24.00M of 29.77M prompt tokens cached)",
+	} {
+		if !strings.Contains(out, sub) {
+			t.Errorf("summary lacks %q:\n%s", sub, out)
+		}
+	}
+	if strings.Contains(out, "overcommitted") {
+		t.Errorf("summary warns of overcommit that never happened:\n%s", out)
+	}
+}
+
+func TestWriteSummaryPeakOvercommit(t *testing.T) {
+	s := sampleStatus(4)
+	s.Sessions = 2 // fine at exit, but it was not during the run
+	at := time.Date(2026, 3, 14, 10, 5, 12, 0, time.Local)
+	s.PeakOvercommit = &OvercommitPeak{At: at, Sessions: 26, MeanContextTokens: 58_100, CapacityTokens: 1_200_000}
+	var b bytes.Buffer
+	WriteSummary(&b, s)
+	got := strings.Join(strings.Fields(b.String()), " ")
+	want := "KV cache was overcommitted during the run (worst at 10:05:12): 26 active sessions x 58.1k " +
+		"tokens mean context = 1.51M tokens > 1.20M tokens of KV cache on all replicas; " +
+		"conversations evict each other's prefixes and are prefilled again. " +
+		"Run at most 20 concurrent sessions, or add replicas."
+	if !strings.Contains(got, want) {
+		t.Errorf("summary lacks\n%s\nin\n%s", want, b.String())
+	}
+}
+
+func TestWriteSummaryEmpty(t *testing.T) {
+	var b bytes.Buffer
+	WriteSummary(&b, Status{})
+	if f := rowFields(b.String(), "all"); len(f) != 10 || f[1] != "0" || f[2] != "0.0%" {
+		t.Errorf("empty summary totals %q:\n%s", f, b.String())
+	}
+}
+
+func TestWriteWrapped(t *testing.T) {
+	var b bytes.Buffer
+	writeWrapped(&b, "aaa bbb ccc dddddddddddd e", 7)
+	if diff := cmp.Diff("aaa bbb\nccc\ndddddddddddd\ne\n", b.String()); diff != "" {
+		t.Error(diff)
+	}
+}

@@ -1,0 +1,150 @@
+package panel
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/jedib0t/go-pretty/v6/table"
+	"github.com/jedib0t/go-pretty/v6/text"
+)
+
+// tableColumns are the replica table's headers; they stay short so that the
+// table fits 100 columns with eight replicas and large counters.
+var tableColumns = table.Row{
+	"rank", "gpu", "port", "up", "infl", "sticky", "spill", "pin",
+	"run", "wait", "kv", "kv cap", "hit", "sess", "rst",
+}
+
+// tableLegend explains the short headers; each line fits 100 columns.
+var tableLegend = []string{
+	"infl = in flight, sticky = turns that stayed, spill = spilled in, pin = client-pinned,",
+	"run/wait = engine running/waiting, kv = KV cache used, hit = prefix-cache hit rate since start,",
+	"sess = active sessions, rst = restarts",
+}
+
+// FormatStatusTable writes the routing panel as plain text: a badge line,
+// the replica table with a totals row, the since-when line and any
+// warnings. It is what `warden status` prints; it does not end with a clear
+// screen or colour codes, so it can go to a file or a pipe.
+func FormatStatusTable(w io.Writer, s Status) {
+	for _, l := range badgeLines(s) {
+		fmt.Fprintln(w, l)
+	}
+	t := table.NewWriter()
+	t.SetOutputMirror(w)
+	t.SetStyle(panelTableStyle())
+	t.AppendHeader(tableColumns)
+	for _, r := range s.Replicas {
+		t.AppendRow(replicaRow(r))
+	}
+	t.AppendFooter(totalsRow(s))
+	t.SetColumnConfigs(columnConfigs())
+	t.SuppressTrailingSpaces()
+	t.Render()
+	fmt.Fprintln(w, sinceLine(s))
+	for _, l := range tableLegend {
+		fmt.Fprintln(w, l)
+	}
+	for _, r := range s.Replicas {
+		if r.ScrapeError != "" {
+			fmt.Fprintf(w, "! replica %d metrics: %s\n", r.Rank, r.ScrapeError)
+		}
+	}
+	for _, m := range s.Warnings {
+		fmt.Fprintln(w, "! "+m)
+	}
+}
+
+// columnConfigs right-aligns the numeric columns (all but gpu and up).
+func columnConfigs() []table.ColumnConfig {
+	var cc []table.ColumnConfig
+	for i := range tableColumns {
+		if i == 1 || i == 3 {
+			continue
+		}
+		a := text.AlignRight
+		cc = append(cc, table.ColumnConfig{Number: i + 1, Align: a, AlignFooter: a, AlignHeader: a})
+	}
+	return cc
+}
+
+// badgeLines renders the panel's badges: what is served and how it is
+// routed, then the live routing numbers.
+func badgeLines(s Status) []string {
+	first := "warden"
+	if s.Model != "" {
+		first += " serving " + s.Model
+	}
+	first += fmt.Sprintf(", %d replicas", len(s.Replicas))
+	return []string{first, badgeLine(s)}
+}
+
+// badgeLine renders the routing badges on one line.
+func badgeLine(s Status) string {
+	parts := []string{
+		"policy " + s.Policy,
+		"affinity " + fmtOnOff(s.Affinity),
+		"spill threshold " + fmtSpill(s),
+		"sticky " + fmtPct(s.StickyShare),
+		"in flight " + strconv.Itoa(s.InFlight),
+		"sessions " + strconv.Itoa(s.Sessions),
+	}
+	return strings.Join(parts, " | ")
+}
+
+// replicaRow is one table row, in tableColumns order.
+func replicaRow(r Replica) table.Row {
+	return table.Row{
+		r.Rank, fmtGPUs(r.GPUs), r.Port, fmtUp(r), r.InFlight, r.Sticky, r.SpilledIn, r.Pinned,
+		fmtNum(r.Running), fmtNum(r.Waiting), fmtPct(r.KVUsed), fmtTokens(float64(r.KVCapacityTokens)),
+		fmtPct(r.HitRate), r.ActiveSessions, r.Restarts,
+	}
+}
+
+// totalsRow sums the rows; kv is the capacity-weighted mean fill and hit
+// the hit rate over all replicas' counters.
+func totalsRow(s Status) table.Row {
+	var inflight, up, sess, rst int
+	var sticky, spill, pinned uint64
+	var run, wait, used, q, h float64
+	for _, r := range s.Replicas {
+		inflight += r.InFlight
+		if r.Up {
+			up++
+		}
+		sess += r.ActiveSessions
+		rst += r.Restarts
+		sticky += r.Sticky
+		spill += r.SpilledIn
+		pinned += r.Pinned
+		run += r.Running
+		wait += r.Waiting
+		used += r.KVUsed * float64(r.KVCapacityTokens)
+		q += r.PrefixQueries
+		h += r.PrefixHits
+	}
+	capTok := totalCapacity(s)
+	return table.Row{
+		"all", "", "", fmt.Sprintf("%d/%d", up, len(s.Replicas)), inflight, sticky, spill, pinned,
+		fmtNum(run), fmtNum(wait), fmtPct(ratio(used, float64(capTok))), fmtTokens(float64(capTok)),
+		fmtPct(ratio(h, q)), sess, rst,
+	}
+}
+
+// panelTableStyle is a light, borderless style: columns separated by two
+// spaces, a rule under the header and above the totals.
+func panelTableStyle() table.Style {
+	st := table.StyleLight
+	st.Format.Header = text.FormatDefault
+	st.Format.Footer = text.FormatDefault
+	st.Options.DrawBorder = false
+	st.Options.SeparateColumns = false
+	st.Options.SeparateRows = false
+	st.Options.SeparateHeader = true
+	st.Options.SeparateFooter = true
+	st.Box.PaddingLeft = ""
+	st.Box.PaddingRight = "  "
+	return st
+}
