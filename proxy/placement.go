@@ -1,0 +1,290 @@
+package proxy
+
+import (
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sort"
+)
+
+// Reason says why a request went where it went (the X-Warden-Route header).
+type Reason string
+
+// Placement reasons.
+const (
+	ReasonNew      Reason = "new"      // first turn of a conversation, least-loaded replica
+	ReasonSticky   Reason = "sticky"   // a known conversation stayed on its home
+	ReasonSpill    Reason = "spill"    // home over the spill threshold: this request went elsewhere
+	ReasonPinned   Reason = "pinned"   // the client pinned it (X-Warden-Replica)
+	ReasonFailover Reason = "failover" // home unavailable: the conversation was re-homed
+	ReasonOff      Reason = "off"      // a non-affinity balancer placed it
+	ReasonHash     Reason = "hash"     // session hash to a replica
+	ReasonNone     Reason = "none"     // no replica can take it
+)
+
+// Policy names accepted by Config.Policy and POST /warden/policy.
+const (
+	PolicySticky        = "sticky"         // the seed rule: least-loaded new, sticky, spill, failover
+	PolicyOff           = "off"            // vLLM's DP balancer (v0.26): 4*waiting+running, stale stats
+	PolicyOffV2         = "off-v2"         // vLLM's newer DP balancer variant
+	PolicyLeastInFlight = "least-inflight" // exact, fresh least-in-flight (accidentally sticky at low load)
+	PolicyHash          = "hash"           // session hash to a replica (failed in practice; for comparison)
+)
+
+// ReplicaView is one replica as a placement sees it: a copy, taken in the
+// proxy's critical section, of the exact in-flight count and the latest
+// scraped engine state.
+type ReplicaView struct {
+	Rank           int
+	Healthy        bool    // launcher says up and health/scrape OK
+	InFlight       int     // ours, exact, fresh
+	Running        float64 // engine gauge, latest scrape
+	Waiting        float64 // engine gauge, latest scrape
+	KVUsed         float64 // 0..1, latest scrape
+	ActiveSessions int     // conversations whose home this is
+	MaxNumSeqs     int     // 0 = unknown
+	KVCapacity     int     // tokens, 0 = unknown
+
+	// What vLLM's DP balancer sees: running/waiting as of the last periodic
+	// stats refresh (about every 100 ms), and requests sent here since then.
+	StaleRunning, StaleWaiting, SentSince int
+}
+
+// Available is the one eligibility predicate every policy uses.
+func (r ReplicaView) Available() bool { return r.Healthy }
+
+// SessionView is what placement knows about the request's conversation.
+type SessionView struct {
+	Key    string // "" = no session identified
+	Known  bool   // the session table has a live entry
+	Home   int    // its home rank when Known
+	Pinned bool   // the client pinned the request to Pin
+	Pin    int
+}
+
+// PlaceConfig is the placement configuration.
+type PlaceConfig struct {
+	Policy         string
+	SpillThreshold int // in-flight above which a sticky turn spills; 0 = auto
+}
+
+// SpillFor returns the spill threshold for a replica: the configured one, or
+// auto = max(1, max_num_seqs/4) (1 when max_num_seqs is unknown).
+func (c PlaceConfig) SpillFor(r ReplicaView) int {
+	if c.SpillThreshold > 0 {
+		return c.SpillThreshold
+	}
+	return max(1, r.MaxNumSeqs/4)
+}
+
+// Rand is the injected source of randomness for ties (math/rand/v2's
+// *rand.Rand satisfies it).
+type Rand interface{ IntN(n int) int }
+
+// Decision is a placement's output. Rank is -1 when Reason is ReasonNone.
+type Decision struct {
+	Rank   int
+	Reason Reason
+}
+
+var none = Decision{Rank: -1, Reason: ReasonNone}
+
+// PolicyFunc decides one request. It must be pure: no locks, clock,
+// environment or I/O; everything it needs is in its arguments.
+type PolicyFunc func(snap []ReplicaView, s SessionView, cfg PlaceConfig, rng Rand) Decision
+
+var policies = map[string]PolicyFunc{
+	PolicySticky:        pickSticky,
+	PolicyOff:           pickOffV1,
+	PolicyOffV2:         pickOffV2,
+	PolicyLeastInFlight: pickLeastInFlight,
+	PolicyHash:          pickHash,
+}
+
+// Policies lists the policy names, sorted.
+func Policies() []string {
+	names := make([]string, 0, len(policies))
+	for n := range policies {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// ValidPolicy reports an error naming the choices for an unknown policy.
+func ValidPolicy(name string) error {
+	if _, ok := policies[name]; !ok {
+		return fmt.Errorf("unknown policy %q (choose one of %v)", name, Policies())
+	}
+	return nil
+}
+
+// Pick places one request: a client pin first (under every policy), then
+// the configured policy. It returns ReasonNone when no replica can take it.
+func Pick(snap []ReplicaView, s SessionView, cfg PlaceConfig, rng Rand) Decision {
+	if s.Pinned {
+		if i := indexOf(snap, s.Pin); i >= 0 && snap[i].Available() {
+			return Decision{Rank: s.Pin, Reason: ReasonPinned}
+		}
+		return none
+	}
+	f, ok := policies[cfg.Policy]
+	if !ok {
+		return none
+	}
+	return f(snap, s, cfg, rng)
+}
+
+// pickSticky: a new conversation goes to the least-loaded replica; a known
+// one stays home unless home is unavailable (failover: re-home) or over the
+// spill threshold (this request spills to the least-loaded other replica if
+// that one has fewer in flight; home does not change).
+func pickSticky(snap []ReplicaView, s SessionView, cfg PlaceConfig, rng Rand) Decision {
+	home := -1
+	if s.Known {
+		home = indexOf(snap, s.Home)
+	}
+	if home < 0 || !snap[home].Available() {
+		i := leastLoaded(snap, -1, rng)
+		if i < 0 {
+			return none
+		}
+		if s.Known {
+			return Decision{Rank: snap[i].Rank, Reason: ReasonFailover}
+		}
+		return Decision{Rank: snap[i].Rank, Reason: ReasonNew}
+	}
+	h := snap[home]
+	if h.InFlight > cfg.SpillFor(h) {
+		if i := leastLoaded(snap, home, rng); i >= 0 && snap[i].InFlight < h.InFlight {
+			return Decision{Rank: snap[i].Rank, Reason: ReasonSpill}
+		}
+	}
+	return Decision{Rank: h.Rank, Reason: ReasonSticky}
+}
+
+// load orders replicas for new conversations and spills: in-flight requests
+// plus active conversations, then KV fill in 5% steps.
+func load(r ReplicaView) (int, int) {
+	return r.InFlight + r.ActiveSessions, int(r.KVUsed * 20)
+}
+
+// leastLoaded returns the index of the least-loaded available replica other
+// than skip (an index, -1 for none), ties broken by rng; -1 if none.
+func leastLoaded(snap []ReplicaView, skip int, rng Rand) int {
+	var ties []int
+	var best [2]int
+	for i, r := range snap {
+		if i == skip || !r.Available() {
+			continue
+		}
+		a, b := load(r)
+		cur := [2]int{a, b}
+		switch {
+		case ties == nil || less(cur, best):
+			best, ties = cur, append(ties[:0], i)
+		case cur == best:
+			ties = append(ties, i)
+		}
+	}
+	return pickTie(ties, rng)
+}
+
+func less(a, b [2]int) bool { return a[0] < b[0] || (a[0] == b[0] && a[1] < b[1]) }
+
+func pickTie(ties []int, rng Rand) int {
+	switch len(ties) {
+	case 0:
+		return -1
+	case 1:
+		return ties[0]
+	}
+	return ties[rng.IntN(len(ties))]
+}
+
+// pickOffV1 models vLLM's own data-parallel load balancer (DPLBAsyncMPClient,
+// vLLM 0.26, the reference measurement's "off"): each engine scores
+// 4*waiting + running from the coordinator's stats, which refresh only about
+// every 100 ms, and every request sent since the refresh counts as waiting
+// on the engine it went to; the lowest score wins, ties to the lowest rank.
+func pickOffV1(snap []ReplicaView, _ SessionView, _ PlaceConfig, _ Rand) Decision {
+	return lowestScore(snap, func(r ReplicaView) float64 {
+		return float64(4*(r.StaleWaiting+r.SentSince) + r.StaleRunning)
+	})
+}
+
+// pickOffV2 models the newer vLLM balancer: max(in-flight sent by this
+// client, waiting + running), with waiting requests weighted 4x once the
+// engine's KV use passes 50%; ties to the lowest rank.
+func pickOffV2(snap []ReplicaView, _ SessionView, _ PlaceConfig, _ Rand) Decision {
+	return lowestScore(snap, func(r ReplicaView) float64 {
+		waiting := r.StaleWaiting + r.SentSince
+		score := float64(max(r.InFlight, waiting+r.StaleRunning))
+		if r.KVUsed > 0.5 {
+			score += float64(3 * waiting)
+		}
+		return score
+	})
+}
+
+func lowestScore(snap []ReplicaView, score func(ReplicaView) float64) Decision {
+	best, bestScore := -1, 0.0
+	for i, r := range snap { // snap is in rank order: ties keep the lowest rank
+		if !r.Available() {
+			continue
+		}
+		if s := score(r); best < 0 || s < bestScore {
+			best, bestScore = i, s
+		}
+	}
+	if best < 0 {
+		return none
+	}
+	return Decision{Rank: snap[best].Rank, Reason: ReasonOff}
+}
+
+// pickLeastInFlight sends each request to the replica with the fewest
+// requests in flight right now (exact, fresh counts), random ties.
+func pickLeastInFlight(snap []ReplicaView, _ SessionView, _ PlaceConfig, rng Rand) Decision {
+	var ties []int
+	for i, r := range snap {
+		if !r.Available() {
+			continue
+		}
+		if len(ties) == 0 || r.InFlight < snap[ties[0]].InFlight {
+			ties = append(ties[:0], i)
+		} else if r.InFlight == snap[ties[0]].InFlight {
+			ties = append(ties, i)
+		}
+	}
+	if i := pickTie(ties, rng); i >= 0 {
+		return Decision{Rank: snap[i].Rank, Reason: ReasonOff}
+	}
+	return none
+}
+
+// pickHash hashes the session key to a replica, ignoring load (probing the
+// next rank when that one is unavailable). Requests without a session go to
+// the least-in-flight replica.
+func pickHash(snap []ReplicaView, s SessionView, cfg PlaceConfig, rng Rand) Decision {
+	if s.Key == "" || len(snap) == 0 {
+		d := pickLeastInFlight(snap, s, cfg, rng)
+		if d.Reason == ReasonOff {
+			d.Reason = ReasonHash
+		}
+		return d
+	}
+	h := fnv.New64a()
+	h.Write([]byte(s.Key))
+	start := int(h.Sum64() % uint64(len(snap)))
+	for k := range snap {
+		if r := snap[(start+k)%len(snap)]; r.Available() {
+			return Decision{Rank: r.Rank, Reason: ReasonHash}
+		}
+	}
+	return none
+}
+
+func indexOf(snap []ReplicaView, rank int) int {
+	return slices.IndexFunc(snap, func(r ReplicaView) bool { return r.Rank == rank })
+}

@@ -1,0 +1,179 @@
+package proxy
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// fixedRand always picks tie number n (modulo the number of ties).
+type fixedRand int
+
+func (f fixedRand) IntN(n int) int { return int(f) % n }
+
+// four healthy idle replicas with max_num_seqs 32 (auto spill threshold 8).
+func idle4() []ReplicaView {
+	s := make([]ReplicaView, 4)
+	for i := range s {
+		s[i] = ReplicaView{Rank: i, Healthy: true, MaxNumSeqs: 32}
+	}
+	return s
+}
+
+func with(s []ReplicaView, f func(s []ReplicaView)) []ReplicaView { f(s); return s }
+
+func TestPick(t *testing.T) {
+	sticky := PlaceConfig{Policy: PolicySticky}
+	known := func(home int) SessionView { return SessionView{Key: "s", Known: true, Home: home} }
+	fresh := SessionView{Key: "s"}
+	tests := []struct {
+		name string
+		snap []ReplicaView
+		sess SessionView
+		cfg  PlaceConfig
+		rng  fixedRand
+		want Decision
+	}{
+		{"a new conversation goes to the least-loaded replica", with(idle4(), func(s []ReplicaView) {
+			s[0].InFlight, s[1].InFlight, s[2].InFlight, s[3].InFlight = 3, 2, 0, 1
+		}), fresh, sticky, 0, Decision{2, ReasonNew}},
+		{"active conversations count as load for new ones", with(idle4(), func(s []ReplicaView) {
+			s[0].ActiveSessions, s[1].ActiveSessions, s[2].ActiveSessions = 2, 2, 2
+		}), fresh, sticky, 0, Decision{3, ReasonNew}},
+		{"KV fill breaks a tie of in-flight and sessions", with(idle4(), func(s []ReplicaView) {
+			s[0].KVUsed, s[1].KVUsed, s[2].KVUsed, s[3].KVUsed = 0.9, 0.5, 0.1, 0.7
+		}), fresh, sticky, 0, Decision{2, ReasonNew}},
+		{"exact ties are broken by the random source", idle4(), fresh, sticky, 3, Decision{3, ReasonNew}},
+		{"a request without a session is placed like a new one", with(idle4(), func(s []ReplicaView) {
+			s[0].InFlight = 1
+		}), SessionView{}, sticky, 0, Decision{1, ReasonNew}},
+		{"a known conversation stays home even when home is busier", with(idle4(), func(s []ReplicaView) {
+			s[1].InFlight = 5
+		}), known(1), sticky, 0, Decision{1, ReasonSticky}},
+		{"home exactly at the spill threshold keeps the turn", with(idle4(), func(s []ReplicaView) {
+			s[1].InFlight = 8
+		}), known(1), sticky, 0, Decision{1, ReasonSticky}},
+		{"home above the auto threshold (32/4=8) spills to the least-loaded other", with(idle4(), func(s []ReplicaView) {
+			s[0].InFlight, s[1].InFlight, s[2].InFlight, s[3].InFlight = 4, 9, 2, 3
+		}), known(1), sticky, 0, Decision{2, ReasonSpill}},
+		{"an explicit spill threshold overrides auto", with(idle4(), func(s []ReplicaView) {
+			s[1].InFlight = 3
+		}), known(1), PlaceConfig{Policy: PolicySticky, SpillThreshold: 2}, 0, Decision{0, ReasonSpill}},
+		{"no spill when every other replica is at least as busy", with(idle4(), func(s []ReplicaView) {
+			s[0].InFlight, s[1].InFlight, s[2].InFlight, s[3].InFlight = 9, 9, 10, 12
+		}), known(1), sticky, 0, Decision{1, ReasonSticky}},
+		{"unknown max_num_seqs gives threshold 1", []ReplicaView{
+			{Rank: 0, Healthy: true, InFlight: 2}, {Rank: 1, Healthy: true},
+		}, known(0), sticky, 0, Decision{1, ReasonSpill}},
+		{"an unhealthy home fails over to the least-loaded replica", with(idle4(), func(s []ReplicaView) {
+			s[1].Healthy = false
+			s[0].InFlight, s[2].InFlight = 1, 1
+		}), known(1), sticky, 0, Decision{3, ReasonFailover}},
+		{"a home rank that no longer exists fails over", idle4(), known(9), sticky, 0, Decision{0, ReasonFailover}},
+		{"spill never goes to an unhealthy replica", with(idle4(), func(s []ReplicaView) {
+			s[0].InFlight, s[1].InFlight, s[2].Healthy, s[3].Healthy = 20, 3, false, false
+		}), known(0), sticky, 0, Decision{1, ReasonSpill}},
+		{"nothing healthy means no decision", with(idle4(), func(s []ReplicaView) {
+			for i := range s {
+				s[i].Healthy = false
+			}
+		}), fresh, sticky, 0, Decision{-1, ReasonNone}},
+		{"a pin wins over stickiness", idle4(), SessionView{Key: "s", Known: true, Home: 1, Pinned: true, Pin: 3}, sticky, 0, Decision{3, ReasonPinned}},
+		{"a pin wins under off too", idle4(), SessionView{Pinned: true, Pin: 2}, PlaceConfig{Policy: PolicyOff}, 0, Decision{2, ReasonPinned}},
+		{"a pin to an unhealthy replica is refused", with(idle4(), func(s []ReplicaView) {
+			s[2].Healthy = false
+		}), SessionView{Pinned: true, Pin: 2}, sticky, 0, Decision{-1, ReasonNone}},
+		{"a pin to a rank that does not exist is refused", idle4(), SessionView{Pinned: true, Pin: 7}, sticky, 0, Decision{-1, ReasonNone}},
+		{"off scores 4*waiting+running and ignores the session", with(idle4(), func(s []ReplicaView) {
+			s[0].StaleRunning, s[0].StaleWaiting = 1, 1 // 5
+			s[1].StaleRunning = 4                       // 4
+			s[2].StaleRunning, s[2].StaleWaiting = 0, 2 // 8
+			s[3].StaleRunning = 6                       // 6
+		}), known(0), PlaceConfig{Policy: PolicyOff}, 0, Decision{1, ReasonOff}},
+		{"off counts requests sent since the stats refresh as waiting", with(idle4(), func(s []ReplicaView) {
+			s[0].SentSince = 1 // 4
+			s[1].StaleRunning, s[2].StaleRunning, s[3].StaleRunning = 2, 3, 5
+		}), fresh, PlaceConfig{Policy: PolicyOff}, 0, Decision{1, ReasonOff}},
+		{"off breaks ties to the lowest rank, not at random", with(idle4(), func(s []ReplicaView) {
+			s[0].StaleRunning = 1
+		}), fresh, PlaceConfig{Policy: PolicyOff}, 2, Decision{1, ReasonOff}},
+		{"off does not see fresh in-flight counts between refreshes", with(idle4(), func(s []ReplicaView) {
+			s[0].InFlight = 0
+			s[0].StaleRunning = 1 // stale: it finished since
+			s[1].InFlight = 3     // stale: not yet counted
+		}), fresh, PlaceConfig{Policy: PolicyOff}, 0, Decision{1, ReasonOff}},
+		{"off-v2 takes max(in-flight, waiting+running)", with(idle4(), func(s []ReplicaView) {
+			s[0].InFlight, s[1].StaleRunning, s[2].InFlight, s[3].InFlight = 3, 2, 1, 2
+		}), fresh, PlaceConfig{Policy: PolicyOffV2}, 0, Decision{2, ReasonOff}},
+		{"off-v2 penalises waiting once KV use passes 50%", with(idle4(), func(s []ReplicaView) {
+			s[0].StaleWaiting, s[0].KVUsed = 1, 0.6 // 1 + 3 = 4
+			s[1].StaleRunning = 3                   // 3
+			s[2].StaleRunning, s[3].StaleRunning = 3, 3
+		}), fresh, PlaceConfig{Policy: PolicyOffV2}, 0, Decision{1, ReasonOff}},
+		{"least-inflight uses exact counts and random ties", with(idle4(), func(s []ReplicaView) {
+			s[0].InFlight, s[2].InFlight = 1, 1
+		}), known(0), PlaceConfig{Policy: PolicyLeastInFlight}, 1, Decision{3, ReasonOff}},
+		{"hash ignores load", with(idle4(), func(s []ReplicaView) {
+			s[hashRank("conv-a", 4)].InFlight = 30
+		}), SessionView{Key: "conv-a"}, PlaceConfig{Policy: PolicyHash}, 0, Decision{hashRank("conv-a", 4), ReasonHash}},
+		{"hash probes the next rank when its replica is down", with(idle4(), func(s []ReplicaView) {
+			s[hashRank("conv-a", 4)].Healthy = false
+		}), SessionView{Key: "conv-a"}, PlaceConfig{Policy: PolicyHash}, 0, Decision{(hashRank("conv-a", 4) + 1) % 4, ReasonHash}},
+		{"an unknown policy decides nothing", idle4(), fresh, PlaceConfig{Policy: "nope"}, 0, Decision{-1, ReasonNone}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Pick(tt.snap, tt.sess, tt.cfg, tt.rng)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Pick (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func hashRank(key string, n int) int {
+	d := pickHash(idle4()[:n], SessionView{Key: key}, PlaceConfig{}, fixedRand(0))
+	return d.Rank
+}
+
+func TestHashSpreadsKeysOverReplicas(t *testing.T) {
+	seen := map[int]int{}
+	for i := range 400 {
+		seen[hashRank(string(rune('a'+i%26))+string(rune('A'+i/26)), 4)]++
+	}
+	if len(seen) != 4 {
+		t.Fatalf("hash used %d of 4 replicas: %v", len(seen), seen)
+	}
+}
+
+func TestSpillForAuto(t *testing.T) {
+	tests := []struct {
+		name      string
+		cfg       PlaceConfig
+		maxSeqs   int
+		threshold int
+	}{
+		{"reference setup: 32 seqs gives 8", PlaceConfig{}, 32, 8},
+		{"vLLM default 256 gives 64", PlaceConfig{}, 256, 64},
+		{"tiny max_num_seqs never gives 0", PlaceConfig{}, 2, 1},
+		{"override wins", PlaceConfig{SpillThreshold: 4}, 32, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.cfg.SpillFor(ReplicaView{MaxNumSeqs: tt.maxSeqs}); got != tt.threshold {
+				t.Errorf("SpillFor = %d, want %d", got, tt.threshold)
+			}
+		})
+	}
+}
+
+func TestValidPolicy(t *testing.T) {
+	for _, p := range Policies() {
+		if err := ValidPolicy(p); err != nil {
+			t.Errorf("ValidPolicy(%q) = %v", p, err)
+		}
+	}
+	if err := ValidPolicy("fastest"); err == nil {
+		t.Error("ValidPolicy(fastest) = nil, want an error")
+	}
+}

@@ -1,0 +1,256 @@
+package proxy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// Session key sources, in the order Extract tries them (first match wins).
+const (
+	SourceClaudeHeader   = "claude-code-header"   // X-Claude-Code-Session-Id
+	SourceClaudeMetadata = "claude-code-metadata" // metadata.user_id (JSON string or legacy _session_<uuid>)
+	SourceCodexHeader    = "codex-header"         // session-id / session_id
+	SourceOpencode       = "opencode-header"      // x-session-affinity / x-session-id
+	SourceCustomHeader   = "header"               // a --session-header name
+	SourcePromptCacheKey = "prompt_cache_key"     // prompt_cache_key / promptCacheKey
+	SourceClientMetadata = "client_metadata"      // client_metadata.session_id (Codex Responses)
+	SourceFingerprint    = "fingerprint"          // hash of model + system + first user message
+	SourceUser           = "user"                 // user / safety_identifier (a person, last resort)
+	SourceNone           = "none"
+)
+
+// PinHeader is the request header a client uses to pin a request to a
+// replica rank; every proxied response carries it too, naming the replica
+// that served it.
+const PinHeader = "X-Warden-Replica"
+
+// RouteHeader names the placement reason on every proxied response.
+const RouteHeader = "X-Warden-Route"
+
+// maxKeyLen caps a session key; longer values are replaced by their hash.
+const maxKeyLen = 256
+
+// billingPrefix starts Claude Code's per-conversation first system block.
+const billingPrefix = "x-anthropic-billing-header:"
+
+var legacyClaudeSession = regexp.MustCompile(`_session_([0-9a-fA-F-]{36})$`)
+
+// SessionKey says which conversation a request belongs to and how that was
+// found. The zero value (Key "") means no session could be identified.
+type SessionKey struct {
+	Key    string
+	Source string
+}
+
+// Extract finds the conversation a request belongs to, trying the sources in
+// the order of design.md and clients.md (first match wins): Claude Code's
+// header and metadata.user_id, Codex's session-id/session_id headers,
+// opencode's x-session-affinity/x-session-id, the extra header names given,
+// prompt_cache_key/promptCacheKey, client_metadata.session_id, a fingerprint
+// of model + system prompt + first user message, and last user /
+// safety_identifier (a person, not a conversation). body may be malformed or
+// empty; fields are read with gjson path lookups only. The pin header is not
+// a session source: see ParsePin.
+func Extract(h http.Header, body []byte, extraHeaders []string) SessionKey {
+	if v := h.Get("X-Claude-Code-Session-Id"); v != "" {
+		return capKey(v, SourceClaudeHeader)
+	}
+	if v := claudeMetadata(body); v != "" {
+		return capKey(v, SourceClaudeMetadata)
+	}
+	if v := headerAny(h, "session-id", "session_id"); v != "" {
+		return capKey(v, SourceCodexHeader)
+	}
+	if v := headerAny(h, "x-session-affinity", "x-session-id", "x_session_id"); v != "" {
+		return capKey(v, SourceOpencode)
+	}
+	for _, name := range extraHeaders {
+		if v := headerAny(h, name); v != "" {
+			return capKey(v, SourceCustomHeader)
+		}
+	}
+	if !looksLikeObject(body) {
+		return SessionKey{Source: SourceNone}
+	}
+	if v := firstString(body, "prompt_cache_key", "promptCacheKey"); v != "" {
+		return capKey(v, SourcePromptCacheKey)
+	}
+	if v := firstString(body, "client_metadata.session_id"); v != "" {
+		return capKey(v, SourceClientMetadata)
+	}
+	if v := fingerprint(body); v != "" {
+		return SessionKey{Key: v, Source: SourceFingerprint}
+	}
+	if v := firstString(body, "user", "safety_identifier"); v != "" {
+		k := capKey(v, SourceUser)
+		k.Key = "user:" + k.Key
+		return k
+	}
+	return SessionKey{Source: SourceNone}
+}
+
+// ParsePin reads the X-Warden-Replica request header. ok is false when the
+// header is absent; err is set when it is present but not a rank number.
+func ParsePin(h http.Header) (rank int, ok bool, err error) {
+	v := strings.TrimSpace(h.Get(PinHeader))
+	if v == "" {
+		return 0, false, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, true, &pinError{value: v}
+	}
+	return n, true, nil
+}
+
+type pinError struct{ value string }
+
+func (e *pinError) Error() string {
+	return "X-Warden-Replica must be a replica rank (0, 1, ...), got " + strconv.Quote(e.value)
+}
+
+// headerAny returns the first non-empty value among the names, matched
+// exactly as written on the wire as well as canonicalised: Go's Header.Get
+// canonicalises, so "session_id" and "session-id" are different keys.
+func headerAny(h http.Header, names ...string) string {
+	for _, n := range names {
+		if v := h.Get(n); v != "" {
+			return strings.TrimSpace(v)
+		}
+		if vs := h[n]; len(vs) > 0 && vs[0] != "" { // non-canonical spelling kept as sent
+			return strings.TrimSpace(vs[0])
+		}
+		for k, vs := range h {
+			if len(vs) > 0 && vs[0] != "" && strings.EqualFold(k, n) {
+				return strings.TrimSpace(vs[0])
+			}
+		}
+	}
+	return ""
+}
+
+// claudeMetadata reads metadata.user_id: a JSON string holding session_id
+// (Claude Code >= 2.1.78) or the legacy user_<hex>_account_<uuid>_session_<uuid>.
+func claudeMetadata(body []byte) string {
+	uid := gjson.GetBytes(body, "metadata.user_id")
+	if uid.Type != gjson.String || uid.Str == "" {
+		return ""
+	}
+	s := uid.Str
+	if strings.HasPrefix(strings.TrimSpace(s), "{") {
+		if v := gjson.Get(s, "session_id"); v.Type == gjson.String {
+			return v.Str
+		}
+		return ""
+	}
+	if m := legacyClaudeSession.FindStringSubmatch(s); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// looksLikeObject is a cheap guard before body lookups: gjson never fails on
+// malformed input, it just finds less; a full validation pass would cost as
+// much as the lookups themselves on a large agent body.
+func looksLikeObject(body []byte) bool {
+	for _, c := range body {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return c == '{'
+	}
+	return false
+}
+
+func firstString(body []byte, paths ...string) string {
+	for _, p := range paths {
+		if v := gjson.GetBytes(body, p); v.Type == gjson.String && v.Str != "" {
+			return v.Str
+		}
+	}
+	return ""
+}
+
+func capKey(v, source string) SessionKey {
+	if len(v) > maxKeyLen {
+		sum := sha256.Sum256([]byte(v))
+		v = "h:" + hex.EncodeToString(sum[:16])
+	}
+	return SessionKey{Key: v, Source: source}
+}
+
+// fingerprint hashes model + system prompt + first user message, for chat
+// (messages with system/developer roles), Anthropic (system field) and
+// Responses (instructions + input) bodies. It returns "" when there is no
+// user message: the system prompt alone is shared by every conversation.
+// Claude Code's billing block is skipped so that it cannot split turns.
+func fingerprint(body []byte) string {
+	first := firstUserMessage(body)
+	if first == "" {
+		return ""
+	}
+	h := sha256.New()
+	h.Write([]byte(gjson.GetBytes(body, "model").Str))
+	h.Write([]byte{0})
+	writeSystem(h, gjson.GetBytes(body, "system"))
+	writeSystem(h, gjson.GetBytes(body, "instructions"))
+	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
+		role := m.Get("role").Str
+		if role == "system" || role == "developer" {
+			writeSystem(h, m.Get("content"))
+			return true
+		}
+		return role != "user" // system messages after the first user one are not the prompt's head
+	})
+	h.Write([]byte{0})
+	h.Write([]byte(first))
+	return "fp:" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+type byteWriter interface{ Write([]byte) (int, error) }
+
+// writeSystem writes a system prompt given as a string or as content blocks,
+// skipping Claude Code's billing block.
+func writeSystem(w byteWriter, v gjson.Result) {
+	if v.Type == gjson.String {
+		w.Write([]byte(v.Str))
+		return
+	}
+	v.ForEach(func(_, b gjson.Result) bool {
+		t := b.Get("text").Str
+		if !strings.HasPrefix(t, billingPrefix) {
+			w.Write([]byte(t))
+		}
+		return true
+	})
+}
+
+// firstUserMessage returns the raw JSON of the first user message's content
+// (chat / Anthropic messages, or Responses input), or "".
+func firstUserMessage(body []byte) string {
+	var out string
+	find := func(_, m gjson.Result) bool {
+		if m.Get("role").Str == "user" {
+			out = m.Get("content").Raw
+			return false
+		}
+		return true
+	}
+	gjson.GetBytes(body, "messages").ForEach(find)
+	if out != "" {
+		return out
+	}
+	in := gjson.GetBytes(body, "input")
+	if in.Type == gjson.String {
+		return in.Str
+	}
+	in.ForEach(find)
+	return out
+}
