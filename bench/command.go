@@ -1,18 +1,121 @@
 package bench
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 )
+
+func env(name string) []string { return []string{"WARDEN_BENCH_" + name} }
+
+// flags returns the bench flags with defaults from DefaultConfig.
+func flags() []cli.Flag {
+	d := DefaultConfig()
+	return []cli.Flag{
+		&cli.StringFlag{Name: "url", Usage: "base URL of a warden or a bare engine (vLLM or the simulator)", EnvVars: env("URL"), Required: true},
+		&cli.StringFlag{Name: "api", Value: string(d.API), Usage: "anthropic (Claude Code: /v1/messages, X-Claude-Code-Session-Id + metadata.user_id) or openai (/v1/chat/completions, session-id + prompt_cache_key)", EnvVars: env("API")},
+		&cli.StringFlag{Name: "model", Usage: "model name to request (default: the first id of GET /v1/models)", EnvVars: env("MODEL")},
+		&cli.Int64Flag{Name: "seed", Value: d.Seed, Usage: "seed of the generated prompts (variants of one run share it)", EnvVars: env("SEED")},
+		&cli.IntFlag{Name: "system-tokens", Value: d.Sizes.SystemTokens, Usage: "tokens of the system prompt shared by all sessions", EnvVars: env("SYSTEM_TOKENS")},
+		&cli.IntFlag{Name: "first-tokens", Value: d.Sizes.FirstTokens, Usage: "tokens of each session's unique first message", EnvVars: env("FIRST_TOKENS")},
+		&cli.IntFlag{Name: "turn-tokens", Value: d.Sizes.TurnTokens, Usage: "new user tokens per follow-up turn", EnvVars: env("TURN_TOKENS")},
+		&cli.Float64Flag{Name: "chars-per-token", Value: d.Sizes.CharsPerToken, Usage: "characters of generated text per token of the target's tokenizer", EnvVars: env("CHARS_PER_TOKEN")},
+		&cli.IntFlag{Name: "turns", Value: d.Turns, Usage: "follow-up turns after the first message", EnvVars: env("TURNS")},
+		&cli.IntFlag{Name: "max-tokens", Value: d.MaxTokens, Usage: "max output tokens per turn", EnvVars: env("MAX_TOKENS")},
+		&cli.StringFlag{Name: "stages", Value: "4,8,16,24,32", Usage: "concurrent sessions per stage, comma separated", EnvVars: env("STAGES")},
+		&cli.DurationFlag{Name: "stage", Value: d.Stage, Usage: "length of each stage (simulated time when --time-scale > 1)", EnvVars: env("STAGE")},
+		&cli.DurationFlag{Name: "drain", Value: d.Drain, Usage: "how long in-flight turns may finish after a stage before they are canceled (simulated time)", EnvVars: env("DRAIN")},
+		&cli.DurationFlag{Name: "poll", Value: d.Poll, Usage: "interval of /warden/status or /metrics polls for replicas busy (simulated time)", EnvVars: env("POLL")},
+		&cli.Float64Flag{Name: "time-scale", Value: d.TimeScale, Usage: "simulated seconds per wall second; set it to the simulator's --sim-time-scale", EnvVars: env("TIME_SCALE")},
+		&cli.StringFlag{Name: "ab", Value: "off,sticky", Usage: "two warden policies A,B to compare, switched with POST /warden/policy; \"none\" = no switching", EnvVars: env("AB")},
+		&cli.BoolFlag{Name: "reset-cache", Usage: "reset the engines' prefix caches before every stage run", EnvVars: env("RESET_CACHE")},
+		&cli.BoolFlag{Name: "alternate", Usage: "run stage by stage, A,B then B,A, ... instead of all stages of A, then all of B", EnvVars: env("ALTERNATE")},
+		&cli.StringFlag{Name: "out", Usage: "results folder (default bench-results/<timestamp>)", EnvVars: env("OUT")},
+		&cli.BoolFlag{Name: "no-progress", Usage: "no progress bars on stderr", EnvVars: env("NO_PROGRESS")},
+		&cli.BoolFlag{Name: "verbose", Usage: "debug logging (every failed turn)", EnvVars: env("VERBOSE")},
+	}
+}
 
 // Command returns the `warden bench` command.
 func Command() *cli.Command {
 	return &cli.Command{
 		Name:  "bench",
-		Usage: "run synthetic agent sessions against a URL",
-		Action: func(c *cli.Context) error {
-			return errors.New("bench: not implemented yet")
-		},
+		Usage: "run closed-loop synthetic agent sessions against a warden or an engine",
+		Description: "Stages of concurrent Claude-Code-like sessions (shared system prompt, unique first message,\n" +
+			"follow-up turns); per stage the reference table's columns. Against a warden, --ab switches\n" +
+			"its policy between two variants. Writes table.md, summary.csv, summary.json, turns.csv and\n" +
+			"ttfb.svg to --out and prints the table.",
+		Flags:  flags(),
+		Action: action,
 	}
+}
+
+// configFrom reads the flags into a validated Config.
+func configFrom(c *cli.Context) (Config, error) {
+	cfg := DefaultConfig()
+	cfg.URL = c.String("url")
+	cfg.API = API(c.String("api"))
+	cfg.Model = c.String("model")
+	cfg.Seed = c.Int64("seed")
+	cfg.Sizes = Sizes{SystemTokens: c.Int("system-tokens"), FirstTokens: c.Int("first-tokens"),
+		TurnTokens: c.Int("turn-tokens"), CharsPerToken: c.Float64("chars-per-token")}
+	cfg.Turns = c.Int("turns")
+	cfg.MaxTokens = c.Int("max-tokens")
+	stages, err := parseInts(c.String("stages"))
+	if err != nil {
+		return cfg, fmt.Errorf("--stages: %w", err)
+	}
+	cfg.Stages = stages
+	cfg.Stage, cfg.Drain, cfg.Poll = c.Duration("stage"), c.Duration("drain"), c.Duration("poll")
+	cfg.TimeScale = c.Float64("time-scale")
+	cfg.Variants = parseVariants(c.String("ab"))
+	cfg.ResetCache = c.Bool("reset-cache")
+	cfg.Alternate = c.Bool("alternate")
+	cfg.Out = c.String("out")
+	if cfg.Out == "" {
+		cfg.Out = filepath.Join("bench-results", time.Now().Format("20060102-150405"))
+	}
+	cfg.Progress = !c.Bool("no-progress")
+	return cfg, cfg.Validate()
+}
+
+func action(c *cli.Context) error {
+	cfg, err := configFrom(c)
+	if err != nil {
+		return cli.Exit(err, 2)
+	}
+	level := slog.LevelInfo
+	if c.Bool("verbose") {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	r := &Runner{Cfg: cfg, Log: log, Stderr: c.App.ErrWriter}
+	res, runErr := r.Run(ctx, c.IsSet("ab"))
+	if res == nil {
+		return runErr
+	}
+	if err := WriteAll(cfg.Out, res); err != nil {
+		return errors.Join(runErr, fmt.Errorf("writing results: %w", err))
+	}
+	fmt.Fprint(c.App.Writer, Markdown(res))
+	for _, s := range res.Stages {
+		if s.Errors > 0 {
+			log.Warn("turns failed", "variant", s.Variant, "sessions", s.Sessions, "errors", s.Errors)
+		}
+	}
+	log.Info("results written", "dir", cfg.Out)
+	if errors.Is(runErr, context.Canceled) {
+		return cli.Exit("bench interrupted; partial results written to "+cfg.Out, 130)
+	}
+	return runErr
 }

@@ -1,0 +1,115 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is one bench run. Durations are in simulated time: the wall-clock
+// duration of a stage is Stage / TimeScale, and every time or rate in the
+// results is converted back to simulated seconds.
+type Config struct {
+	URL       string
+	API       API
+	Model     string // "" = first id of GET /v1/models
+	Seed      int64
+	Sizes     Sizes
+	Turns     int // follow-up turns after the first message
+	MaxTokens int // max output tokens per turn
+	Stages    []int
+	Stage     time.Duration // per stage, simulated
+	Drain     time.Duration // bound on waiting for in-flight turns after a stage, simulated
+	Poll      time.Duration // status/metrics poll interval, simulated
+	TimeScale float64       // simulated seconds per wall second (>= 1 for the sim's --sim-time-scale)
+	// Variants are the warden policies to compare (--ab); empty = run the
+	// stages once against whatever the target does now.
+	Variants   []string
+	ResetCache bool // reset the engines' prefix caches before every stage run
+	Alternate  bool // stage-major order, alternating the variant order per stage
+	Out        string
+	Progress   bool
+}
+
+// DefaultConfig returns the reference measurement's load (product.md).
+func DefaultConfig() Config {
+	return Config{
+		API:       APIAnthropic,
+		Seed:      1,
+		Sizes:     Sizes{SystemTokens: 3500, FirstTokens: 7300, TurnTokens: 400, CharsPerToken: 4},
+		Turns:     5,
+		MaxTokens: 256,
+		Stages:    []int{4, 8, 16, 24, 32},
+		Stage:     3 * time.Minute,
+		Drain:     3 * time.Minute,
+		Poll:      time.Second,
+		TimeScale: 1,
+		Variants:  []string{"off", "sticky"},
+		Progress:  true,
+	}
+}
+
+// Validate reports the first problem with c, as a message naming the flag.
+func (c *Config) Validate() error {
+	var errs []error
+	check := func(bad bool, format string, args ...any) {
+		if bad {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.URL == "" || !(strings.HasPrefix(c.URL, "http://") || strings.HasPrefix(c.URL, "https://")),
+		"--url must be an http:// or https:// URL, got %q", c.URL)
+	check(c.API != APIAnthropic && c.API != APIOpenAI, "--api must be anthropic or openai, got %q", c.API)
+	check(c.Sizes.SystemTokens < 0 || c.Sizes.FirstTokens < 1 || c.Sizes.TurnTokens < 1,
+		"token sizes must be positive (system may be 0)")
+	check(c.Sizes.CharsPerToken <= 0 || c.Sizes.CharsPerToken > 100, "--chars-per-token must be in (0, 100]")
+	check(c.Turns < 0, "--turns must be >= 0")
+	check(c.MaxTokens < 1, "--max-tokens must be >= 1")
+	check(len(c.Stages) == 0, "--stages must name at least one concurrency")
+	for _, n := range c.Stages {
+		check(n < 1 || n > 4096, "--stages: each concurrency must be in 1..4096, got %d", n)
+	}
+	check(c.Stage <= 0, "--stage must be > 0")
+	check(c.Drain < 0, "--drain must be >= 0")
+	check(c.Poll <= 0, "--poll must be > 0")
+	check(c.TimeScale < 1, "--time-scale must be >= 1")
+	check(len(c.Variants) == 1 || len(c.Variants) > 2, "--ab takes two policies A,B (or none), got %d", len(c.Variants))
+	return errors.Join(errs...)
+}
+
+// wall converts a simulated duration to wall-clock time.
+func (c *Config) wall(d time.Duration) time.Duration {
+	return time.Duration(float64(d) / c.TimeScale)
+}
+
+// parseInts parses "4,8,16".
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// parseVariants parses "off,sticky"; "" and "none" mean no A/B.
+func parseVariants(s string) []string {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "none" {
+		return nil
+	}
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		out = append(out, strings.TrimSpace(f))
+	}
+	return out
+}

@@ -1,0 +1,127 @@
+package bench
+
+import (
+	"hash/fnv"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+)
+
+// textGen produces deterministic English-like pseudo-text: lower-case
+// pseudo-words built from syllables, grouped into sentences and paragraphs.
+// The same seed always yields the same text. It is not safe for concurrent
+// use; each session owns its own.
+type textGen struct {
+	rng *rand.Rand
+}
+
+var (
+	onsets = []string{"b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w",
+		"br", "ch", "cl", "dr", "fr", "gr", "pl", "pr", "sh", "st", "th", "tr", "wh", ""}
+	nuclei = []string{"a", "e", "i", "o", "u", "a", "e", "o", "ai", "ea", "ou", "io"}
+	codas  = []string{"", "", "", "n", "r", "s", "t", "l", "m", "nd", "st", "ck", "ng"}
+)
+
+// newTextGen returns a generator seeded from the given parts (hashed), so that
+// e.g. (seed, "first", stage, session) names one stream of text.
+func newTextGen(parts ...any) *textGen {
+	h := fnv.New64a()
+	for _, p := range parts {
+		switch v := p.(type) {
+		case string:
+			h.Write([]byte(v))
+		case int:
+			h.Write([]byte(strconv.Itoa(v)))
+		case int64:
+			h.Write([]byte(strconv.FormatInt(v, 10)))
+		case uint64:
+			h.Write([]byte(strconv.FormatUint(v, 10)))
+		}
+		h.Write([]byte{0})
+	}
+	s := h.Sum64()
+	return &textGen{rng: rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15))}
+}
+
+// word appends one pseudo-word of one to three syllables.
+func (g *textGen) word(b *strings.Builder) {
+	n := 1 + g.rng.IntN(3)
+	for i := 0; i < n; i++ {
+		b.WriteString(onsets[g.rng.IntN(len(onsets))])
+		b.WriteString(nuclei[g.rng.IntN(len(nuclei))])
+		if i == n-1 || g.rng.IntN(3) == 0 {
+			b.WriteString(codas[g.rng.IntN(len(codas))])
+		}
+	}
+}
+
+// text returns pseudo-text of exactly chars characters (chars <= 0 gives "").
+func (g *textGen) text(chars int) string {
+	if chars <= 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.Grow(chars + 32)
+	inSentence := 0
+	for b.Len() < chars {
+		g.word(&b)
+		inSentence++
+		switch {
+		case inSentence >= 8 && g.rng.IntN(6) == 0:
+			inSentence = 0
+			if g.rng.IntN(5) == 0 {
+				b.WriteString(".\n\n")
+			} else {
+				b.WriteString(". ")
+			}
+		case g.rng.IntN(12) == 0:
+			b.WriteString(", ")
+		default:
+			b.WriteByte(' ')
+		}
+	}
+	return b.String()[:chars]
+}
+
+// Sizes says how large the synthetic conversation parts are, in tokens, and
+// how many characters of pseudo-text make one token for the target's
+// tokenizer.
+type Sizes struct {
+	SystemTokens  int     // shared system prompt
+	FirstTokens   int     // unique first user message
+	TurnTokens    int     // new user tokens per follow-up turn
+	CharsPerToken float64 // characters of generated text per token
+}
+
+func (s Sizes) chars(tokens int) int {
+	return int(float64(tokens)*s.CharsPerToken + 0.5)
+}
+
+// systemPrompt is the prompt every session shares (depends on the seed only).
+func systemPrompt(seed int64, s Sizes) string {
+	return newTextGen(seed, "system").text(s.chars(s.SystemTokens))
+}
+
+// sessionText yields the user messages of one session: the unique first
+// message, then follow-ups. id names the session's content stream (for
+// example stage concurrency and the session's sequence number in the stage),
+// so that two variants run with one seed send the same prompts.
+type sessionText struct {
+	gen   *textGen
+	sizes Sizes
+	turn  int
+}
+
+func newSessionText(seed int64, sizes Sizes, id ...any) *sessionText {
+	return &sessionText{gen: newTextGen(append([]any{seed, "session"}, id...)...), sizes: sizes}
+}
+
+// next returns the next user message: the first message on the first call,
+// a follow-up of TurnTokens afterwards.
+func (t *sessionText) next() string {
+	t.turn++
+	if t.turn == 1 {
+		return t.gen.text(t.sizes.chars(t.sizes.FirstTokens))
+	}
+	return t.gen.text(t.sizes.chars(t.sizes.TurnTokens))
+}

@@ -1,0 +1,211 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// step is one stage run of one variant.
+type step struct {
+	Sessions int
+	Variant  string // "" = leave the target's policy alone
+}
+
+// plan orders the stage runs. Default (the reference's order): every stage
+// with variant A, then every stage with B. alternate: stage-major, A,B at
+// the first stage, B,A at the second, and so on.
+func plan(stages []int, variants []string, alternate bool) []step {
+	if len(variants) == 0 {
+		variants = []string{""}
+	}
+	var out []step
+	if !alternate {
+		for _, v := range variants {
+			for _, n := range stages {
+				out = append(out, step{n, v})
+			}
+		}
+		return out
+	}
+	for i, n := range stages {
+		for j := range variants {
+			v := variants[j]
+			if i%2 == 1 {
+				v = variants[len(variants)-1-j]
+			}
+			out = append(out, step{n, v})
+		}
+	}
+	return out
+}
+
+// Results is everything one bench run measured.
+type Results struct {
+	StartedAt time.Time      `json:"started_at"`
+	URL       string         `json:"url"`
+	Target    string         `json:"target"` // "warden" or "engine"
+	Model     string         `json:"model"`
+	API       API            `json:"api"`
+	Variants  []string       `json:"variants,omitempty"`
+	Config    configJSON     `json:"config"`
+	Stages    []StageSummary `json:"stages"`
+	Turns     []TurnRecord   `json:"-"` // written as turns.csv
+}
+
+// configJSON records the run's settings in the results.
+type configJSON struct {
+	Seed          int64   `json:"seed"`
+	SystemTokens  int     `json:"system_tokens"`
+	FirstTokens   int     `json:"first_tokens"`
+	TurnTokens    int     `json:"turn_tokens"`
+	CharsPerToken float64 `json:"chars_per_token"`
+	Turns         int     `json:"turns"`
+	MaxTokens     int     `json:"max_tokens"`
+	Stages        []int   `json:"stages"`
+	StageSeconds  float64 `json:"stage_seconds"`
+	DrainSeconds  float64 `json:"drain_seconds"`
+	TimeScale     float64 `json:"time_scale"`
+	ResetCache    bool    `json:"reset_cache"`
+	Alternate     bool    `json:"alternate"`
+}
+
+// Runner drives a whole bench: probe, A/B policy switches, stages.
+type Runner struct {
+	Cfg    Config
+	HC     *http.Client // nil = a client with enough idle connections
+	Log    *slog.Logger
+	Stderr io.Writer // progress bars; nil = none
+}
+
+// newHTTPClient returns one client for all sessions: keep-alive connections
+// for every concurrent session, no overall timeout (turns can queue for
+// minutes under overload; stage contexts bound them instead).
+func newHTTPClient(maxConns int) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = maxConns + 16
+	tr.MaxIdleConnsPerHost = maxConns + 16
+	tr.DisableCompression = true
+	return &http.Client{Transport: tr}
+}
+
+// Run executes every planned stage and returns the results. On a bare
+// engine an A/B plan is an error unless allowEngine drops it (the default
+// --ab was not given explicitly).
+func (r *Runner) Run(ctx context.Context, abExplicit bool) (*Results, error) {
+	cfg := r.Cfg
+	if r.HC == nil {
+		r.HC = newHTTPClient(maxInt(cfg.Stages))
+	}
+	t, err := Probe(ctx, r.HC, cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	if !t.Warden && len(cfg.Variants) > 0 {
+		if abExplicit {
+			return nil, fmt.Errorf("--ab %v needs a warden, but %s is a bare engine", cfg.Variants, t.URL)
+		}
+		r.Log.Info("target is a bare engine: no A/B, one run", "url", t.URL)
+		cfg.Variants = nil
+	}
+	if cfg.Model == "" {
+		if cfg.Model, err = t.Model(ctx); err != nil {
+			return nil, err
+		}
+	}
+	res := r.newResults(t, cfg)
+	restore := r.savePolicy(ctx, t, cfg)
+	defer restore()
+	system := systemPrompt(cfg.Seed, cfg.Sizes)
+	deviceID := newDeviceID()
+	current := ""
+	for _, st := range plan(cfg.Stages, cfg.Variants, cfg.Alternate) {
+		if err := r.prepare(ctx, t, cfg, st, &current); err != nil {
+			return res, err
+		}
+		sr := &stageRun{cfg: &cfg, hc: r.HC, target: t, log: r.Log.With("variant", st.Variant, "sessions", st.Sessions),
+			model: cfg.Model, system: system, deviceID: deviceID, variant: st.Variant, sessions: st.Sessions, now: time.Now}
+		sum, turns := sr.run(ctx, r.progress(st, cfg))
+		res.Stages = append(res.Stages, sum)
+		res.Turns = append(res.Turns, turns...)
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// prepare switches the policy when the step's variant differs from the
+// current one and resets the prefix caches when asked.
+func (r *Runner) prepare(ctx context.Context, t *Target, cfg Config, st step, current *string) error {
+	if st.Variant != "" && st.Variant != *current {
+		if err := t.SetPolicy(ctx, st.Variant); err != nil {
+			return fmt.Errorf("switching policy to %q: %w", st.Variant, err)
+		}
+		r.Log.Info("policy switched", "policy", st.Variant)
+		*current = st.Variant
+	}
+	if cfg.ResetCache {
+		if err := t.ResetCache(ctx); err != nil {
+			return fmt.Errorf("resetting prefix caches: %w", err)
+		}
+	}
+	return nil
+}
+
+// savePolicy remembers the warden's policy before an A/B run and returns a
+// function that puts it back.
+func (r *Runner) savePolicy(ctx context.Context, t *Target, cfg Config) func() {
+	if len(cfg.Variants) == 0 {
+		return func() {}
+	}
+	orig, err := t.Policy(ctx)
+	if err != nil || orig == "" {
+		return func() {}
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := t.SetPolicy(ctx, orig); err != nil {
+			r.Log.Warn("could not restore the warden's policy", "policy", orig, "err", err)
+		}
+	}
+}
+
+func (r *Runner) progress(st step, cfg Config) progress {
+	if r.Stderr == nil || !cfg.Progress {
+		return noProgress{}
+	}
+	title := fmt.Sprintf("%2d sessions", st.Sessions)
+	if st.Variant != "" {
+		title += " [" + st.Variant + "]"
+	}
+	return newBarProgress(r.Stderr, title, cfg.wall(cfg.Stage))
+}
+
+func (r *Runner) newResults(t *Target, cfg Config) *Results {
+	kind := "engine"
+	if t.Warden {
+		kind = "warden"
+	}
+	return &Results{
+		StartedAt: time.Now(), URL: t.URL, Target: kind, Model: cfg.Model, API: cfg.API, Variants: cfg.Variants,
+		Config: configJSON{
+			Seed: cfg.Seed, SystemTokens: cfg.Sizes.SystemTokens, FirstTokens: cfg.Sizes.FirstTokens,
+			TurnTokens: cfg.Sizes.TurnTokens, CharsPerToken: cfg.Sizes.CharsPerToken, Turns: cfg.Turns,
+			MaxTokens: cfg.MaxTokens, Stages: cfg.Stages, StageSeconds: cfg.Stage.Seconds(),
+			DrainSeconds: cfg.Drain.Seconds(), TimeScale: cfg.TimeScale, ResetCache: cfg.ResetCache, Alternate: cfg.Alternate,
+		},
+	}
+}
+
+func maxInt(xs []int) int {
+	m := 0
+	for _, x := range xs {
+		m = max(m, x)
+	}
+	return m
+}

@@ -1,0 +1,203 @@
+package bench
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// TurnRecord is one turn's sample. Times are simulated seconds (wall time x
+// time scale); StartS is measured from the stage start.
+type TurnRecord struct {
+	Variant      string  `json:"variant"`
+	Sessions     int     `json:"sessions"` // the stage's concurrency
+	Session      int     `json:"session"`  // sequence number within the stage
+	SessionID    string  `json:"session_id"`
+	Turn         int     `json:"turn"` // 1 = first message
+	StartS       float64 `json:"start_s"`
+	TTFBS        float64 `json:"ttfb_s"` // -1 when no content token arrived
+	DurationS    float64 `json:"duration_s"`
+	PromptTokens int     `json:"prompt_tokens"`
+	CachedTokens int     `json:"cached_tokens"`
+	OutputTokens int     `json:"output_tokens"`
+	Replica      string  `json:"replica,omitempty"`
+	Stayed       *bool   `json:"stayed,omitempty"` // follow-up turns against a warden: served by the session's first replica
+	InStage      bool    `json:"in_stage"`         // finished before the stage end (counted in the summary)
+	LastTurn     bool    `json:"last_turn"`        // finished the session
+	Error        string  `json:"error,omitempty"`
+}
+
+// stageRun is one stage of one variant: `sessions` closed-loop sessions for
+// the stage's duration.
+type stageRun struct {
+	cfg      *Config
+	hc       *http.Client
+	target   *Target
+	log      *slog.Logger
+	model    string
+	system   string
+	deviceID string
+	variant  string
+	sessions int
+	now      func() time.Time
+
+	start, end time.Time     // wall clock
+	stop       chan struct{} // closed at the stage end: no new turns
+	seq        atomic.Int64  // next session sequence number
+	inflight   atomic.Int64
+	completed  atomic.Int64 // turns finished, for the progress bar
+
+	mu    sync.Mutex
+	turns []TurnRecord
+}
+
+func (r *stageRun) stopped() bool {
+	select {
+	case <-r.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// sim converts a wall-clock duration to simulated seconds.
+func (r *stageRun) sim(d time.Duration) float64 {
+	return d.Seconds() * r.cfg.TimeScale
+}
+
+// worker runs sessions back to back until the stage ends: a finished
+// session is replaced by a new one (closed loop).
+func (r *stageRun) worker(ctx context.Context) {
+	for !r.stopped() && ctx.Err() == nil {
+		r.runSession(ctx, int(r.seq.Add(1)-1))
+	}
+}
+
+// runSession plays one session: first message, then cfg.Turns follow-ups,
+// each carrying the assistant's previous reply exactly as received.
+func (r *stageRun) runSession(ctx context.Context, k int) {
+	text := newSessionText(r.cfg.Seed, r.cfg.Sizes, r.sessions, k)
+	id := newUUID()
+	conv := newConversation(r.cfg.API, r.model, r.system, id, r.deviceID, r.cfg.MaxTokens)
+	home := ""
+	for turn := 1; turn <= 1+r.cfg.Turns; turn++ {
+		if r.stopped() {
+			return
+		}
+		conv.add("user", text.next())
+		r.inflight.Add(1)
+		res := doTurn(ctx, r.hc, r.target.URL, conv, r.now)
+		r.inflight.Add(-1)
+		r.completed.Add(1)
+		if turn == 1 {
+			home = res.Replica
+		}
+		r.record(k, id, turn, res, home, turn == 1+r.cfg.Turns)
+		if res.Err != nil {
+			r.log.Debug("turn failed", "session", k, "turn", turn, "err", res.Err)
+			r.backoff()
+			return
+		}
+		conv.add("assistant", res.Text)
+	}
+}
+
+// backoff waits a little after a failed turn so a dead server is not hammered.
+func (r *stageRun) backoff() {
+	t := time.NewTimer(200 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-r.stop:
+	case <-t.C:
+	}
+}
+
+func (r *stageRun) record(k int, id string, turn int, res turnResult, home string, last bool) {
+	rec := TurnRecord{
+		Variant: r.variant, Sessions: r.sessions, Session: k, SessionID: id, Turn: turn,
+		StartS:       r.sim(res.Start.Sub(r.start)),
+		TTFBS:        -1,
+		DurationS:    r.sim(res.End.Sub(res.Start)),
+		PromptTokens: res.PromptTokens, CachedTokens: res.CachedTokens, OutputTokens: res.OutputTokens,
+		Replica:  res.Replica,
+		InStage:  !res.End.After(r.end),
+		LastTurn: last && res.Err == nil,
+	}
+	if !res.FirstToken.IsZero() {
+		rec.TTFBS = r.sim(res.FirstToken.Sub(res.Start))
+	}
+	if turn > 1 && home != "" && res.Replica != "" && res.Err == nil {
+		stayed := res.Replica == home
+		rec.Stayed = &stayed
+	}
+	if res.Err != nil {
+		rec.Error = res.Err.Error()
+		rec.LastTurn = false
+	}
+	r.mu.Lock()
+	r.turns = append(r.turns, rec)
+	r.mu.Unlock()
+}
+
+// run plays the stage and returns its summary and turn samples. It blocks
+// until every session goroutine has returned: in-flight turns get up to
+// cfg.Drain after the stage end, then they are canceled.
+func (r *stageRun) run(ctx context.Context, bar progress) (StageSummary, []TurnRecord) {
+	r.stop = make(chan struct{})
+	before, sampleErr := r.target.Sample(ctx)
+	if sampleErr != nil {
+		r.log.Warn("cannot read engine counters", "err", sampleErr)
+	}
+	r.start = r.now()
+	r.end = r.start.Add(r.cfg.wall(r.cfg.Stage))
+	runCtx, cancel := context.WithDeadline(ctx, r.end.Add(r.cfg.wall(r.cfg.Drain)))
+	defer cancel()
+
+	var wg sync.WaitGroup
+	for i := 0; i < r.sessions; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.worker(runCtx) }()
+	}
+	busy, after := r.poll(runCtx, bar)
+	close(r.stop)
+	bar.describe("draining")
+	wg.Wait()
+	bar.finish()
+
+	hits, queries, ok := prefixDelta(before, after)
+	ok = ok && sampleErr == nil && after != nil
+	s := summarize(r.variant, r.sessions, r.sim(r.end.Sub(r.start)), r.turns, busy, hits, queries, ok)
+	return s, r.turns
+}
+
+// poll samples the target until the stage end, updating the progress bar,
+// and returns the busy-replica counts and the last sample (at the end).
+func (r *stageRun) poll(ctx context.Context, bar progress) ([]int, sample) {
+	every := max(r.cfg.wall(r.cfg.Poll), 50*time.Millisecond)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	endTimer := time.NewTimer(time.Until(r.end))
+	defer endTimer.Stop()
+	var busy []int
+	for {
+		select {
+		case <-ctx.Done():
+			return busy, nil
+		case <-endTimer.C:
+			s, err := r.target.Sample(ctx)
+			if err != nil {
+				r.log.Warn("cannot read engine counters at stage end", "err", err)
+				return busy, nil
+			}
+			return busy, s
+		case <-tick.C:
+			bar.set(r.now().Sub(r.start), int(r.completed.Load()), int(r.inflight.Load()))
+			if s, err := r.target.Sample(ctx); err == nil {
+				busy = append(busy, s.busy())
+			}
+		}
+	}
+}

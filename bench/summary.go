@@ -1,0 +1,121 @@
+package bench
+
+import (
+	"math"
+	"slices"
+)
+
+// StageSummary is one row of the reference table for one variant. Times and
+// rates are in simulated time. Pointer fields are nil when unknown (no
+// sample, or a bare engine without the warden's replica header).
+type StageSummary struct {
+	Variant  string  `json:"variant"` // warden policy, "" when no A/B
+	Sessions int     `json:"sessions"`
+	Seconds  float64 `json:"seconds"` // stage length
+
+	Turns            int `json:"turns"`             // turns finished within the stage
+	SessionsFinished int `json:"sessions_finished"` // sessions whose last turn finished within the stage
+	SessionsStarted  int `json:"sessions_started"`
+	Errors           int `json:"errors"`
+	Late             int `json:"late_turns"` // finished or canceled after the stage end (not counted)
+
+	SessionsPerHour float64  `json:"sessions_per_hour"`
+	OutputPerMin    float64  `json:"output_tokens_per_min"`
+	TTFBP50         *float64 `json:"ttfb_p50_s,omitempty"`
+	TTFBP95         *float64 `json:"ttfb_p95_s,omitempty"`
+	ReplicasBusy    *float64 `json:"replicas_busy,omitempty"`
+	PrefixHitPct    *float64 `json:"prefix_hit_pct,omitempty"`
+	StayedPct       *float64 `json:"stayed_pct,omitempty"`
+
+	OutputTokens    int      `json:"output_tokens"`
+	PromptTokens    int      `json:"prompt_tokens"`     // usage reports
+	CachedTokens    int      `json:"cached_tokens"`     // usage reports
+	PrefixHits      float64  `json:"prefix_hits"`       // engine counter delta
+	PrefixQueries   float64  `json:"prefix_queries"`    // engine counter delta
+	BusyPolls       int      `json:"busy_polls"`        // status polls averaged into ReplicasBusy
+	MeanPromptFirst *float64 `json:"mean_prompt_first"` // usage prompt tokens of first turns (size check)
+}
+
+func ptr(v float64) *float64 { return &v }
+
+// summarize computes a stage's row from its turns (already in simulated
+// time), the busy-replica polls and the prefix-counter deltas.
+func summarize(variant string, sessions int, seconds float64, turns []TurnRecord, busy []int,
+	hits, queries float64, countersOK bool) StageSummary {
+	s := StageSummary{Variant: variant, Sessions: sessions, Seconds: seconds, BusyPolls: len(busy)}
+	var ttfb []float64
+	stayed, followups := 0, 0
+	firstPrompt, firsts := 0, 0
+	started := map[int]bool{}
+	for _, t := range turns {
+		started[t.Session] = true
+		if t.Error != "" && t.InStage {
+			s.Errors++
+		}
+		if !t.InStage || t.Error != "" {
+			s.Late += btoi(!t.InStage)
+			continue
+		}
+		s.Turns++
+		s.OutputTokens += t.OutputTokens
+		s.PromptTokens += t.PromptTokens
+		s.CachedTokens += t.CachedTokens
+		s.SessionsFinished += btoi(t.LastTurn)
+		if t.TTFBS >= 0 {
+			ttfb = append(ttfb, t.TTFBS)
+		}
+		if t.Stayed != nil {
+			followups++
+			stayed += btoi(*t.Stayed)
+		}
+		if t.Turn == 1 && t.PromptTokens > 0 {
+			firstPrompt += t.PromptTokens
+			firsts++
+		}
+	}
+	s.SessionsStarted = len(started)
+	if seconds > 0 {
+		s.SessionsPerHour = float64(s.SessionsFinished) * 3600 / seconds
+		s.OutputPerMin = float64(s.OutputTokens) * 60 / seconds
+	}
+	if len(ttfb) > 0 {
+		slices.Sort(ttfb)
+		s.TTFBP50, s.TTFBP95 = ptr(quantile(ttfb, 0.50)), ptr(quantile(ttfb, 0.95))
+	}
+	if len(busy) > 0 {
+		sum := 0
+		for _, b := range busy {
+			sum += b
+		}
+		s.ReplicasBusy = ptr(float64(sum) / float64(len(busy)))
+	}
+	if countersOK {
+		s.PrefixHits, s.PrefixQueries = hits, queries
+		if queries > 0 {
+			s.PrefixHitPct = ptr(100 * hits / queries)
+		}
+	}
+	if followups > 0 {
+		s.StayedPct = ptr(100 * float64(stayed) / float64(followups))
+	}
+	if firsts > 0 {
+		s.MeanPromptFirst = ptr(float64(firstPrompt) / float64(firsts))
+	}
+	return s
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// quantile of sorted xs by linear interpolation between closest ranks
+// (numpy's default); xs must be non-empty.
+func quantile(xs []float64, q float64) float64 {
+	pos := q * float64(len(xs)-1)
+	lo := int(math.Floor(pos))
+	hi := min(lo+1, len(xs)-1)
+	return xs[lo] + (pos-float64(lo))*(xs[hi]-xs[lo])
+}

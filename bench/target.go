@@ -1,0 +1,246 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/tidwall/gjson"
+)
+
+// Target is the server under load: a warden (it serves /warden/status) or a
+// bare engine (vLLM or the simulator, read through its own /metrics).
+type Target struct {
+	URL    string // base URL without a trailing slash
+	Warden bool   // true when /warden/status answers
+	hc     *http.Client
+}
+
+// ErrNotWarden is returned by warden-only operations against a bare engine.
+var ErrNotWarden = errors.New("target is not a warden (GET /warden/status answered 404)")
+
+// Probe finds out what kind of server base is.
+func Probe(ctx context.Context, hc *http.Client, base string) (*Target, error) {
+	t := &Target{URL: strings.TrimRight(base, "/"), hc: hc}
+	body, code, err := t.get(ctx, "/warden/status")
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("probing %s: %w", t.URL, err)
+	case code == http.StatusOK && gjson.ValidBytes(body):
+		t.Warden = true
+	case code == http.StatusNotFound:
+		if _, code, err = t.get(ctx, "/metrics"); err != nil || code != http.StatusOK {
+			return nil, fmt.Errorf("probing %s: neither /warden/status nor /metrics answers (metrics: HTTP %d, %v)", t.URL, code, err)
+		}
+	default:
+		return nil, fmt.Errorf("probing %s: GET /warden/status answered HTTP %d", t.URL, code)
+	}
+	return t, nil
+}
+
+func (t *Target) get(ctx context.Context, path string) ([]byte, int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL+path, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, err := t.hc.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	return b, resp.StatusCode, err
+}
+
+func (t *Target) post(ctx context.Context, path string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := t.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("POST %s: HTTP %d: %s", path, resp.StatusCode, strings.TrimSpace(string(msg)))
+	}
+	return nil
+}
+
+// Model returns the first model id of GET /v1/models.
+func (t *Target) Model(ctx context.Context) (string, error) {
+	body, code, err := t.get(ctx, "/v1/models")
+	if err != nil {
+		return "", err
+	}
+	id := gjson.GetBytes(body, "data.0.id").String()
+	if code != http.StatusOK || id == "" {
+		return "", fmt.Errorf("GET /v1/models: HTTP %d, no model id (pass --model)", code)
+	}
+	return id, nil
+}
+
+// Policy returns the warden's current routing policy.
+func (t *Target) Policy(ctx context.Context) (string, error) {
+	if !t.Warden {
+		return "", ErrNotWarden
+	}
+	body, code, err := t.get(ctx, "/warden/status")
+	if err != nil {
+		return "", err
+	}
+	if code != http.StatusOK {
+		return "", fmt.Errorf("GET /warden/status: HTTP %d", code)
+	}
+	return gjson.GetBytes(body, "policy").String(), nil
+}
+
+// SetPolicy switches the warden's routing policy (POST /warden/policy).
+func (t *Target) SetPolicy(ctx context.Context, name string) error {
+	if !t.Warden {
+		return ErrNotWarden
+	}
+	return t.post(ctx, "/warden/policy", mustJSON(map[string]string{"policy": name}))
+}
+
+// ResetCache empties the engines' prefix caches: POST /warden/reset_prefix_cache
+// on a warden, vLLM's dev-mode POST /reset_prefix_cache on an engine.
+func (t *Target) ResetCache(ctx context.Context) error {
+	if t.Warden {
+		return t.post(ctx, "/warden/reset_prefix_cache", nil)
+	}
+	return t.post(ctx, "/reset_prefix_cache", nil)
+}
+
+// replicaSample is one replica's (or engine's) counters at one instant.
+type replicaSample struct {
+	Running         float64
+	Hits, Queries   float64 // prefix-cache counters, tokens
+	CounterKnownSet bool
+}
+
+// sample maps replica name (warden rank, or vLLM's engine label) to counters.
+type sample map[string]replicaSample
+
+// Sample reads every replica's running gauge and prefix counters.
+func (t *Target) Sample(ctx context.Context) (sample, error) {
+	if t.Warden {
+		body, code, err := t.get(ctx, "/warden/status")
+		if err != nil {
+			return nil, err
+		}
+		if code != http.StatusOK {
+			return nil, fmt.Errorf("GET /warden/status: HTTP %d", code)
+		}
+		return parseWardenStatus(body), nil
+	}
+	body, code, err := t.get(ctx, "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: HTTP %d", code)
+	}
+	return parseEngineMetrics(body)
+}
+
+// parseWardenStatus reads only the fields it needs from panel.Status JSON.
+func parseWardenStatus(body []byte) sample {
+	s := sample{}
+	gjson.GetBytes(body, "replicas").ForEach(func(_, r gjson.Result) bool {
+		s[r.Get("rank").String()] = replicaSample{
+			Running:         r.Get("running").Float(),
+			Hits:            r.Get("prefix_hits").Float(),
+			Queries:         r.Get("prefix_queries").Float(),
+			CounterKnownSet: r.Get("prefix_queries").Exists(),
+		}
+		return true
+	})
+	return s
+}
+
+// Engine metric names; the prefix counters are accepted with or without _total.
+const (
+	metricRunning = "vllm:num_requests_running"
+	metricQueries = "vllm:prefix_cache_queries"
+	metricHits    = "vllm:prefix_cache_hits"
+)
+
+// parseEngineMetrics reads a vLLM-style Prometheus text page. Series are
+// grouped by their "engine" label (vLLM's internal data-parallel engines);
+// a page without that label is one replica.
+func parseEngineMetrics(body []byte) (sample, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("parsing /metrics: %w", err)
+	}
+	s := sample{}
+	add := func(name string, set func(*replicaSample, float64)) {
+		for _, n := range []string{name, name + "_total"} {
+			f, ok := fams[n]
+			if !ok {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				key := "0"
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "engine" {
+						key = l.GetValue()
+					}
+				}
+				v := m.GetGauge().GetValue() + m.GetCounter().GetValue() + m.GetUntyped().GetValue()
+				r := s[key]
+				set(&r, v)
+				s[key] = r
+			}
+		}
+	}
+	add(metricRunning, func(r *replicaSample, v float64) { r.Running += v })
+	add(metricQueries, func(r *replicaSample, v float64) { r.Queries += v; r.CounterKnownSet = true })
+	add(metricHits, func(r *replicaSample, v float64) { r.Hits += v })
+	return s, nil
+}
+
+// busy counts replicas with at least one running request.
+func (s sample) busy() int {
+	n := 0
+	for _, r := range s {
+		if r.Running >= 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// prefixDelta sums the prefix counters' growth from before to after. A
+// replica whose counters went down (engine restart) counts from zero; a
+// replica absent before counts from zero too. ok is false when no replica
+// reports the counters.
+func prefixDelta(before, after sample) (hits, queries float64, ok bool) {
+	for k, a := range after {
+		if !a.CounterKnownSet {
+			continue
+		}
+		ok = true
+		b := before[k]
+		dh, dq := a.Hits-b.Hits, a.Queries-b.Queries
+		if dh < 0 || dq < 0 {
+			dh, dq = a.Hits, a.Queries
+		}
+		hits += dh
+		queries += dq
+	}
+	return hits, queries, ok
+}
