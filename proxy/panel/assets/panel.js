@@ -1,0 +1,232 @@
+// Status page of the warden: renders /warden/status (badges, replica table,
+// token chart) and polls it every 2 s. No dependencies, nothing remote.
+// The number formats match format.go (the browser test checks they agree).
+'use strict';
+(function () {
+  const POLL_MS = 2000;
+  const HOUR = 3600;
+  const SVG = 'http://www.w3.org/2000/svg';
+
+  const fmt = {
+    pct: (x) => (x * 100).toFixed(1) + '%',
+    tokens: (n) => n < 999.5 ? n.toFixed(0) : n < 999950 ? (n / 1e3).toFixed(1) + 'k' : (n / 1e6).toFixed(2) + 'M',
+    num: (x) => String(x),
+    gpus: (g) => (g && g.length ? g.join(',') : '-'),
+    up: (r) => (r.up ? 'up' : (r.state || 'down')),
+    onOff: (b) => (b ? 'on' : 'off'),
+    duration: (sec) => {
+      sec = Math.round(sec);
+      const h = Math.floor(sec / 3600), m = Math.floor((sec % 3600) / 60), s = sec % 60;
+      const p = (v) => String(v).padStart(2, '0');
+      if (h > 0) return h + 'h' + p(m) + 'm' + p(s) + 's';
+      if (m > 0) return m + 'm' + p(s) + 's';
+      return s + 's';
+    },
+  };
+  const ratio = (a, b) => (b === 0 ? 0 : a / b);
+  const $ = (id) => document.getElementById(id);
+
+  function el(tag, text, cls) {
+    const e = document.createElement(tag);
+    if (text !== undefined) e.textContent = text;
+    if (cls) e.className = cls;
+    return e;
+  }
+
+  function badge(id, label, value, cls) {
+    const b = el('span', undefined, 'badge' + (cls ? ' ' + cls : ''));
+    b.id = 'badge-' + id;
+    b.append(el('b', label), document.createTextNode(value));
+    return b;
+  }
+
+  function renderBadges(s) {
+    const spill = String(s.spill_threshold) + (s.spill_threshold_auto ? ' (auto)' : '');
+    $('badges').replaceChildren(
+      badge('policy', 'policy', s.policy || ''),
+      badge('affinity', 'affinity', fmt.onOff(s.affinity), s.affinity ? 'on' : 'off'),
+      badge('spill', 'spill threshold', spill),
+      badge('sticky', 'sticky share', fmt.pct(s.sticky_share || 0)),
+      badge('inflight', 'in flight', String(s.in_flight || 0)),
+      badge('sessions', 'sessions', String(s.sessions || 0)),
+    );
+    $('model').textContent = s.model || '';
+  }
+
+  // row appends one table row of cells [class, text].
+  function row(parent, id, cells) {
+    const tr = el('tr');
+    if (id) tr.id = id;
+    for (const [cls, text] of cells) tr.append(el('td', text, cls));
+    parent.append(tr);
+    return tr;
+  }
+
+  function replicaCells(r) {
+    return [
+      ['rank', String(r.rank)], ['gpus', fmt.gpus(r.gpus)], ['port', String(r.port)],
+      ['up ' + (r.up ? 'is-up' : 'is-down'), fmt.up(r)], ['inflight', String(r.in_flight)],
+      ['sticky', String(r.sticky)], ['spilled', String(r.spilled_in)], ['pinned', String(r.pinned)],
+      ['running', fmt.num(r.running)], ['waiting', fmt.num(r.waiting)], ['kv', fmt.pct(r.kv_used)],
+      ['kvcap', fmt.tokens(r.kv_capacity_tokens)], ['hit', fmt.pct(r.hit_rate)],
+      ['sessions', String(r.active_sessions)], ['restarts', String(r.restarts)],
+    ];
+  }
+
+  function totalCells(s) {
+    const t = { inflight: 0, up: 0, sticky: 0, spilled: 0, pinned: 0, run: 0, wait: 0, used: 0, cap: 0, q: 0, h: 0, sess: 0, rst: 0 };
+    const reps = s.replicas || [];
+    for (const r of reps) {
+      t.inflight += r.in_flight; t.up += r.up ? 1 : 0; t.sticky += r.sticky; t.spilled += r.spilled_in;
+      t.pinned += r.pinned; t.run += r.running; t.wait += r.waiting; t.used += r.kv_used * r.kv_capacity_tokens;
+      t.cap += r.kv_capacity_tokens; t.q += r.prefix_queries; t.h += r.prefix_hits;
+      t.sess += r.active_sessions; t.rst += r.restarts;
+    }
+    const cap = (s.totals && s.totals.kv_capacity_tokens) || t.cap;
+    return [
+      ['rank', 'all'], ['gpus', ''], ['port', ''], ['up', t.up + '/' + reps.length], ['inflight', String(t.inflight)],
+      ['sticky', String(t.sticky)], ['spilled', String(t.spilled)], ['pinned', String(t.pinned)],
+      ['running', fmt.num(t.run)], ['waiting', fmt.num(t.wait)], ['kv', fmt.pct(ratio(t.used, cap))],
+      ['kvcap', fmt.tokens(cap)], ['hit', fmt.pct(ratio(t.h, t.q))], ['sessions', String(t.sess)], ['restarts', String(t.rst)],
+    ];
+  }
+
+  function renderTable(s) {
+    const body = document.querySelector('#replicas tbody');
+    const foot = document.querySelector('#replicas tfoot');
+    body.replaceChildren();
+    foot.replaceChildren();
+    for (const r of s.replicas || []) {
+      const tr = row(body, 'replica-' + r.rank, replicaCells(r));
+      const kv = tr.querySelector('td.kv');
+      const p = Math.max(0, Math.min(100, r.kv_used * 100));
+      kv.style.backgroundImage = 'linear-gradient(to right, #dbe6fb ' + p + '%, transparent ' + p + '%)';
+      if (r.scrape_error) tr.title = 'metrics: ' + r.scrape_error;
+    }
+    row(foot, 'replica-totals', totalCells(s));
+  }
+
+  function renderSince(s) {
+    const since = s.since ? new Date(s.since) : null;
+    const when = since && !isNaN(since) && since.getFullYear() > 1 ? since.toLocaleString() : 'warden start';
+    $('since').textContent = 'counters since ' + when + ' (warden start, up ' + fmt.duration(s.uptime_seconds || 0) + ')';
+    const w = $('warnings');
+    w.replaceChildren();
+    for (const r of s.replicas || []) {
+      if (r.scrape_error) w.append(el('li', 'replica ' + r.rank + ' metrics: ' + r.scrape_error));
+    }
+    for (const m of s.warnings || []) w.append(el('li', m));
+  }
+
+  // lastHour keeps the series buckets that start within the hour before now.
+  function lastHour(s) {
+    const now = Date.parse(s.now) || Date.now();
+    const from = now - HOUR * 1000;
+    const pts = (s.series || []).map((p) => ({
+      t: Date.parse(p.t), w: p.seconds || 1, cached: p.cached_tokens || 0,
+      computed: p.computed_tokens || 0, completion: p.completion_tokens || 0,
+    })).filter((p) => !isNaN(p.t) && p.t >= from && p.t <= now);
+    return { now, from, pts };
+  }
+
+  function renderShare(h) {
+    let cached = 0, computed = 0, completion = 0, secs = 0;
+    for (const p of h.pts) { cached += p.cached; computed += p.computed; completion += p.completion; secs += p.w; }
+    const prompt = cached + computed;
+    $('share').textContent = prompt > 0 ? fmt.pct(cached / prompt) : '–';
+    $('share-detail').textContent = 'cached share of prompt tokens, last hour (' +
+      fmt.tokens(cached) + ' of ' + fmt.tokens(prompt) + ')';
+    const avg = (n) => (secs > 0 ? fmt.tokens(n / secs) + ' tok/s' : '–');
+    $('avg-cached').textContent = avg(cached);
+    $('avg-computed').textContent = avg(computed);
+    $('avg-completion').textContent = avg(completion);
+  }
+
+  function svg(tag, attrs, text) {
+    const e = document.createElementNS(SVG, tag);
+    for (const k in attrs) e.setAttribute(k, attrs[k]);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  // niceMax rounds a maximum up to 1, 2 or 5 times a power of ten.
+  function niceMax(v) {
+    if (!(v > 0)) return 1;
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (const m of [1, 2, 5, 10]) if (v <= m * p) return m * p;
+    return 10 * p;
+  }
+
+  // renderChart draws prompt tok/s (cached below computed, stacked) above a
+  // mid line and completion tok/s mirrored below it, one step per bucket.
+  function renderChart(h) {
+    const W = 960, H = 340, L = 64, R = 12, T = 12, B = 26, MID = T + (H - T - B) * 0.68;
+    const x = (t) => L + ((t - h.from) / (HOUR * 1000)) * (W - L - R);
+    let upMax = 0, downMax = 0;
+    for (const p of h.pts) {
+      upMax = Math.max(upMax, (p.cached + p.computed) / p.w);
+      downMax = Math.max(downMax, p.completion / p.w);
+    }
+    upMax = niceMax(upMax); downMax = niceMax(downMax);
+    const yUp = (v) => MID - (v / upMax) * (MID - T);
+    const yDown = (v) => MID + (v / downMax) * (H - B - MID);
+    const paths = { cached: '', computed: '', completion: '' };
+    const step = (x0, x1, ya, yb) => 'M' + x0.toFixed(1) + ' ' + ya.toFixed(1) + 'H' + x1.toFixed(1) + 'V' + yb.toFixed(1) + 'H' + x0.toFixed(1) + 'Z';
+    for (const p of h.pts) {
+      const x0 = x(p.t), x1 = Math.min(x(p.t + p.w * 1000), W - R);
+      const c = p.cached / p.w, u = p.computed / p.w, o = p.completion / p.w;
+      if (c > 0) paths.cached += step(x0, x1, yUp(c), MID);
+      if (u > 0) paths.computed += step(x0, x1, yUp(c + u), yUp(c));
+      if (o > 0) paths.completion += step(x0, x1, MID, yDown(o));
+    }
+    const g = [];
+    for (const f of [0.5, 1]) {
+      g.push(svg('line', { class: 'grid', x1: L, x2: W - R, y1: yUp(upMax * f), y2: yUp(upMax * f) }));
+      g.push(svg('text', { x: L - 6, y: yUp(upMax * f) + 4, 'text-anchor': 'end' }, fmt.tokens(upMax * f) + '/s'));
+    }
+    g.push(svg('line', { class: 'grid', x1: L, x2: W - R, y1: yDown(downMax), y2: yDown(downMax) }));
+    g.push(svg('text', { x: L - 6, y: yDown(downMax) + 4, 'text-anchor': 'end' }, fmt.tokens(downMax) + '/s'));
+    for (const m of [60, 45, 30, 15, 0]) {
+      const xx = x(h.now - m * 60000);
+      g.push(svg('text', { x: xx, y: H - 8, 'text-anchor': m === 0 ? 'end' : 'middle' }, m === 0 ? 'now' : '−' + m + ' min'));
+    }
+    for (const k of ['cached', 'computed', 'completion']) g.push(svg('path', { id: 'area-' + k, class: k, d: paths[k] }));
+    g.push(svg('line', { class: 'axis', x1: L, x2: W - R, y1: MID, y2: MID }));
+    g.push(svg('text', { x: L + 4, y: T + 10 }, 'prompt'));
+    g.push(svg('text', { x: L + 4, y: H - B - 4 }, 'completion'));
+    $('chart').replaceChildren(...g);
+  }
+
+  function render(s) {
+    renderBadges(s);
+    renderTable(s);
+    renderSince(s);
+    const h = lastHour(s);
+    renderShare(h);
+    renderChart(h);
+  }
+
+  function setConn(ok, text) {
+    const c = $('conn');
+    c.textContent = text;
+    c.className = 'conn' + (ok ? '' : ' down');
+  }
+
+  async function poll() {
+    try {
+      const res = await fetch('/warden/status', { cache: 'no-store' });
+      if (!res.ok) throw new Error('HTTP ' + res.status);
+      render(await res.json());
+      setConn(true, 'live · updated ' + new Date().toLocaleTimeString());
+    } catch (e) {
+      setConn(false, 'warden not reachable (' + e.message + '), retrying');
+    }
+    setTimeout(poll, POLL_MS);
+  }
+
+  try {
+    const init = JSON.parse($('initial-status').textContent || 'null');
+    if (init) render(init);
+  } catch (e) { /* the first poll renders */ }
+  poll();
+})();
