@@ -1,12 +1,17 @@
 package sim
 
 import (
-	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
 )
 
-// Command returns the `warden sim` command tree.
+// Command returns the `warden sim` command tree: `serve` (the vLLM
+// stand-in; its argv is parsed by hand, see ParseArgs) and the hidden
+// `child` used by --sim-fork-child.
 func Command() *cli.Command {
 	return &cli.Command{
 		Name:  "sim",
@@ -14,9 +19,30 @@ func Command() *cli.Command {
 		Subcommands: []*cli.Command{{
 			Name:            "serve",
 			Usage:           "serve MODEL like `vllm serve` on the simulator",
+			ArgsUsage:       "MODEL [vLLM serve flags] [sim flags]",
+			Description:     "Flags (each also --flag=value; unknown vLLM flags are accepted and logged):\n" + FlagHelp(),
 			SkipFlagParsing: true,
 			Action: func(c *cli.Context) error {
-				return errors.New("sim: not implemented yet")
+				for _, a := range c.Args().Slice() {
+					if a == "--help" || a == "-h" {
+						return cli.ShowSubcommandHelp(c)
+					}
+				}
+				ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+				defer stop()
+				if err := Main(ctx, c.Args().Slice(), os.Stdout, os.Stderr); err != nil {
+					return cli.Exit(fmt.Sprintf("sim: %v", err), 1)
+				}
+				return nil
+			},
+		}, {
+			Name:   "child",
+			Usage:  "sleep until killed (stands in for vLLM's EngineCore)",
+			Hidden: true,
+			Action: func(c *cli.Context) error {
+				ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+				defer stop()
+				return ChildMain(ctx)
 			},
 		}},
 	}

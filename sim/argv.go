@@ -1,0 +1,270 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Config is everything `warden sim serve` was told, from WARDEN_SIM_*
+// environment variables first and then the argv (argv wins).
+type Config struct {
+	Model            string   // first positional or --model
+	ServedNames      []string // --served-model-name (default: Model)
+	Host             string   // --host (default 0.0.0.0, like vLLM)
+	Port             int      // --port (default 8000)
+	MaxNumSeqs       int      // --max-num-seqs (0: profile default)
+	MaxBatchedTokens int      // --max-num-batched-tokens (default 2048)
+	GPUMemUtil       float64  // --gpu-memory-utilization (default 0.92)
+	BlockSize        int      // --block-size (default 16)
+	MaxModelLen      int      // --max-model-len (0: the KV capacity)
+	PromptDetails    bool     // --enable-prompt-tokens-details
+	ForceUsage       bool     // --enable-force-include-usage
+	StreamInterval   int      // --stream-interval (default 1)
+
+	Profile        string  // --sim-profile
+	TimeScale      float64 // --sim-time-scale: simulated seconds per wall second
+	LoadSeconds    float64 // --sim-load-seconds: simulated load time (wall seconds)
+	KVTokens       int     // --sim-kv-tokens: KV capacity override (0: from profile)
+	DecodeGBps     float64 // --sim-decode-gbps: effective decode bandwidth (0: profile)
+	Seed           uint64  // --sim-seed: varies generated text
+	OutputTokens   int     // --sim-output-tokens: cap on generated tokens (0: max_tokens)
+	ReserveFullISL bool    // --sim-reserve-full-isl: full-sequence admission gate
+	PrefixStats    string  // --sim-prefix-stats: admission | lookup | lookup-all
+	Watermark      float64 // --sim-watermark: fraction of blocks kept free at admission
+
+	DieAfter   int  // --sim-die-after N: exit 1 mid-stream on the Nth request (0: off)
+	HangAfter  int  // --sim-hang-after N: stop answering after N requests (-1: off)
+	HTTPError  int  // --sim-http-error CODE: answer generation requests with CODE (0: off)
+	ForkChild  bool // --sim-fork-child: start a child that only a group kill removes
+	LogUnknown []string
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{
+		Host: "0.0.0.0", Port: 8000, MaxBatchedTokens: 2048, GPUMemUtil: 0.92,
+		BlockSize: 16, StreamInterval: 1, Profile: DefaultProfile, TimeScale: 1,
+		ReserveFullISL: true, PrefixStats: StatsAdmission, HangAfter: -1,
+	}
+}
+
+type flagKind int
+
+const (
+	kindValue flagKind = iota
+	kindBool
+	kindList // one or more values (vLLM nargs="+")
+)
+
+type flagSpec struct {
+	kind flagKind
+	env  string // WARDEN_SIM_* variable, "" for vLLM flags
+	help string
+	set  func(c *Config, v string) error
+}
+
+func intSetter(dst func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("not an integer: %q", v)
+		}
+		*dst(c) = n
+		return nil
+	}
+}
+
+func floatSetter(dst func(*Config) *float64) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("not a number: %q", v)
+		}
+		*dst(c) = f
+		return nil
+	}
+}
+
+func boolSetter(dst func(*Config) *bool) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		if v == "" {
+			*dst(c) = true
+			return nil
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("not a boolean: %q", v)
+		}
+		*dst(c) = b
+		return nil
+	}
+}
+
+func strSetter(dst func(*Config) *string) func(*Config, string) error {
+	return func(c *Config, v string) error { *dst(c) = v; return nil }
+}
+
+// flags lists every flag the sim honours. Keys are names without "--".
+var flags = map[string]flagSpec{
+	"model":                        {kindValue, "", "model name (also the first positional)", strSetter(func(c *Config) *string { return &c.Model })},
+	"host":                         {kindValue, "", "address to listen on", strSetter(func(c *Config) *string { return &c.Host })},
+	"port":                         {kindValue, "", "port to listen on", intSetter(func(c *Config) *int { return &c.Port })},
+	"max-num-seqs":                 {kindValue, "", "most running sequences", intSetter(func(c *Config) *int { return &c.MaxNumSeqs })},
+	"max-num-batched-tokens":       {kindValue, "", "per-step token budget", intSetter(func(c *Config) *int { return &c.MaxBatchedTokens })},
+	"gpu-memory-utilization":       {kindValue, "", "fraction of GPU memory vLLM may use", floatSetter(func(c *Config) *float64 { return &c.GPUMemUtil })},
+	"block-size":                   {kindValue, "", "tokens per KV block", intSetter(func(c *Config) *int { return &c.BlockSize })},
+	"max-model-len":                {kindValue, "", "longest sequence", intSetter(func(c *Config) *int { return &c.MaxModelLen })},
+	"stream-interval":              {kindValue, "", "tokens per streamed flush", intSetter(func(c *Config) *int { return &c.StreamInterval })},
+	"enable-prompt-tokens-details": {kindBool, "", "report cached_tokens in usage", boolSetter(func(c *Config) *bool { return &c.PromptDetails })},
+	"enable-force-include-usage":   {kindBool, "", "always send a streaming usage chunk", boolSetter(func(c *Config) *bool { return &c.ForceUsage })},
+	"served-model-name":            {kindList, "", "names the model answers to", nil},
+
+	"sim-profile":          {kindValue, "WARDEN_SIM_PROFILE", "hardware profile", strSetter(func(c *Config) *string { return &c.Profile })},
+	"sim-time-scale":       {kindValue, "WARDEN_SIM_TIME_SCALE", "simulated seconds per wall second", floatSetter(func(c *Config) *float64 { return &c.TimeScale })},
+	"sim-load-seconds":     {kindValue, "WARDEN_SIM_LOAD_SECONDS", "wall seconds of simulated loading before the port opens", floatSetter(func(c *Config) *float64 { return &c.LoadSeconds })},
+	"sim-kv-tokens":        {kindValue, "WARDEN_SIM_KV_TOKENS", "KV cache capacity in tokens (overrides the profile)", intSetter(func(c *Config) *int { return &c.KVTokens })},
+	"sim-decode-gbps":      {kindValue, "WARDEN_SIM_DECODE_GBPS", "effective decode memory bandwidth in GB/s (calibration knob)", floatSetter(func(c *Config) *float64 { return &c.DecodeGBps })},
+	"sim-seed":             {kindValue, "WARDEN_SIM_SEED", "seed for generated text", func(c *Config, v string) error { n, err := strconv.ParseUint(v, 10, 64); c.Seed = n; return err }},
+	"sim-output-tokens":    {kindValue, "WARDEN_SIM_OUTPUT_TOKENS", "cap on tokens generated per request (0: exactly max_tokens)", intSetter(func(c *Config) *int { return &c.OutputTokens })},
+	"sim-reserve-full-isl": {kindBool, "WARDEN_SIM_RESERVE_FULL_ISL", "admit only when the whole prompt fits (vLLM >= 0.20)", boolSetter(func(c *Config) *bool { return &c.ReserveFullISL })},
+	"sim-prefix-stats":     {kindValue, "WARDEN_SIM_PREFIX_STATS", "when prefix queries count: admission (0.26), lookup (0.11-0.25), lookup-all (0.10)", strSetter(func(c *Config) *string { return &c.PrefixStats })},
+	"sim-watermark":        {kindValue, "WARDEN_SIM_WATERMARK", "fraction of blocks kept free when admitting (0: off)", floatSetter(func(c *Config) *float64 { return &c.Watermark })},
+	"sim-die-after":        {kindValue, "WARDEN_SIM_DIE_AFTER", "exit 1 mid-stream on the Nth generation request (0: off)", intSetter(func(c *Config) *int { return &c.DieAfter })},
+	"sim-hang-after":       {kindValue, "WARDEN_SIM_HANG_AFTER", "after N generation requests answer nothing, /health included (-1: off)", intSetter(func(c *Config) *int { return &c.HangAfter })},
+	"sim-http-error":       {kindValue, "WARDEN_SIM_HTTP_ERROR", "answer every generation request with this status (0: off)", intSetter(func(c *Config) *int { return &c.HTTPError })},
+	"sim-fork-child":       {kindBool, "WARDEN_SIM_FORK_CHILD", "start a child process (like EngineCore) that only a group kill removes", boolSetter(func(c *Config) *bool { return &c.ForkChild })},
+}
+
+// ParseArgs reads the environment (through getenv) and then args, the argv
+// after `serve`: MODEL [flags]. Flags take `--flag value` or `--flag=value`;
+// boolean vLLM flags take no separate value. Unknown flags are accepted
+// (`--x`, `--x=v`, `--x v` where v does not start with "--") and recorded in
+// LogUnknown.
+func ParseArgs(args []string, getenv func(string) string) (Config, error) {
+	c := DefaultConfig()
+	for name, f := range flags {
+		if f.env == "" {
+			continue
+		}
+		if v := getenv(f.env); v != "" {
+			if err := f.set(&c, v); err != nil {
+				return c, fmt.Errorf("%s: %w", f.env, err)
+			}
+		}
+		_ = name
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "--") || a == "--" {
+			if a == "--" {
+				continue
+			}
+			if c.Model == "" {
+				c.Model = a
+				continue
+			}
+			c.LogUnknown = append(c.LogUnknown, a)
+			continue
+		}
+		name, val, hasVal := strings.Cut(a[2:], "=")
+		spec, known := flags[name]
+		nextIsValue := i+1 < len(args) && !strings.HasPrefix(args[i+1], "--")
+		switch {
+		case !known:
+			if !hasVal && nextIsValue {
+				i++
+				a += " " + args[i]
+			}
+			c.LogUnknown = append(c.LogUnknown, a)
+		case spec.kind == kindList:
+			if hasVal {
+				c.ServedNames = append(c.ServedNames, val)
+			}
+			for !hasVal && i+1 < len(args) && !strings.HasPrefix(args[i+1], "--") {
+				i++
+				c.ServedNames = append(c.ServedNames, args[i])
+			}
+			if len(c.ServedNames) == 0 {
+				return c, fmt.Errorf("--%s needs a value", name)
+			}
+		case spec.kind == kindBool:
+			if err := spec.set(&c, val); err != nil {
+				return c, fmt.Errorf("--%s: %w", name, err)
+			}
+		default:
+			if !hasVal {
+				if i+1 >= len(args) {
+					return c, fmt.Errorf("--%s needs a value", name)
+				}
+				i++
+				val = args[i]
+			}
+			if err := spec.set(&c, val); err != nil {
+				return c, fmt.Errorf("--%s: %w", name, err)
+			}
+		}
+	}
+	return c, c.validate()
+}
+
+// validate rejects values the engine cannot run with.
+func (c *Config) validate() error {
+	var errs []error
+	if c.Model == "" {
+		errs = append(errs, errors.New("missing MODEL (first positional argument or --model)"))
+	}
+	if len(c.ServedNames) == 0 && c.Model != "" {
+		c.ServedNames = []string{c.Model}
+	}
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.Port >= 0 && c.Port < 65536, "--port %d out of range", c.Port)
+	check(c.MaxNumSeqs >= 0, "--max-num-seqs must be positive, got %d", c.MaxNumSeqs)
+	check(c.MaxBatchedTokens > 0, "--max-num-batched-tokens must be positive, got %d", c.MaxBatchedTokens)
+	check(c.GPUMemUtil > 0 && c.GPUMemUtil <= 1, "--gpu-memory-utilization must be in (0, 1], got %v", c.GPUMemUtil)
+	check(c.BlockSize > 0 && c.BlockSize <= 1024, "--block-size must be in 1..1024, got %d", c.BlockSize)
+	check(c.MaxModelLen >= 0, "--max-model-len must be positive, got %d", c.MaxModelLen)
+	check(c.StreamInterval > 0, "--stream-interval must be positive, got %d", c.StreamInterval)
+	check(c.TimeScale > 0, "--sim-time-scale must be positive, got %v", c.TimeScale)
+	check(c.LoadSeconds >= 0, "--sim-load-seconds must not be negative, got %v", c.LoadSeconds)
+	check(c.KVTokens >= 0, "--sim-kv-tokens must not be negative, got %d", c.KVTokens)
+	check(c.DecodeGBps >= 0, "--sim-decode-gbps must not be negative, got %v", c.DecodeGBps)
+	check(c.OutputTokens >= 0, "--sim-output-tokens must not be negative, got %d", c.OutputTokens)
+	check(c.Watermark >= 0 && c.Watermark < 1, "--sim-watermark must be in [0, 1), got %v", c.Watermark)
+	check(c.PrefixStats == StatsAdmission || c.PrefixStats == StatsLookup || c.PrefixStats == StatsLookupAll,
+		"--sim-prefix-stats must be admission, lookup or lookup-all, got %q", c.PrefixStats)
+	check(c.HTTPError == 0 || (c.HTTPError >= 400 && c.HTTPError < 600), "--sim-http-error must be 4xx or 5xx, got %d", c.HTTPError)
+	if _, ok := Profiles[c.Profile]; !ok {
+		errs = append(errs, fmt.Errorf("unknown --sim-profile %q (known: %s)", c.Profile, strings.Join(ProfileNames(), ", ")))
+	}
+	return errors.Join(errs...)
+}
+
+// FlagHelp returns one line per flag for `warden sim serve --help`.
+func FlagHelp() string {
+	var b strings.Builder
+	for _, name := range sortedFlagNames() {
+		f := flags[name]
+		env := ""
+		if f.env != "" {
+			env = " [$" + f.env + "]"
+		}
+		fmt.Fprintf(&b, "  --%-30s %s%s\n", name, f.help, env)
+	}
+	return b.String()
+}
+
+func sortedFlagNames() []string {
+	names := make([]string, 0, len(flags))
+	for n := range flags {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

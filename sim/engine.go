@@ -1,0 +1,286 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ErrStopped is returned to requests when the engine has stopped.
+var ErrStopped = errors.New("sim engine stopped")
+
+// Snapshot is the engine state that /metrics reads, published after every
+// step (before any request hears about that step's tokens).
+type Snapshot struct {
+	Running, Waiting int
+	KVUsage          float64
+	Counters         Counters
+}
+
+// request is one generation request as handlers and the engine share it.
+// The engine appends generated text under mu and signals notify (capacity
+// 1); the handler drains it. The engine never blocks on a handler.
+type request struct {
+	seq        *Seq
+	arrival    float64 // simulated seconds
+	genSeed    uint64
+	stopReason string // "length" or "stop"
+	unsent     []string
+
+	mu       sync.Mutex
+	texts    []string
+	finished bool
+	notify   chan struct{}
+	aborted  bool
+}
+
+// take returns the text generated since the last call and whether the
+// request has finished; it waits until there is something or ctx ends.
+func (r *request) take(ctx context.Context, stopped <-chan struct{}) ([]string, bool, error) {
+	for {
+		r.mu.Lock()
+		texts, fin := r.texts, r.finished
+		r.texts = nil
+		r.mu.Unlock()
+		if len(texts) > 0 || fin {
+			return texts, fin, nil
+		}
+		select {
+		case <-r.notify:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-stopped:
+			return nil, false, ErrStopped
+		}
+	}
+}
+
+// Engine runs the scheduler against a simulated clock. One goroutine (Run)
+// owns the scheduler; handlers talk to it through channels.
+type Engine struct {
+	cfg    Config
+	prof   Profile
+	sched  *Scheduler
+	gen    *generator
+	log    *slog.Logger
+	onStep func(Snapshot)        // publishes metrics; called on the engine goroutine
+	onTTFT func(seconds float64) // first-token latency in simulated seconds
+	onDone func(reason string)   // request finished (length, stop, abort)
+
+	submit  chan *request
+	aborts  chan *request
+	ctl     chan func()
+	stopped chan struct{}
+
+	wallStart time.Time
+	simT      float64
+	nextID    uint64
+	idMu      sync.Mutex
+}
+
+// NewEngine builds an engine; Run starts it.
+func NewEngine(cfg Config, prof Profile, sched *Scheduler, log *slog.Logger) *Engine {
+	return &Engine{
+		cfg: cfg, prof: prof, sched: sched, gen: newGenerator(), log: log,
+		onStep: func(Snapshot) {}, onTTFT: func(float64) {}, onDone: func(string) {},
+		submit: make(chan *request, 256), aborts: make(chan *request, 256), ctl: make(chan func()),
+		stopped: make(chan struct{}), wallStart: time.Now(),
+	}
+}
+
+// SimNow is the simulated time in seconds since the engine was built.
+func (e *Engine) SimNow() float64 { return time.Since(e.wallStart).Seconds() * e.cfg.TimeScale }
+
+// Submit queues a request for prompt; maxTokens is how many tokens it will
+// generate, stopReason the finish reason it will report.
+func (e *Engine) Submit(prompt []uint32, maxTokens int, stopReason string) (*request, error) {
+	e.idMu.Lock()
+	e.nextID++
+	id := e.nextID
+	e.idMu.Unlock()
+	seed := e.cfg.Seed
+	for _, t := range prompt {
+		seed = seed*0x100000001b3 ^ uint64(t)
+	}
+	r := &request{arrival: e.SimNow(), genSeed: mix64(seed), stopReason: stopReason, notify: make(chan struct{}, 1)}
+	r.seq = NewSeq(id, prompt, maxTokens, e.cfg.BlockSize)
+	r.seq.Owner = r
+	select {
+	case e.submit <- r:
+		return r, nil
+	case <-e.stopped:
+		return nil, ErrStopped
+	}
+}
+
+// Cancel aborts r if it has not finished (client went away).
+func (e *Engine) Cancel(r *request) {
+	r.mu.Lock()
+	fin := r.finished
+	r.mu.Unlock()
+	if fin {
+		return
+	}
+	select {
+	case e.aborts <- r:
+	case <-e.stopped:
+	}
+}
+
+// Do runs f on the engine goroutine between steps and waits for it.
+func (e *Engine) Do(f func(s *Scheduler)) error {
+	done := make(chan struct{})
+	select {
+	case e.ctl <- func() { f(e.sched); close(done) }:
+	case <-e.stopped:
+		return ErrStopped
+	}
+	<-done
+	return nil
+}
+
+// Run is the engine loop: schedule a step, wait its simulated duration
+// (scaled to wall time against a monotonic clock, so no drift accumulates),
+// apply its outputs. When idle it blocks on its channels. It returns when
+// ctx ends.
+func (e *Engine) Run(ctx context.Context) {
+	defer close(e.stopped)
+	for {
+		if e.sched.Idle() {
+			select {
+			case <-ctx.Done():
+				return
+			case r := <-e.submit:
+				e.add(r)
+			case r := <-e.aborts:
+				e.abort(r)
+			case f := <-e.ctl:
+				f()
+			}
+			continue
+		}
+		e.drain()
+		if e.sched.Idle() {
+			continue
+		}
+		b := e.sched.Schedule()
+		start := max(e.simT, e.SimNow())
+		end := start + e.prof.StepSeconds(b.Cost(), e.cfg.DecodeGBps)
+		if !e.waitUntil(ctx, end) {
+			return
+		}
+		e.simT = end
+		e.apply(b, end)
+	}
+}
+
+func (e *Engine) drain() {
+	for {
+		select {
+		case r := <-e.submit:
+			e.add(r)
+		case r := <-e.aborts:
+			e.abort(r)
+		case f := <-e.ctl:
+			f()
+		default:
+			return
+		}
+	}
+}
+
+// waitUntil sleeps until wall time reaches simulated time t, taking new
+// submissions meanwhile (they wait for the next step).
+func (e *Engine) waitUntil(ctx context.Context, t float64) bool {
+	d := time.Until(e.wallStart.Add(time.Duration(t / e.cfg.TimeScale * float64(time.Second))))
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case r := <-e.submit:
+			e.add(r)
+		case <-timer.C:
+			return true
+		}
+	}
+}
+
+// add queues r unless it was aborted before it reached the engine.
+func (e *Engine) add(r *request) {
+	r.mu.Lock()
+	aborted := r.aborted
+	r.mu.Unlock()
+	if !aborted {
+		e.sched.Add(r.seq)
+	}
+}
+
+func (e *Engine) abort(r *request) {
+	r.mu.Lock()
+	fin := r.finished
+	r.finished, r.aborted = true, true
+	r.mu.Unlock()
+	if fin {
+		return
+	}
+	e.sched.Abort(r.seq)
+	e.onDone("abort")
+}
+
+// apply samples the step's tokens, publishes the snapshot and then hands the
+// text to the handlers (first token at once, then every stream_interval).
+func (e *Engine) apply(b Batch, now float64) {
+	emitted, finished := e.sched.Complete(b, func(q *Seq) uint32 {
+		r := q.Owner.(*request)
+		id, text := e.gen.token(r.genSeed, q.Output)
+		r.unsent = append(r.unsent, text)
+		return id
+	})
+	done := make(map[*Seq]bool, len(finished))
+	for _, q := range finished {
+		done[q] = true
+	}
+	for _, q := range emitted {
+		if q.Output == 1 {
+			e.onTTFT(now - q.Owner.(*request).arrival)
+		}
+	}
+	for _, q := range finished {
+		e.onDone(q.Owner.(*request).stopReason)
+	}
+	e.onStep(e.Snapshot())
+	for _, q := range emitted {
+		r := q.Owner.(*request)
+		if q.Output != 1 && !done[q] && len(r.unsent) < e.cfg.StreamInterval {
+			continue
+		}
+		r.mu.Lock()
+		r.texts = append(r.texts, r.unsent...)
+		r.finished = r.finished || done[q]
+		r.mu.Unlock()
+		r.unsent = r.unsent[:0]
+		select {
+		case r.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Snapshot reads the scheduler's gauges and counters. Engine goroutine only.
+func (e *Engine) Snapshot() Snapshot {
+	return Snapshot{
+		Running: e.sched.NumRunning(), Waiting: e.sched.NumWaiting(),
+		KVUsage: e.sched.Pool().Usage(), Counters: e.sched.Counters,
+	}
+}
+
+// joinText concatenates generated pieces.
+func joinText(texts []string) string { return strings.Join(texts, "") }

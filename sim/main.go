@@ -1,0 +1,136 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Main runs `warden sim serve` with args (MODEL [vLLM flags]): it "loads",
+// opens the port, serves until ctx ends, then exits quickly (like vLLM on
+// SIGTERM: nothing in flight is finished). Logs go to stderr as vLLM's do.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := ParseArgs(args, os.Getenv)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	for _, u := range cfg.LogUnknown {
+		log.Info("accepted vLLM argument (no effect in the sim)", "arg", u)
+	}
+	s, err := newServer(cfg, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "ValueError: %v\n", err)
+		return err
+	}
+	if !s.load(ctx) {
+		return nil
+	}
+	if cfg.ForkChild {
+		stop, err := s.forkChild()
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	engCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.eng.Run(engCtx)
+	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 30 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("Starting vLLM API server on http://" + ln.Addr().String())
+	log.Info("Application startup complete.")
+	select {
+	case <-ctx.Done():
+		log.Info("Shutting down FastAPI HTTP server.")
+		_ = srv.Close()
+		return nil
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("serve: %w", err)
+	}
+}
+
+// newServer sizes the KV cache from the profile (or --sim-kv-tokens) and
+// builds the engine, scheduler and metrics.
+func newServer(cfg Config, log *slog.Logger) (*server, error) {
+	prof := Profiles[cfg.Profile]
+	if cfg.MaxNumSeqs == 0 {
+		cfg.MaxNumSeqs = prof.DefaultMaxNumSeqs
+	}
+	if cfg.DecodeGBps > 0 {
+		prof.DecodeGBps = cfg.DecodeGBps
+	}
+	kvTokens := cfg.KVTokens
+	if kvTokens == 0 {
+		kvTokens = prof.KVTokens(cfg.GPUMemUtil, cfg.MaxNumSeqs, cfg.BlockSize)
+	}
+	numBlocks := kvTokens / cfg.BlockSize
+	if numBlocks < 2 {
+		return nil, fmt.Errorf("No available memory for the cache blocks (KV capacity %d tokens). Try increasing `gpu_memory_utilization` when initializing the engine.", kvTokens)
+	}
+	kvTokens = numBlocks * cfg.BlockSize
+	usable := (numBlocks - 1) * cfg.BlockSize
+	maxLen := cfg.MaxModelLen
+	if maxLen == 0 {
+		maxLen = usable
+	} else if maxLen > kvTokens {
+		return nil, kvCapacityError(maxLen, kvTokens, prof.KVBytesPerToken)
+	}
+	maxLen = min(maxLen, usable)
+	sc := SchedConfig{
+		MaxNumSeqs: cfg.MaxNumSeqs, MaxBatchedTokens: cfg.MaxBatchedTokens, MaxModelLen: maxLen,
+		BlockSize: cfg.BlockSize, ReserveFullISL: cfg.ReserveFullISL, PrefixStats: cfg.PrefixStats,
+		WatermarkBlocks: int(cfg.Watermark * float64(numBlocks)),
+	}
+	sched := NewScheduler(sc, NewBlockPool(numBlocks))
+	s := &server{cfg: cfg, prof: prof, log: log, maxLen: maxLen, kvTokens: kvTokens, numBlocks: numBlocks}
+	s.met = newMetrics(cfg.ServedNames[0], cacheConfigLabels(cfg, numBlocks))
+	s.eng = NewEngine(cfg, prof, sched, log)
+	s.eng.onStep = s.met.publish
+	s.eng.onTTFT = s.met.ttft.Observe
+	s.eng.onDone = func(reason string) { s.met.success.WithLabelValues(reason).Inc() }
+	s.met.publish(s.eng.Snapshot())
+	return s, nil
+}
+
+// load prints vLLM-like start-up lines over --sim-load-seconds of wall
+// time (the port stays closed meanwhile). It returns false if ctx ended.
+func (s *server) load(ctx context.Context) bool {
+	cfg, log := s.cfg, s.log
+	log.Info("Initializing a V1 LLM engine ("+Version+")", "model", cfg.Model, "profile", s.prof.Name,
+		"max_num_seqs", cfg.MaxNumSeqs, "max_num_batched_tokens", cfg.MaxBatchedTokens, "time_scale", cfg.TimeScale)
+	log.Info("Loading weights...")
+	if cfg.LoadSeconds > 0 {
+		const steps = 4
+		tick := time.NewTicker(time.Duration(cfg.LoadSeconds / steps * float64(time.Second)))
+		defer tick.Stop()
+		for i := 1; i <= steps; i++ {
+			select {
+			case <-ctx.Done():
+				return false
+			case <-tick.C:
+			}
+			log.Info(fmt.Sprintf("Loading safetensors checkpoint shards: %d%% Completed", i*100/steps))
+		}
+	}
+	log.Info(fmt.Sprintf("Model loading took %.4f GiB", s.prof.WeightsGiB))
+	log.Info(fmt.Sprintf("Available KV cache memory: %.2f GiB", float64(s.kvTokens)*s.prof.KVBytesPerToken/gib))
+	log.Info(fmt.Sprintf("GPU KV cache size: %d tokens", s.kvTokens))
+	log.Info(fmt.Sprintf("Maximum concurrency for %d tokens per request: %.2fx", s.maxLen, float64(s.kvTokens)/float64(s.maxLen)))
+	return ctx.Err() == nil
+}

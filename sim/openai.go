@@ -1,0 +1,178 @@
+package sim
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// OpenAI-compatible endpoints: /v1/chat/completions and /v1/completions, in
+// vLLM's response shapes.
+
+func (s *server) openAIUsage(u usage) map[string]any {
+	m := map[string]any{"prompt_tokens": u.prompt, "completion_tokens": u.completion, "total_tokens": u.prompt + u.completion, "prompt_tokens_details": nil}
+	if s.cfg.PromptDetails && u.cached > 0 {
+		m["prompt_tokens_details"] = map[string]any{"cached_tokens": u.cached}
+	}
+	return m
+}
+
+// openAIPrompt validates body and builds the generation plan, answering the
+// error itself when it fails.
+func (s *server) openAIPrompt(w http.ResponseWriter, r *http.Request, chat bool) (gjson.Result, genPlan, bool) {
+	raw, ok := s.readBody(w, r, false)
+	if !ok {
+		return gjson.Result{}, genPlan{}, false
+	}
+	body := gjson.ParseBytes(raw)
+	if err := s.checkModel(body.Get("model").String()); err != nil {
+		openAIError(w, http.StatusNotFound, err.Error())
+		return body, genPlan{}, false
+	}
+	var prompt []uint32
+	maxTok := body.Get("max_tokens")
+	if chat {
+		if !body.Get("messages").IsArray() {
+			openAIError(w, http.StatusBadRequest, "messages must be an array")
+			return body, genPlan{}, false
+		}
+		if m := body.Get("max_completion_tokens"); m.Exists() && m.Type != gjson.Null {
+			maxTok = m
+		}
+		prompt = Tokenize(renderChat(openAITurns(body.Get("messages")), toolsRaw(body.Get("tools"))))
+	} else {
+		var err error
+		if prompt, err = completionPrompt(body.Get("prompt")); err != nil {
+			openAIError(w, http.StatusBadRequest, err.Error())
+			return body, genPlan{}, false
+		}
+		if !maxTok.Exists() {
+			maxTok = gjson.Parse("16") // the completions API default
+		}
+	}
+	p, err := s.plan(prompt, maxTok)
+	if err != nil {
+		openAIError(w, http.StatusBadRequest, err.Error())
+		return body, genPlan{}, false
+	}
+	return body, p, true
+}
+
+// completionPrompt accepts a string, a one-element string array, or token ids.
+func completionPrompt(p gjson.Result) ([]uint32, error) {
+	switch {
+	case p.Type == gjson.String:
+		return Tokenize(p.Str), nil
+	case p.IsArray():
+		arr := p.Array()
+		if len(arr) == 1 && arr[0].Type == gjson.String {
+			return Tokenize(arr[0].Str), nil
+		}
+		toks := make([]uint32, 0, len(arr))
+		for _, t := range arr {
+			if t.Type != gjson.Number {
+				return nil, errBadPrompt
+			}
+			toks = append(toks, uint32(t.Uint()))
+		}
+		return toks, nil
+	}
+	return nil, errBadPrompt
+}
+
+func (s *server) handleChat(w http.ResponseWriter, r *http.Request)        { s.openAI(w, r, true) }
+func (s *server) handleCompletions(w http.ResponseWriter, r *http.Request) { s.openAI(w, r, false) }
+
+func (s *server) openAI(w http.ResponseWriter, r *http.Request, chat bool) {
+	body, p, ok := s.openAIPrompt(w, r, chat)
+	if !ok {
+		return
+	}
+	proceed, die := s.faultGate(w, r)
+	if !proceed {
+		return
+	}
+	id, created, model := newID("chatcmpl-"), time.Now().Unix(), body.Get("model").String()
+	object := "chat.completion"
+	if !chat {
+		id, object = newID("cmpl-"), "text_completion"
+	}
+	if model == "" {
+		model = s.cfg.ServedNames[0]
+	}
+	base := func(obj string) map[string]any {
+		return map[string]any{"id": id, "object": obj, "created": created, "model": model}
+	}
+	if body.Get("stream").Bool() {
+		includeUsage := s.cfg.ForceUsage || body.Get("stream_options.include_usage").Bool()
+		s.openAIStream(r.Context(), w, p, die, chat, includeUsage, base)
+		return
+	}
+	var text string
+	req, err := s.run(r.Context(), p, die, func(t string, _ bool) error { text += t; return nil })
+	if err != nil {
+		return
+	}
+	choice := map[string]any{"index": 0, "logprobs": nil, "finish_reason": req.stopReason, "stop_reason": nil}
+	if chat {
+		choice["message"] = map[string]any{"role": "assistant", "content": text, "tool_calls": []any{}}
+	} else {
+		choice["text"] = text
+	}
+	resp := base(object)
+	resp["choices"] = []any{choice}
+	resp["usage"] = s.openAIUsage(usageOf(req))
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *server) openAIStream(ctx context.Context, w http.ResponseWriter, p genPlan, die, chat, includeUsage bool, base func(string) map[string]any) {
+	object := "chat.completion.chunk"
+	if !chat {
+		object = "text_completion"
+	}
+	var sse *sseWriter
+	chunk := func(text string, finish any, role bool) map[string]any {
+		c := base(object)
+		choice := map[string]any{"index": 0, "logprobs": nil, "finish_reason": finish}
+		if chat {
+			delta := map[string]any{"content": text}
+			if role {
+				delta["role"] = "assistant"
+			}
+			choice["delta"] = delta
+		} else {
+			choice["text"] = text
+		}
+		c["choices"] = []any{choice}
+		return c
+	}
+	var stop string
+	req, err := s.run(ctx, p, die, func(text string, final bool) error {
+		if sse == nil {
+			sse = newSSE(w)
+			if chat {
+				if err := sse.event("", chunk("", nil, true)); err != nil {
+					return err
+				}
+			}
+		}
+		var finish any
+		if final {
+			stop = p.stopReason
+			finish = stop
+		}
+		return sse.event("", chunk(text, finish, false))
+	})
+	if err != nil || sse == nil {
+		return
+	}
+	if includeUsage {
+		c := base(object)
+		c["choices"] = []any{}
+		c["usage"] = s.openAIUsage(usageOf(req))
+		_ = sse.event("", c)
+	}
+	_ = sse.event("", "[DONE]")
+}

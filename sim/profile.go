@@ -1,0 +1,106 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// DefaultProfile is the reference rig: RTX A4000 16 GiB, Qwen3-4B-Instruct-2507
+// bf16 on vLLM 0.26 (shared/calibration-a4000.md §3).
+const DefaultProfile = "a4000-qwen3-4b-2507-bf16-vllm026"
+
+const gib = 1 << 30
+
+// Profile is a hardware + model description: the KV capacity formula inputs
+// and the step-time coefficients of calibration-a4000.md §3.
+type Profile struct {
+	Name              string
+	CUDATotalGiB      float64 // memory CUDA reports
+	WeightsGiB        float64 // "Model loading took"
+	Overhead256GiB    float64 // activation peak + non-torch at max_num_seqs 256
+	Overhead32GiB     float64 // same at max_num_seqs 32
+	CUDAGraphGiB      float64 // CUDA graph reserve charged to the KV budget
+	KVBytesPerToken   float64
+	WeightBytes       float64 // bytes read per decode step (weights)
+	DecodeGBps        float64 // effective bandwidth for weight and KV reads
+	T0                float64 // fixed seconds per step
+	A                 float64 // seconds per scheduled token once compute-bound
+	B                 float64 // seconds per prefill token per context position
+	C                 float64 // seconds per decoding sequence
+	DefaultMaxNumSeqs int     // used when --max-num-seqs is not given
+}
+
+// Profiles are the known hardware profiles by name.
+var Profiles = map[string]Profile{
+	DefaultProfile: {
+		Name: DefaultProfile, CUDATotalGiB: 15.61, WeightsGiB: 7.61,
+		Overhead256GiB: 0.72, Overhead32GiB: 0.45, CUDAGraphGiB: 0,
+		KVBytesPerToken: 147456, WeightBytes: 8.05e9, DecodeGBps: 360,
+		T0: 1.2e-3, A: 130e-6, B: 9.3e-9, C: 0.15e-3, DefaultMaxNumSeqs: 32,
+	},
+}
+
+// ProfileNames lists the known profiles, sorted.
+func ProfileNames() []string {
+	names := make([]string, 0, len(Profiles))
+	for n := range Profiles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// overheadGiB interpolates the non-KV overhead between the two measured
+// max_num_seqs points, clamped to them.
+func (p Profile) overheadGiB(maxNumSeqs int) float64 {
+	f := (float64(maxNumSeqs) - 32) / (256 - 32)
+	f = math.Max(0, math.Min(1, f))
+	return p.Overhead32GiB + f*(p.Overhead256GiB-p.Overhead32GiB)
+}
+
+// KVTokens is the KV capacity in tokens for a memory utilisation,
+// max_num_seqs and block size: floor((total*util - weights - overhead -
+// graphs) / bytes_per_token / block) * block, never below 0.
+func (p Profile) KVTokens(util float64, maxNumSeqs, blockSize int) int {
+	avail := p.CUDATotalGiB*util - p.WeightsGiB - p.overheadGiB(maxNumSeqs) - p.CUDAGraphGiB
+	if avail <= 0 {
+		return 0
+	}
+	blocks := int(avail * gib / p.KVBytesPerToken / float64(blockSize))
+	return blocks * blockSize
+}
+
+// StepCost describes one scheduled step for the time model.
+type StepCost struct {
+	Decodes       int     // B: decoding sequences
+	DecodeContext int     // T_dec: sum of their context lengths
+	PrefillTokens int     // prefill tokens scheduled
+	PrefillPosSum float64 // sum of context positions of the prefill tokens
+}
+
+// StepSeconds is the simulated duration of a step:
+// t0 + max(W, a*N) + b*sum(p) + k*T_dec + c*B, with W = weight bytes /
+// bandwidth and k = KV bytes per token / bandwidth. gbps <= 0 uses the
+// profile's bandwidth.
+func (p Profile) StepSeconds(s StepCost, gbps float64) float64 {
+	if gbps <= 0 {
+		gbps = p.DecodeGBps
+	}
+	bw := gbps * 1e9
+	w := p.WeightBytes / bw
+	k := p.KVBytesPerToken / bw
+	n := float64(s.Decodes + s.PrefillTokens)
+	return p.T0 + math.Max(w, p.A*n) + p.B*s.PrefillPosSum + k*float64(s.DecodeContext) + p.C*float64(s.Decodes)
+}
+
+// kvCapacityError is vLLM's start-up failure when max_model_len does not fit
+// the KV cache; the launcher parses this wording.
+func kvCapacityError(maxModelLen, kvTokens int, bytesPerToken float64) error {
+	need := float64(maxModelLen) * bytesPerToken / gib
+	have := float64(kvTokens) * bytesPerToken / gib
+	return fmt.Errorf("To serve at least one request with the model's max seq len (%d), (%.2f GiB KV cache is needed, "+
+		"which is larger than the available KV cache memory (%.2f GiB). Based on the available memory, the estimated "+
+		"maximum model length is %d. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "+
+		"initializing the engine.", maxModelLen, need, have, kvTokens)
+}

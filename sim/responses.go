@@ -1,0 +1,119 @@
+package sim
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// /v1/responses: enough of the Responses API for a streaming agent turn
+// (Codex): response.created, output_text deltas, response.completed with
+// usage including input_tokens_details.cached_tokens.
+
+func (s *server) handleResponses(w http.ResponseWriter, r *http.Request) {
+	raw, ok := s.readBody(w, r, false)
+	if !ok {
+		return
+	}
+	body := gjson.ParseBytes(raw)
+	if err := s.checkModel(body.Get("model").String()); err != nil {
+		openAIError(w, http.StatusNotFound, err.Error())
+		return
+	}
+	p, err := s.plan(Tokenize(renderChat(responsesTurns(body), toolsRaw(body.Get("tools")))), body.Get("max_output_tokens"))
+	if err != nil {
+		openAIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	proceed, die := s.faultGate(w, r)
+	if !proceed {
+		return
+	}
+	model := body.Get("model").String()
+	if model == "" {
+		model = s.cfg.ServedNames[0]
+	}
+	rs := &responseState{id: newID("resp_"), itemID: newID("msg_"), model: model, created: time.Now().Unix()}
+	if body.Get("stream").Bool() {
+		s.responsesStream(w, r, p, die, rs)
+		return
+	}
+	var text string
+	req, err := s.run(r.Context(), p, die, func(t string, _ bool) error { text += t; return nil })
+	if err != nil {
+		return
+	}
+	writeJSON(w, http.StatusOK, rs.object("completed", text, s.responsesUsage(usageOf(req))))
+}
+
+type responseState struct {
+	id, itemID, model string
+	created           int64
+	seq               int
+}
+
+func (rs *responseState) item(status, text string, done bool) map[string]any {
+	content := []any{}
+	if done {
+		content = []any{map[string]any{"type": "output_text", "text": text, "annotations": []any{}}}
+	}
+	return map[string]any{"id": rs.itemID, "type": "message", "status": status, "role": "assistant", "content": content}
+}
+
+func (rs *responseState) object(status, text string, usage any) map[string]any {
+	output := []any{}
+	if status == "completed" {
+		output = []any{rs.item("completed", text, true)}
+	}
+	return map[string]any{"id": rs.id, "object": "response", "created_at": rs.created, "status": status,
+		"model": rs.model, "output": output, "usage": usage}
+}
+
+func (s *server) responsesUsage(u usage) map[string]any {
+	return map[string]any{
+		"input_tokens": u.prompt, "input_tokens_details": map[string]any{"cached_tokens": u.cached},
+		"output_tokens": u.completion, "output_tokens_details": map[string]any{"reasoning_tokens": 0},
+		"total_tokens": u.prompt + u.completion,
+	}
+}
+
+func (s *server) responsesStream(w http.ResponseWriter, r *http.Request, p genPlan, die bool, rs *responseState) {
+	var sse *sseWriter
+	send := func(typ string, fields map[string]any) error {
+		fields["type"] = typ
+		fields["sequence_number"] = rs.seq
+		rs.seq++
+		return sse.event(typ, fields)
+	}
+	var full string
+	req, err := s.run(r.Context(), p, die, func(text string, final bool) error {
+		if sse == nil {
+			sse = newSSE(w)
+			for _, ev := range []struct {
+				typ    string
+				fields map[string]any
+			}{
+				{"response.created", map[string]any{"response": rs.object("in_progress", "", nil)}},
+				{"response.in_progress", map[string]any{"response": rs.object("in_progress", "", nil)}},
+				{"response.output_item.added", map[string]any{"output_index": 0, "item": rs.item("in_progress", "", false)}},
+				{"response.content_part.added", map[string]any{"item_id": rs.itemID, "output_index": 0, "content_index": 0,
+					"part": map[string]any{"type": "output_text", "text": "", "annotations": []any{}}}},
+			} {
+				if err := send(ev.typ, ev.fields); err != nil {
+					return err
+				}
+			}
+		}
+		full += text
+		return send("response.output_text.delta", map[string]any{"item_id": rs.itemID, "output_index": 0, "content_index": 0, "delta": text})
+	})
+	if err != nil || sse == nil {
+		return
+	}
+	_ = send("response.output_text.done", map[string]any{"item_id": rs.itemID, "output_index": 0, "content_index": 0, "text": full})
+	_ = send("response.content_part.done", map[string]any{"item_id": rs.itemID, "output_index": 0, "content_index": 0,
+		"part": map[string]any{"type": "output_text", "text": full, "annotations": []any{}}})
+	_ = send("response.output_item.done", map[string]any{"output_index": 0, "item": rs.item("completed", full, true)})
+	_ = send("response.completed", map[string]any{"response": rs.object("completed", full, s.responsesUsage(usageOf(req)))})
+}

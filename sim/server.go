@@ -1,0 +1,293 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/tidwall/gjson"
+)
+
+// Version is what /version reports.
+const Version = "0.26.0-sim"
+
+// defaultOutputTokens is generated when a request names no max tokens (vLLM
+// would run to EOS; the sim has none).
+const defaultOutputTokens = 256
+
+// maxBodyBytes caps request bodies (agent conversations reach a few MB).
+const maxBodyBytes = 64 << 20
+
+// server is the HTTP face of one simulated engine.
+type server struct {
+	cfg       Config
+	prof      Profile
+	eng       *Engine
+	met       *metrics
+	log       *slog.Logger
+	maxLen    int // effective max_model_len
+	kvTokens  int
+	numBlocks int
+	childPID  int
+
+	reqCount atomic.Int64
+	hung     atomic.Bool
+}
+
+func (s *server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("GET /v1/models", s.handleModels)
+	mux.HandleFunc("GET /version", s.handleVersion)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("POST /reset_prefix_cache", s.handleReset)
+	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
+	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
+	mux.HandleFunc("POST /v1/messages", s.handleMessages)
+	mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens)
+	mux.HandleFunc("POST /v1/responses", s.handleResponses)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.hung.Load() {
+			<-r.Context().Done()
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func (s *server) handleModels(w http.ResponseWriter, r *http.Request) {
+	type model struct {
+		ID          string `json:"id"`
+		Object      string `json:"object"`
+		Created     int64  `json:"created"`
+		OwnedBy     string `json:"owned_by"`
+		Root        string `json:"root"`
+		MaxModelLen int    `json:"max_model_len"`
+	}
+	var data []model
+	for _, n := range s.cfg.ServedNames {
+		data = append(data, model{ID: n, Object: "model", Created: time.Now().Unix(), OwnedBy: "vllm", Root: s.cfg.Model, MaxModelLen: s.maxLen})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+func (s *server) handleVersion(w http.ResponseWriter, r *http.Request) {
+	v := map[string]any{
+		"version": Version,
+		"sim":     map[string]any{"profile": s.prof.Name, "time_scale": s.cfg.TimeScale, "kv_tokens": s.kvTokens},
+	}
+	if s.childPID != 0 {
+		v["child_pid"] = s.childPID
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// handleReset drops cached-but-free blocks; like vLLM it refuses while any
+// block is held by a request.
+func (s *server) handleReset(w http.ResponseWriter, r *http.Request) {
+	ok := false
+	if err := s.eng.Do(func(sc *Scheduler) { ok = sc.Pool().Reset() }); err != nil {
+		openAIError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	if !ok {
+		openAIError(w, http.StatusConflict, "Failed to reset prefix cache because some blocks are not freed yet")
+		return
+	}
+	s.log.Info("prefix cache reset")
+	w.WriteHeader(http.StatusOK)
+}
+
+// readBody reads and validates a JSON body; on failure it has answered.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request, anthropic bool) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err == nil && !json.Valid(body) {
+		err = errors.New("invalid JSON body")
+	}
+	if err != nil {
+		msg := fmt.Sprintf("malformed request: %v", err)
+		if anthropic {
+			anthropicError(w, http.StatusBadRequest, "invalid_request_error", msg)
+		} else {
+			openAIError(w, http.StatusBadRequest, msg)
+		}
+		return nil, false
+	}
+	return body, true
+}
+
+// checkModel answers 404 like vLLM for a model it does not serve. An
+// absent model field is accepted.
+func (s *server) checkModel(model string) error {
+	if model == "" {
+		return nil
+	}
+	for _, n := range s.cfg.ServedNames {
+		if n == model {
+			return nil
+		}
+	}
+	return fmt.Errorf("The model `%s` does not exist.", model)
+}
+
+// faultGate applies the fault flags to a generation request. It returns
+// whether to go on and whether this request must kill the process
+// mid-stream.
+func (s *server) faultGate(w http.ResponseWriter, r *http.Request) (proceed, die bool) {
+	n := s.reqCount.Add(1)
+	if s.cfg.HangAfter >= 0 && n > int64(s.cfg.HangAfter) {
+		s.hung.Store(true)
+		s.log.Warn("fault: hanging", "request", n)
+		<-r.Context().Done()
+		return false, false
+	}
+	if s.cfg.HTTPError != 0 {
+		openAIError(w, s.cfg.HTTPError, "simulated failure (--sim-http-error)")
+		return false, false
+	}
+	return true, s.cfg.DieAfter > 0 && n == int64(s.cfg.DieAfter)
+}
+
+// dieNow ends the process abruptly (fault --sim-die-after).
+func (s *server) dieNow() {
+	s.log.Error("fault: exiting abruptly (--sim-die-after)")
+	os.Exit(1)
+}
+
+// genPlan is a validated generation request.
+type genPlan struct {
+	prompt     []uint32
+	maxTokens  int
+	stopReason string
+}
+
+// plan checks the prompt length and resolves how many tokens to generate:
+// the request's max tokens (default defaultOutputTokens), clamped to the
+// context left and to --sim-output-tokens (which reports "stop").
+func (s *server) plan(prompt []uint32, maxTok gjson.Result) (genPlan, error) {
+	if len(prompt) == 0 {
+		return genPlan{}, errors.New("The prompt is empty.")
+	}
+	if len(prompt) >= s.maxLen {
+		return genPlan{}, fmt.Errorf("This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.", s.maxLen, len(prompt))
+	}
+	want := defaultOutputTokens
+	if maxTok.Exists() && maxTok.Type != gjson.Null {
+		if maxTok.Type != gjson.Number || maxTok.Int() < 1 {
+			return genPlan{}, fmt.Errorf("max_tokens must be an integer of at least 1, got %s", maxTok.Raw)
+		}
+		want = int(min(maxTok.Int(), int64(s.maxLen)))
+	}
+	p := genPlan{prompt: prompt, maxTokens: min(want, s.maxLen-len(prompt)), stopReason: "length"}
+	if s.cfg.OutputTokens > 0 && s.cfg.OutputTokens < p.maxTokens {
+		p.maxTokens, p.stopReason = s.cfg.OutputTokens, "stop"
+	}
+	return p, nil
+}
+
+// run submits p and calls emit with each batch of generated text (final is
+// true on the last). If the client goes away the request is aborted.
+func (s *server) run(ctx context.Context, p genPlan, die bool, emit func(text string, final bool) error) (*request, error) {
+	req, err := s.eng.Submit(p.prompt, p.maxTokens, p.stopReason)
+	if err != nil {
+		return nil, err
+	}
+	first := true
+	for {
+		texts, fin, err := req.take(ctx, s.eng.stopped)
+		if err != nil {
+			s.eng.Cancel(req)
+			return req, err
+		}
+		if err := emit(joinText(texts), fin); err != nil {
+			s.eng.Cancel(req)
+			return req, err
+		}
+		if first && die {
+			s.dieNow()
+		}
+		first = false
+		if fin {
+			return req, nil
+		}
+	}
+}
+
+// usage is what a finished request reports.
+type usage struct {
+	prompt, completion, cached int
+}
+
+func usageOf(req *request) usage {
+	return usage{prompt: req.seq.NumPrompt, completion: req.seq.Output, cached: max(req.seq.CachedTokens, 0)}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func openAIError(w http.ResponseWriter, code int, msg string) {
+	typ := map[int]string{400: "BadRequestError", 404: "NotFoundError", 409: "ConflictError", 500: "InternalServerError", 503: "ServiceUnavailableError"}[code]
+	if typ == "" {
+		typ = http.StatusText(code)
+	}
+	writeJSON(w, code, map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
+}
+
+func anthropicError(w http.ResponseWriter, code int, typ, msg string) {
+	writeJSON(w, code, map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}})
+}
+
+func newID(prefix string) string {
+	return prefix + strconv.FormatUint(rand.Uint64(), 16) + strconv.FormatUint(rand.Uint64(), 16)
+}
+
+// sseWriter writes server-sent events and flushes each.
+type sseWriter struct {
+	w http.ResponseWriter
+	c *http.ResponseController
+}
+
+func newSSE(w http.ResponseWriter) *sseWriter {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	return &sseWriter{w: w, c: http.NewResponseController(w)}
+}
+
+// event writes one event; name "" writes a data-only event. v is JSON
+// encoded unless it is a string.
+func (s *sseWriter) event(name string, v any) error {
+	data, ok := v.(string)
+	if !ok {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		data = string(b)
+	}
+	var err error
+	if name != "" {
+		_, err = fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", name, data)
+	} else {
+		_, err = fmt.Fprintf(s.w, "data: %s\n\n", data)
+	}
+	if err != nil {
+		return err
+	}
+	return s.c.Flush()
+}
+
+var errBadPrompt = errors.New("prompt must be a string, a one-element array of strings, or an array of token ids")

@@ -1,0 +1,168 @@
+package sim
+
+import (
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// The chat template is ChatML (Qwen's): each turn renders as
+// "<|im_start|>ROLE\nTEXT<|im_end|>\n" and the prompt ends with the generation
+// prompt "<|im_start|>assistant\n". An assistant turn renders its text
+// verbatim, so a client that replays the previous answer reproduces the
+// generated tokens exactly and hits the cache through them.
+
+// turn is one rendered chat turn.
+type turn struct {
+	role string
+	text string
+}
+
+// renderChat flattens turns (with tools, as raw JSON, appended to the first
+// system turn) into the prompt text.
+func renderChat(turns []turn, tools []string) string {
+	var b strings.Builder
+	if len(tools) > 0 {
+		if len(turns) == 0 || turns[0].role != "system" {
+			turns = append([]turn{{role: "system"}}, turns...)
+		}
+		t := turns[0].text + "\n\n# Tools\n\n<tools>\n" + strings.Join(tools, "\n") + "\n</tools>"
+		turns = append([]turn{{role: "system", text: t}}, turns[1:]...)
+	}
+	for _, t := range turns {
+		b.WriteString(imStart)
+		b.WriteString(t.role)
+		b.WriteString("\n")
+		b.WriteString(t.text)
+		b.WriteString(imEnd)
+		b.WriteString("\n")
+	}
+	b.WriteString(imStart + "assistant\n")
+	return b.String()
+}
+
+// contentText renders message content: a string, or an array of blocks
+// (Anthropic text / tool_use / tool_result / thinking / image, OpenAI text
+// parts, Responses input_text / output_text), blocks joined by newlines.
+func contentText(c gjson.Result) string {
+	if !c.Exists() || c.Type == gjson.Null {
+		return ""
+	}
+	if !c.IsArray() {
+		if c.IsObject() {
+			return blockText(c)
+		}
+		return c.String()
+	}
+	var parts []string
+	c.ForEach(func(_, blk gjson.Result) bool {
+		if t := blockText(blk); t != "" || blk.Get("type").String() == "text" {
+			parts = append(parts, t)
+		}
+		return true
+	})
+	return strings.Join(parts, "\n")
+}
+
+func blockText(blk gjson.Result) string {
+	if blk.Type == gjson.String {
+		return blk.Str
+	}
+	switch blk.Get("type").String() {
+	case "text", "input_text", "output_text":
+		return blk.Get("text").String()
+	case "tool_use":
+		return toolCall(blk.Get("name").String(), blk.Get("input").Raw)
+	case "tool_result":
+		return "<tool_response>\n" + contentText(blk.Get("content")) + "\n</tool_response>"
+	case "thinking", "redacted_thinking":
+		return "" // dropped from history, as Qwen's template does
+	case "image", "image_url", "input_image", "document":
+		return "<|vision_start|><|image_pad|><|vision_end|>"
+	default:
+		return blk.Raw
+	}
+}
+
+func toolCall(name, args string) string {
+	return "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": " + args + "}\n</tool_call>"
+}
+
+// openAITurns renders an OpenAI chat `messages` array.
+func openAITurns(msgs gjson.Result) []turn {
+	var turns []turn
+	msgs.ForEach(func(_, m gjson.Result) bool {
+		role := m.Get("role").String()
+		text := contentText(m.Get("content"))
+		m.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
+			if text != "" {
+				text += "\n"
+			}
+			text += toolCall(tc.Get("function.name").String(), tc.Get("function.arguments").String())
+			return true
+		})
+		switch role {
+		case "tool":
+			role, text = "user", "<tool_response>\n"+text+"\n</tool_response>"
+		case "developer":
+			role = "system"
+		}
+		turns = append(turns, turn{role: role, text: text})
+		return true
+	})
+	return turns
+}
+
+// anthropicTurns renders an Anthropic Messages body: `system` (string or
+// text blocks) and `messages` (which may hold role "system" entries).
+func anthropicTurns(body gjson.Result) []turn {
+	var turns []turn
+	if sys := body.Get("system"); sys.Exists() {
+		turns = append(turns, turn{role: "system", text: contentText(sys)})
+	}
+	body.Get("messages").ForEach(func(_, m gjson.Result) bool {
+		turns = append(turns, turn{role: m.Get("role").String(), text: contentText(m.Get("content"))})
+		return true
+	})
+	return turns
+}
+
+// responsesTurns renders a Responses body: `instructions` and `input` (a
+// string or items: messages, function_call, function_call_output).
+func responsesTurns(body gjson.Result) []turn {
+	var turns []turn
+	if ins := body.Get("instructions"); ins.Exists() && ins.String() != "" {
+		turns = append(turns, turn{role: "system", text: ins.String()})
+	}
+	in := body.Get("input")
+	if !in.IsArray() {
+		return append(turns, turn{role: "user", text: in.String()})
+	}
+	in.ForEach(func(_, it gjson.Result) bool {
+		switch it.Get("type").String() {
+		case "function_call":
+			turns = append(turns, turn{role: "assistant", text: toolCall(it.Get("name").String(), it.Get("arguments").String())})
+		case "function_call_output":
+			turns = append(turns, turn{role: "user", text: "<tool_response>\n" + contentText(it.Get("output")) + "\n</tool_response>"})
+		case "reasoning":
+		default:
+			role := it.Get("role").String()
+			if role == "developer" {
+				role = "system"
+			}
+			turns = append(turns, turn{role: role, text: contentText(it.Get("content"))})
+		}
+		return true
+	})
+	return turns
+}
+
+// toolsRaw returns each tool definition's raw JSON.
+func toolsRaw(tools gjson.Result) []string {
+	var out []string
+	tools.ForEach(func(_, t gjson.Result) bool {
+		out = append(out, t.Raw)
+		return true
+	})
+	return out
+}
