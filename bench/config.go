@@ -33,12 +33,19 @@ type Config struct {
 	Progress   bool
 }
 
+// DefaultCharsPerToken is what the generated pseudo-text measures with the
+// simulator's tokenizer (sim.CountTokens: 3.85-3.88 over 400-7300 tokens of
+// text; TestSizesMatchSimTokenizer checks it). A real tokenizer differs: check
+// usage.prompt_tokens of first turns (mean_prompt_first in summary.csv) and
+// set --chars-per-token.
+const DefaultCharsPerToken = 3.86
+
 // DefaultConfig returns the reference measurement's load (product.md).
 func DefaultConfig() Config {
 	return Config{
 		API:       APIAnthropic,
 		Seed:      1,
-		Sizes:     Sizes{SystemTokens: 3500, FirstTokens: 7300, TurnTokens: 400, CharsPerToken: 4},
+		Sizes:     Sizes{SystemTokens: 3500, FirstTokens: 7300, TurnTokens: 400, CharsPerToken: DefaultCharsPerToken},
 		Turns:     5,
 		MaxTokens: 256,
 		Stages:    []int{4, 8, 16, 24, 32},

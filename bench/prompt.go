@@ -15,12 +15,17 @@ type textGen struct {
 	rng *rand.Rand
 }
 
-var (
-	onsets = []string{"b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w",
-		"br", "ch", "cl", "dr", "fr", "gr", "pl", "pr", "sh", "st", "th", "tr", "wh", ""}
-	nuclei = []string{"a", "e", "i", "o", "u", "a", "e", "o", "ai", "ea", "ou", "io"}
-	codas  = []string{"", "", "", "n", "r", "s", "t", "l", "m", "nd", "st", "ck", "ng"}
+// Letters of the pseudo-words, alternating consonant and vowel.
+const (
+	consonants = "bcdfghjklmnprstvwyz"
+	vowels     = "aeiou"
 )
+
+// wordLengths is the length distribution of pseudo-words (one entry per
+// 1/20 of probability). The simulator's tokenizer cuts " word" pre-tokens
+// into pieces of at most 4 bytes, so lengths 3 and 7 fill their pieces and
+// bring the text to about 3.9 characters per token (punctuation included).
+var wordLengths = [20]int{2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 7, 7, 7, 7, 7, 7, 7, 7, 7, 11}
 
 // newTextGen returns a generator seeded from the given parts (hashed), so that
 // e.g. (seed, "first", stage, session) names one stream of text.
@@ -43,15 +48,17 @@ func newTextGen(parts ...any) *textGen {
 	return &textGen{rng: rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15))}
 }
 
-// word appends one pseudo-word of one to three syllables.
+// word appends one pseudo-word.
 func (g *textGen) word(b *strings.Builder) {
-	n := 1 + g.rng.IntN(3)
+	n := wordLengths[g.rng.IntN(len(wordLengths))]
+	vowel := g.rng.IntN(3) == 0
 	for i := 0; i < n; i++ {
-		b.WriteString(onsets[g.rng.IntN(len(onsets))])
-		b.WriteString(nuclei[g.rng.IntN(len(nuclei))])
-		if i == n-1 || g.rng.IntN(3) == 0 {
-			b.WriteString(codas[g.rng.IntN(len(codas))])
+		if vowel {
+			b.WriteByte(vowels[g.rng.IntN(len(vowels))])
+		} else {
+			b.WriteByte(consonants[g.rng.IntN(len(consonants))])
 		}
+		vowel = !vowel
 	}
 }
 
@@ -67,15 +74,13 @@ func (g *textGen) text(chars int) string {
 		g.word(&b)
 		inSentence++
 		switch {
-		case inSentence >= 8 && g.rng.IntN(6) == 0:
+		case inSentence >= 12 && g.rng.IntN(10) == 0:
 			inSentence = 0
 			if g.rng.IntN(5) == 0 {
 				b.WriteString(".\n\n")
 			} else {
 				b.WriteString(". ")
 			}
-		case g.rng.IntN(12) == 0:
-			b.WriteString(", ")
 		default:
 			b.WriteByte(' ')
 		}

@@ -1,0 +1,136 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func sampleResults() *Results {
+	f := func(v float64) *float64 { return &v }
+	return &Results{
+		URL: "http://127.0.0.1:1", Target: "warden", Model: "m", API: APIAnthropic,
+		Variants: []string{"off", "sticky"},
+		Config:   configJSON{Stages: []int{4, 8}, StageSeconds: 180},
+		Stages: []StageSummary{
+			{Variant: "off", Sessions: 4, Seconds: 180, SessionsPerHour: 180, OutputPerMin: 5886, TTFBP50: f(2.05), TTFBP95: f(3.5), ReplicasBusy: f(2.71), PrefixHitPct: f(56.2), StayedPct: f(40)},
+			{Variant: "off", Sessions: 8, Seconds: 180, SessionsPerHour: 300, OutputPerMin: 8364, TTFBP50: f(2.33), TTFBP95: f(6.32)},
+			{Variant: "sticky", Sessions: 4, Seconds: 180, SessionsPerHour: 240, OutputPerMin: 6744, TTFBP50: f(0.38), TTFBP95: f(2.84), ReplicasBusy: f(2.83), PrefixHitPct: f(86.4), StayedPct: f(100)},
+			{Variant: "sticky", Sessions: 8, Seconds: 180, SessionsPerHour: 380, OutputPerMin: 10752, TTFBP50: f(0.48), TTFBP95: f(5.03), StayedPct: f(100)},
+		},
+		Turns: []TurnRecord{{Variant: "off", Sessions: 4, SessionID: "a,b", Turn: 1, TTFBS: 0.5, InStage: true, Error: `quote " here`}},
+	}
+}
+
+func TestMarkdownMatchesReferenceColumns(t *testing.T) {
+	md := Markdown(sampleResults())
+	lines := strings.Split(strings.TrimSpace(md), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("got %d lines, want header, rule and 2 rows:\n%s", len(lines), md)
+	}
+	want := "| sessions | sessions/h off→sticky | output tok/min off→sticky | TTFB p50 s off→sticky | TTFB p95 s off→sticky | replicas busy off→sticky | prefix hit % off→sticky | stayed on replica % |"
+	if lines[0] != want {
+		t.Errorf("header\n got %s\nwant %s", lines[0], want)
+	}
+	for _, cell := range []string{"| 4 |", "180→240", "5886→6744", "2.05→0.38", "3.50→2.84", "2.71→2.83", "56.2→86.4", "| 100.0 |"} {
+		if !strings.Contains(lines[2], cell) {
+			t.Errorf("row 4 %q lacks %q", lines[2], cell)
+		}
+	}
+	if !strings.Contains(lines[3], "–→–") {
+		t.Errorf("unknown values should print as –: %s", lines[3])
+	}
+	single := sampleResults()
+	single.Variants = nil
+	for i := range single.Stages {
+		single.Stages[i].Variant = ""
+	}
+	single.Stages = single.Stages[:2]
+	if h := strings.SplitN(Markdown(single), "\n", 2)[0]; strings.Contains(h, "→") || !strings.Contains(h, "| sessions/h |") {
+		t.Errorf("single-variant header %q", h)
+	}
+}
+
+func TestWriteAllOutputsParse(t *testing.T) {
+	dir := t.TempDir()
+	res := sampleResults()
+	if err := WriteAll(dir, res); err != nil {
+		t.Fatal(err)
+	}
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for name, wantRows := range map[string]int{FileSummary: 1 + len(res.Stages), FileTurns: 1 + len(res.Turns)} {
+		recs, err := csv.NewReader(bytes.NewReader(read(name))).ReadAll()
+		if err != nil || len(recs) != wantRows {
+			t.Fatalf("%s: %d records, err %v; want %d", name, len(recs), err, wantRows)
+		}
+	}
+	var back Results
+	if err := json.Unmarshal(read(FileJSON), &back); err != nil {
+		t.Fatalf("summary.json: %v", err)
+	}
+	if len(back.Stages) != 4 || *back.Stages[2].TTFBP50 != 0.38 || back.Stages[1].ReplicasBusy != nil {
+		t.Errorf("summary.json round trip lost values: %+v", back.Stages)
+	}
+	if string(read(FileTable)) != Markdown(res) {
+		t.Errorf("table.md differs from the printed table")
+	}
+	svg := read(FileChart)
+	if err := wellFormed(svg); err != nil {
+		t.Fatalf("ttfb.svg is not well-formed XML: %v", err)
+	}
+	// 2 variants x (p50, p95); the 8-session stage of "off" p50/p95 are
+	// known, so every series has two points and one polyline.
+	if n := strings.Count(string(svg), "<polyline"); n != 4 {
+		t.Errorf("ttfb.svg has %d polylines, want 4", n)
+	}
+}
+
+func wellFormed(b []byte) error {
+	d := xml.NewDecoder(bytes.NewReader(b))
+	for {
+		_, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func TestSVGWithoutData(t *testing.T) {
+	res := sampleResults()
+	res.Stages = nil
+	var b bytes.Buffer
+	if err := WriteSVG(&b, res); err != nil {
+		t.Fatal(err)
+	}
+	if err := wellFormed(b.Bytes()); err != nil || strings.Contains(b.String(), "NaN") || strings.Contains(b.String(), "Inf") {
+		t.Fatalf("empty chart: err %v\n%s", err, b.String())
+	}
+}
+
+func TestLogRange(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	lo, hi := logRange([]series{{ys: []*float64{f(0.38), nil, f(82.8)}}})
+	if lo != -1 || hi != 2 {
+		t.Errorf("range of 0.38..82.8 = 1e%d..1e%d, want 1e-1..1e2", lo, hi)
+	}
+	lo, hi = logRange([]series{{ys: []*float64{f(1), f(1)}}})
+	if lo != 0 || hi != 1 {
+		t.Errorf("range of 1..1 = 1e%d..1e%d, want 1e0..1e1", lo, hi)
+	}
+}
