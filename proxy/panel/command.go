@@ -1,0 +1,202 @@
+package panel
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+)
+
+// DefaultURL is where `warden status` looks for a warden.
+const DefaultURL = "http://127.0.0.1:8000"
+
+// StatusCommand is `warden status [--url URL] [--watch [interval]] [--json]`:
+// the routing panel of a running warden as a terminal table.
+func StatusCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "status",
+		Usage:     "show the routing panel of a running warden (replicas, stickiness, cache hits)",
+		ArgsUsage: "[interval]   (with --watch: redraw period, e.g. 5s)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "url", Value: DefaultURL, EnvVars: []string{"WARDEN_URL"},
+				Usage: "base URL of the warden (its public port)"},
+			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, EnvVars: []string{"WARDEN_STATUS_WATCH"},
+				Usage: "redraw every interval until interrupted (in place on a terminal)"},
+			&cli.DurationFlag{Name: "interval", Value: 2 * time.Second, EnvVars: []string{"WARDEN_STATUS_INTERVAL"},
+				Usage: "redraw period for --watch (a positional interval overrides it)"},
+			&cli.BoolFlag{Name: "json", EnvVars: []string{"WARDEN_STATUS_JSON"},
+				Usage: "print the raw status JSON instead of the table"},
+			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, EnvVars: []string{"WARDEN_STATUS_TIMEOUT"},
+				Usage: "how long to wait for the warden's answer"},
+		},
+		Action: runStatus,
+	}
+}
+
+// runStatus validates the flags and prints once or watches.
+func runStatus(c *cli.Context) error {
+	base, err := normalizeURL(c.String("url"))
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	interval := c.Duration("interval")
+	if c.NArg() > 1 {
+		return cli.Exit(fmt.Sprintf("status: one interval at most, got %q", c.Args().Slice()), 2)
+	}
+	if arg := c.Args().First(); arg != "" {
+		if interval, err = time.ParseDuration(arg); err != nil {
+			return cli.Exit(fmt.Sprintf("status: interval %q: want a duration such as 2s or 500ms", arg), 2)
+		}
+	}
+	if interval < 100*time.Millisecond {
+		return cli.Exit(fmt.Sprintf("status: interval %s is below 100ms", interval), 2)
+	}
+	v := viewer{base: base, client: &http.Client{Timeout: c.Duration("timeout")}, json: c.Bool("json"), out: c.App.Writer}
+	ctx := c.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if !c.Bool("watch") {
+		return v.once(ctx)
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	v.tty = isTerminal(v.out)
+	return v.watch(ctx, interval)
+}
+
+// normalizeURL accepts "host:port" or a full http(s) URL and returns it
+// without a trailing slash.
+func normalizeURL(raw string) (string, error) {
+	s := strings.TrimSpace(raw)
+	if s == "" {
+		return "", errors.New("--url is empty")
+	}
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("--url %q: want a URL such as %s", raw, DefaultURL)
+	}
+	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// isTerminal reports whether w is a terminal (so --watch redraws in place).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// FetchStatus reads the Status of the warden at base (e.g.
+// http://127.0.0.1:8000) from StatusPath. It also returns the raw body.
+// Errors say what was wrong: nothing listening, not a warden, bad JSON.
+func FetchStatus(ctx context.Context, client *http.Client, base string) (Status, []byte, error) {
+	var s Status
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+StatusPath, nil)
+	if err != nil {
+		return s, nil, fmt.Errorf("status request: %w", err)
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		return s, nil, fmt.Errorf("no warden at %s: %w — is `warden serve` running?", base, err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, 32<<20))
+	if err != nil {
+		return s, nil, fmt.Errorf("reading %s%s: %w", base, StatusPath, err)
+	}
+	if res.StatusCode != http.StatusOK {
+		return s, body, fmt.Errorf("%s%s answered %s: is this a warden (`warden serve`)?", base, StatusPath, res.Status)
+	}
+	if err := json.Unmarshal(body, &s); err != nil {
+		return s, body, fmt.Errorf("%s%s did not answer a warden status: %w", base, StatusPath, err)
+	}
+	return s, body, nil
+}
+
+// viewer prints the status of one warden.
+type viewer struct {
+	base   string
+	client *http.Client
+	json   bool // raw JSON instead of the table
+	tty    bool // redraw in place
+	out    io.Writer
+}
+
+// once fetches and prints one status; an error becomes the exit message.
+func (v viewer) once(ctx context.Context) error {
+	var b bytes.Buffer
+	if err := v.render(ctx, &b); err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	_, err := v.out.Write(b.Bytes())
+	return err
+}
+
+// render writes one frame: the table, or the raw JSON.
+func (v viewer) render(ctx context.Context, w io.Writer) error {
+	s, body, err := FetchStatus(ctx, v.client, v.base)
+	if err != nil {
+		return err
+	}
+	if v.json {
+		_, err = w.Write(bytes.TrimRight(body, "\n"))
+		fmt.Fprintln(w)
+		return err
+	}
+	FormatStatusTable(w, s)
+	return nil
+}
+
+// watch prints a frame every interval until ctx ends; a warden that goes
+// away is reported in the frame and retried, not fatal.
+func (v viewer) watch(ctx context.Context, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		var b bytes.Buffer
+		if !v.json {
+			fmt.Fprintf(&b, "%s  every %s  %s  (Ctrl-C to stop)\n", v.base, interval, time.Now().Format("15:04:05"))
+		}
+		if err := v.render(ctx, &b); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			fmt.Fprintln(&b, err)
+		}
+		if err := v.frame(b.Bytes()); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// frame writes one frame: on a terminal it homes the cursor, clears each
+// line's rest and then the screen below (no flicker); else it appends the
+// frame after a blank line.
+func (v viewer) frame(b []byte) error {
+	if !v.tty {
+		_, err := fmt.Fprintf(v.out, "%s\n", b)
+		return err
+	}
+	text := strings.ReplaceAll(strings.TrimRight(string(b), "\n"), "\n", "\x1b[K\n")
+	_, err := io.WriteString(v.out, "\x1b[H"+text+"\x1b[K\n\x1b[J")
+	return err
+}

@@ -1,0 +1,224 @@
+package panel
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/urfave/cli/v2"
+)
+
+// runApp runs `warden <args>` in-process with StatusCommand and returns
+// its output and error.
+func runApp(ctx context.Context, args ...string) (string, error) {
+	var out syncBuffer
+	app := &cli.App{
+		Name: "warden", Commands: []*cli.Command{StatusCommand()},
+		Writer: &out, ErrWriter: &out, ExitErrHandler: func(*cli.Context, error) {},
+	}
+	err := app.RunContext(ctx, append([]string{"warden"}, args...))
+	return out.String(), err
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func statusServer(t *testing.T, s Status) *httptest.Server {
+	srv := httptest.NewServer(JSONHandler(func() Status { return s }))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// exitCode is the code of a cli.ExitCoder error, or -1.
+func exitCode(err error) int {
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return -1
+}
+
+func TestStatusCommandPrintsTable(t *testing.T) {
+	s := sampleStatus(3)
+	srv := statusServer(t, s)
+	out, err := runApp(context.Background(), "status", "--url", srv.URL+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	FormatStatusTable(&want, s)
+	if diff := cmp.Diff(want.String(), out); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"1", "1", "8102", "up", "4", "1131", "18", "2", "4", "1", "47.3%", "42.0k", "80.7%", "3", "1"},
+		rowFields(out, "1")); diff != "" {
+		t.Errorf("replica 1 (-want +got):\n%s", diff)
+	}
+}
+
+func TestStatusCommandJSONAndEnv(t *testing.T) {
+	s := sampleStatus(2)
+	srv := statusServer(t, s)
+	t.Setenv("WARDEN_URL", strings.TrimPrefix(srv.URL, "http://")) // host:port works too
+	out, err := runApp(context.Background(), "status", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Status
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, out)
+	}
+	if diff := cmp.Diff(s, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestStatusCommandNoWarden(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	_, err = runApp(context.Background(), "status", "--url", "http://"+addr)
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), "no warden at http://"+addr+": ") ||
+		!strings.Contains(err.Error(), "is `warden serve` running?") {
+		t.Errorf("got %v (code %d)", err, exitCode(err))
+	}
+}
+
+func TestStatusCommandNotAWarden(t *testing.T) {
+	notFound := httptest.NewServer(http.NotFoundHandler())
+	defer notFound.Close()
+	garbage := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("<html>")) }))
+	defer garbage.Close()
+	for srv, want := range map[*httptest.Server]string{
+		notFound: "/warden/status answered 404 Not Found: is this a warden",
+		garbage:  "/warden/status did not answer a warden status",
+	} {
+		_, err := runApp(context.Background(), "status", "--url", srv.URL)
+		if exitCode(err) != 1 || !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v, want %q", err, want)
+		}
+	}
+}
+
+func TestStatusCommandBadArguments(t *testing.T) {
+	for _, args := range [][]string{
+		{"status", "--url", "ftp://x"}, {"status", "--url", ""}, {"status", "--watch", "soon"},
+		{"status", "--watch", "1ms"}, {"status", "--watch", "1s", "2s"},
+	} {
+		if _, err := runApp(context.Background(), args...); exitCode(err) != 2 {
+			t.Errorf("%q: got %v, want exit code 2", args, err)
+		}
+	}
+}
+
+// TestStatusCommandWatch runs --watch against a server that cancels the
+// run at its third request; the frames before it are printed one after
+// another (the output is not a terminal).
+func TestStatusCommandWatch(t *testing.T) {
+	s := sampleStatus(2)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 3 {
+			cancel()
+		}
+		JSONHandler(func() Status { return s }).ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	out, err := runApp(ctx, "status", "--url", srv.URL, "--watch", "100ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(out, srv.URL+"  every 100ms  "); got < 2 {
+		t.Errorf("%d frames, want at least 2:\n%s", got, out)
+	}
+	if got := strings.Count(out, "counters since "); got < 2 {
+		t.Errorf("%d tables, want at least 2:\n%s", got, out)
+	}
+	if strings.Contains(out, "\x1b[") {
+		t.Errorf("escape codes written to a non-terminal")
+	}
+}
+
+// cancelAfter cancels a context after its nth write.
+type cancelAfter struct {
+	syncBuffer
+	n      atomic.Int64
+	after  int64
+	cancel func()
+}
+
+func (c *cancelAfter) Write(p []byte) (int, error) {
+	if c.n.Add(1) == c.after {
+		c.cancel()
+	}
+	return c.syncBuffer.Write(p)
+}
+
+func TestWatchSurvivesAMissingWarden(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &cancelAfter{after: 2, cancel: cancel}
+	v := viewer{base: "http://127.0.0.1:1", client: http.DefaultClient, out: out}
+	if err := v.watch(ctx, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(out.String(), "no warden at http://127.0.0.1:1"); got != 2 {
+		t.Errorf("%d error frames, want 2:\n%s", got, out.String())
+	}
+}
+
+func TestFrameOnTerminal(t *testing.T) {
+	var b bytes.Buffer
+	v := viewer{tty: true, out: &b}
+	if err := v.frame([]byte("a\nbb\n")); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff("\x1b[Ha\x1b[K\nbb\x1b[K\n\x1b[J", b.String()); diff != "" {
+		t.Error(diff)
+	}
+}
+
+func TestNormalizeURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://127.0.0.1:8000/": "http://127.0.0.1:8000", "127.0.0.1:9000": "http://127.0.0.1:9000",
+		" https://warden.lan/ ": "https://warden.lan", "http://h:1/base/": "http://h:1/base",
+	} {
+		if got, err := normalizeURL(in); err != nil || got != want {
+			t.Errorf("normalizeURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "ftp://x", "http://", "::"} {
+		if _, err := normalizeURL(bad); err == nil {
+			t.Errorf("normalizeURL(%q) accepted", bad)
+		}
+	}
+}
