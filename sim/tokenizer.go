@@ -8,14 +8,15 @@ import (
 // The tokenizer is a deterministic stand-in for a BPE tokenizer: text is
 // split at special tokens, then into GPT-style pre-tokens (a word with at most
 // one leading space, a punctuation run, a newline run, a space run), then each
-// pre-token into pieces of at most 4 bytes. A piece's token id is a hash of its
-// bytes. Properties the engine relies on:
+// pre-token into pieces of at most 6 bytes (so most English words with their
+// leading space are one token). A piece's token id is a hash of its bytes.
+// Properties the engine relies on:
 //   - the same text always gives the same tokens;
 //   - text split at a special token tokenizes as the concatenation of its parts,
 //     so a replayed conversation's tokens start with the earlier prompt's tokens;
 //   - generated text (see generator) re-tokenizes to the generated tokens.
 //
-// English comes out at roughly 3.5-4 characters per token.
+// English comes out at about 4 characters per token.
 
 const (
 	imStart = "<|im_start|>"
@@ -23,7 +24,7 @@ const (
 	// Token ids of the special tokens (Qwen's, for flavour).
 	tokIMStart uint32 = 151644
 	tokIMEnd   uint32 = 151645
-	maxPiece          = 4
+	maxPiece          = 6
 )
 
 // Tokenize returns the token ids of text.
