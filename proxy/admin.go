@@ -1,0 +1,174 @@
+package proxy
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lmwarden/warden/proxy/panel"
+)
+
+// routes builds the warden's mux: its own endpoints and everything else
+// under /v1/ proxied.
+func (p *Proxy) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", p.serveHealth)
+	mux.HandleFunc("HEAD /api/hello", func(w http.ResponseWriter, _ *http.Request) {}) // Claude Code's pre-warm
+	mux.HandleFunc("GET /v1/models", p.serveModels)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(p.cfg.Registry, promhttp.HandlerOpts{Registry: p.cfg.Registry}))
+	mux.HandleFunc("GET /warden/status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, p.Status()) })
+	mux.HandleFunc("GET /warden/policy", p.servePolicy)
+	mux.HandleFunc("POST /warden/policy", p.admin(p.setPolicy))
+	mux.HandleFunc("POST /warden/reset_prefix_cache", p.admin(p.resetPrefixCache))
+	mux.HandleFunc("/v1/", p.serveProxied)
+	mux.Handle("/", panel.PageHandler(p.Status)) // the HTML page ("/", "/warden/") and its assets
+	return mux
+}
+
+func (p *Proxy) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	for _, r := range p.replicas {
+		if r.healthy() {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+	}
+	writeError(w, http.StatusServiceUnavailable, "no replica is healthy")
+}
+
+// serveModels answers with the one served model name, or asks a replica
+// when none was configured.
+func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) {
+	if p.cfg.ServedModel == "" {
+		p.serveProxied(w, r)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{{
+		"id": p.cfg.ServedModel, "object": "model", "created": p.since.Unix(), "owned_by": "warden",
+	}}})
+}
+
+// admin allows loopback callers, or others with the admin bearer token.
+func (p *Proxy) admin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !p.isAdmin(r) {
+			writeError(w, http.StatusForbidden, "admin endpoints need a loopback caller or Authorization: Bearer <admin token>")
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (p *Proxy) isAdmin(r *http.Request) bool {
+	if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && p.cfg.AdminToken != "" {
+		return subtle.ConstantTimeCompare([]byte(tok), []byte(p.cfg.AdminToken)) == 1
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (p *Proxy) servePolicy(w http.ResponseWriter, _ *http.Request) {
+	p.mu.Lock()
+	pol := p.policy
+	p.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"policy": pol, "policies": Policies(),
+		"spill_threshold": p.cfg.SpillThreshold, "spill_threshold_auto": p.cfg.SpillThreshold == 0})
+}
+
+// SetPolicy switches the placement policy at run time; the session table is
+// kept.
+func (p *Proxy) SetPolicy(name string) (previous string, err error) {
+	if err := ValidPolicy(name); err != nil {
+		return "", err
+	}
+	p.mu.Lock()
+	previous, p.policy = p.policy, name
+	p.mu.Unlock()
+	if previous != name {
+		p.log.Info("policy switched", "policy", name, "previous", previous)
+	}
+	return previous, nil
+}
+
+func (p *Proxy) setPolicy(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Policy string `json:"policy"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&in); err != nil {
+		writeError(w, http.StatusBadRequest, `want a JSON body {"policy": NAME}: `+err.Error())
+		return
+	}
+	prev, err := p.SetPolicy(in.Policy)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"policy": in.Policy, "previous": prev})
+}
+
+// resetResult is one replica's answer to POST /reset_prefix_cache.
+type resetResult struct {
+	Rank   int    `json:"rank"`
+	Status int    `json:"status,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// resetPrefixCache forwards POST /reset_prefix_cache to every replica and
+// reports each; 200 only when all succeeded.
+func (p *Proxy) resetPrefixCache(w http.ResponseWriter, r *http.Request) {
+	res := make([]resetResult, len(p.replicas))
+	var wg sync.WaitGroup
+	for i, rep := range p.replicas {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[i] = p.resetOne(r, rep)
+		}()
+	}
+	wg.Wait()
+	code := http.StatusOK
+	for _, x := range res {
+		if x.Error != "" {
+			code = http.StatusBadGateway
+		}
+	}
+	writeJSON(w, code, map[string]any{"replicas": res})
+}
+
+func (p *Proxy) resetOne(r *http.Request, rep *replica) resetResult {
+	out := resetResult{Rank: rep.rank}
+	req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, rep.target.String()+"/reset_prefix_cache", nil)
+	if err == nil {
+		var resp *http.Response
+		if resp, err = p.client.Do(req); err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			out.Status = resp.StatusCode
+			if resp.StatusCode/100 != 2 {
+				err = fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+			}
+		}
+	}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	return out
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

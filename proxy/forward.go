@@ -1,0 +1,218 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// request is a client request read and prepared for forwarding.
+type request struct {
+	body   []byte
+	key    SessionKey
+	kind   apiKind
+	stream bool
+	strip  bool // the warden asked for the usage chunk: drop it from the stream
+}
+
+// prepare classifies the request, removes Claude Code's billing block (unless
+// kept), asks an OpenAI stream for its usage chunk when the client did not,
+// and finds the session key.
+func (p *Proxy) prepare(r *http.Request, body []byte) *request {
+	req := &request{body: body, kind: kindOf(r.URL.Path)}
+	valid := looksLikeObject(body)
+	if valid && strings.HasPrefix(r.URL.Path, "/v1/messages") && !p.cfg.KeepBillingHeader {
+		req.body = stripBilling(req.body)
+	}
+	if valid && req.kind != apiNone {
+		req.stream = gjson.GetBytes(body, "stream").Bool()
+	}
+	if req.stream && req.kind == apiOpenAI && !gjson.GetBytes(body, "stream_options.include_usage").Bool() {
+		if b, err := sjson.SetBytes(req.body, "stream_options.include_usage", true); err == nil {
+			req.body, req.strip = b, true
+		}
+	}
+	req.key = Extract(r.Header, req.body, p.cfg.SessionHeaders)
+	return req
+}
+
+func kindOf(path string) apiKind {
+	switch path {
+	case "/v1/chat/completions", "/v1/completions":
+		return apiOpenAI
+	case "/v1/messages":
+		return apiAnthropic
+	case "/v1/responses":
+		return apiResponses
+	}
+	return apiNone
+}
+
+// stripBilling removes a first system block whose text starts with
+// "x-anthropic-billing-header:" (Claude Code's per-conversation line, which
+// would otherwise defeat prefix sharing of the system prompt behind it).
+func stripBilling(body []byte) []byte {
+	first := gjson.GetBytes(body, "system.0.text")
+	if first.Type != gjson.String || !strings.HasPrefix(first.Str, billingPrefix) {
+		return body
+	}
+	out, err := sjson.DeleteBytes(body, "system.0")
+	if err != nil {
+		return body
+	}
+	return out
+}
+
+// attempt is one try of forwarding a request to one replica; the reverse
+// proxy's hooks find it in the request context.
+type attempt struct {
+	rep    *replica
+	req    *request
+	retry  bool // never reached the engine: try another replica
+	status int
+	tap    *tap
+}
+
+type attemptKey struct{}
+
+// forward sends the request to the placed replica. It reports true when the
+// request never reached the engine and may be retried elsewhere.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl placement, start time.Time) bool {
+	rep := p.byRank[pl.d.Rank]
+	at := &attempt{rep: rep, req: req}
+	p.metrics.inFlight.Inc()
+	defer func() {
+		if !at.retry {
+			p.account(at, req, pl, start)
+		}
+		rep.inflight.Add(-1) // after accounting: in-flight 0 means counted
+		p.metrics.inFlight.Dec()
+	}()
+	out := r.Clone(context.WithValue(r.Context(), attemptKey{}, at))
+	out.Body = io.NopCloser(bytes.NewReader(req.body))
+	out.ContentLength = int64(len(req.body))
+	out.GetBody = nil
+	out.Header.Del(PinHeader)
+	out.Header.Del("Accept-Encoding") // the tap reads plain bytes
+	h := w.Header()
+	h.Set(PinHeader, strconv.Itoa(rep.rank))
+	h.Set(RouteHeader, string(pl.d.Reason))
+	rep.rp.ServeHTTP(w, out)
+	if at.retry {
+		h.Del(PinHeader)
+		h.Del(RouteHeader)
+	}
+	return at.retry
+}
+
+func (p *Proxy) reverseProxy(r *replica, tr http.RoundTripper) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(r.target)
+			pr.SetXForwarded()
+		},
+		Transport:      tr,
+		FlushInterval:  -1,
+		ErrorLog:       slog.NewLogLogger(r.log.Handler(), slog.LevelWarn),
+		ModifyResponse: p.modifyResponse,
+		ErrorHandler:   p.proxyError,
+	}
+}
+
+// modifyResponse wraps a successful response's body in the usage tap.
+func (p *Proxy) modifyResponse(resp *http.Response) error {
+	at, _ := resp.Request.Context().Value(attemptKey{}).(*attempt)
+	if at == nil {
+		return nil
+	}
+	at.status = resp.StatusCode
+	if resp.StatusCode >= 500 {
+		at.rep.errors.Add(1)
+	}
+	if resp.StatusCode == http.StatusOK && at.req.kind != apiNone {
+		strip := at.req.strip && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+		at.tap = newTap(resp.Body, at.req.kind, at.req.stream, strip)
+		resp.Body = at.tap
+	}
+	return nil
+}
+
+// proxyError handles a failed round trip: a dial error means the request
+// never reached the engine (retry elsewhere, replica out of rotation); a
+// client that went away gets 499; anything else is a 502.
+func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	at, _ := r.Context().Value(attemptKey{}).(*attempt)
+	if at == nil {
+		writeError(w, http.StatusBadGateway, err.Error())
+		return
+	}
+	if r.Context().Err() != nil {
+		at.status = 499
+		w.WriteHeader(499)
+		at.rep.log.Debug("client went away", "error", err)
+		return
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		at.retry = true
+		at.rep.markDown(err)
+		return
+	}
+	at.rep.errors.Add(1)
+	at.status = http.StatusBadGateway
+	at.rep.log.Warn("proxy error", "error", err)
+	writeError(w, http.StatusBadGateway, "replica "+strconv.Itoa(at.rep.rank)+": "+err.Error())
+}
+
+// account counts a finished attempt: its route, stickiness, usage and time
+// to first byte.
+func (p *Proxy) account(at *attempt, req *request, pl placement, start time.Time) {
+	rep := at.rep
+	rank := strconv.Itoa(rep.rank)
+	if at.status != 499 {
+		rep.count(pl.d.Reason)
+		p.metrics.requests.WithLabelValues(rank, string(pl.d.Reason)).Inc()
+	}
+	var u Usage
+	if at.tap != nil {
+		u = at.tap.usage
+		if !at.tap.firstByte.IsZero() {
+			p.metrics.ttfb.WithLabelValues(rank).Observe(at.tap.firstByte.Sub(start).Seconds())
+		}
+	}
+	if u.Known {
+		u.Cached = min(u.Cached, u.Prompt)
+		rep.prompt.Add(u.Prompt)
+		rep.cached.Add(u.Cached)
+		rep.completion.Add(u.Completion)
+		p.metrics.prompt.WithLabelValues(rank).Add(float64(u.Prompt))
+		p.metrics.cached.WithLabelValues(rank).Add(float64(u.Cached))
+		p.metrics.completion.WithLabelValues(rank).Add(float64(u.Completion))
+		p.series.add(p.clock(), u)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pl.known && at.status != 499 {
+		p.knownTurns++
+		if pl.d.Reason == ReasonSticky {
+			p.homeTurns++
+		}
+	}
+	if s := p.sessions.peek(req.key.Key); req.key.Key != "" && s != nil && u.Known {
+		s.prompt += u.Prompt
+		s.cached += u.Cached
+		s.completion += u.Completion
+		p.sessions.setContext(s, uint32(min(u.Prompt+u.Completion, 1<<32-1)))
+	}
+}

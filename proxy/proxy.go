@@ -1,0 +1,299 @@
+package proxy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lmwarden/warden/proxy/panel"
+)
+
+// Config configures a Proxy. Zero values get the defaults named per field.
+type Config struct {
+	ServedModel       string        // the one model name /v1/models answers with; "" = ask a replica
+	Policy            string        // placement policy (Policies()); "" = "sticky"
+	SpillThreshold    int           // in-flight above which a sticky turn spills; 0 = auto max(1, max_num_seqs/4)
+	SessionHeaders    []string      // extra request headers that carry a session id
+	KeepBillingHeader bool          // forward Claude Code's billing system block instead of removing it
+	MaxBodyBytes      int64         // request body limit; 0 = 32 MiB
+	MaxSessions       int           // session table bound (LRU beyond); 0 = 100000
+	SessionTTL        time.Duration // idle sessions expire after this; 0 = 1h
+	AdminToken        string        // bearer token for admin endpoints from non-loopback callers; "" = loopback only
+	ScrapeInterval    time.Duration // engine /metrics + /health poll; 0 = 1s
+	BalancerInterval  time.Duration // refresh of the "off" balancer's engine stats; 0 = 100ms
+	Logger            *slog.Logger  // nil = slog.Default()
+	Registry          *prometheus.Registry
+	Clock             func() time.Time // nil = time.Now; drives session TTL, series buckets, balancer refresh
+	Seed              uint64           // tie-break randomness; 0 = random
+}
+
+func (c *Config) defaults() error {
+	if c.Policy == "" {
+		c.Policy = PolicySticky
+	}
+	if err := ValidPolicy(c.Policy); err != nil {
+		return err
+	}
+	if c.SpillThreshold < 0 {
+		return fmt.Errorf("spill threshold %d: must be >= 0 (0 = auto)", c.SpillThreshold)
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 32 << 20
+	}
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = 100_000
+	}
+	if c.SessionTTL <= 0 {
+		c.SessionTTL = time.Hour
+	}
+	if c.ScrapeInterval <= 0 {
+		c.ScrapeInterval = time.Second
+	}
+	if c.BalancerInterval <= 0 {
+		c.BalancerInterval = 100 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Seed == 0 {
+		c.Seed = rand.Uint64()
+	}
+	return nil
+}
+
+// Proxy routes client requests to engine replicas. Create it with New.
+type Proxy struct {
+	cfg          Config
+	log          *slog.Logger
+	clock        func() time.Time
+	replicas     []*replica // rank order
+	byRank       map[int]*replica
+	client       *http.Client // health and scrape
+	checkTimeout time.Duration
+	since        time.Time
+	metrics      *metrics
+	series       *series
+	handler      http.Handler
+
+	mu          sync.Mutex // guards everything below and the replicas' balancer fields
+	policy      string
+	rng         *rand.Rand
+	sessions    *sessionTable
+	lastRefresh time.Time
+	knownTurns  uint64 // turns of sessions that already had a home
+	homeTurns   uint64 // ... served on that home
+	peak        peakState
+}
+
+// New builds a proxy over the backends (at least one, unique ranks).
+func New(cfg Config, backends []Backend) (*Proxy, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if len(backends) == 0 {
+		return nil, errors.New("proxy: no backends")
+	}
+	p := &Proxy{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, byRank: map[int]*replica{},
+		checkTimeout: 2 * time.Second, policy: cfg.Policy,
+		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		sessions: newSessionTable(cfg.SessionTTL, cfg.MaxSessions)}
+	p.since = p.clock()
+	p.series = newSeries(10*time.Second, time.Hour)
+	tr := newTransport()
+	p.client = &http.Client{Transport: tr}
+	for _, b := range backends {
+		if _, dup := p.byRank[b.Rank]; dup {
+			return nil, fmt.Errorf("proxy: rank %d given twice", b.Rank)
+		}
+		r, err := newReplica(b, p.log)
+		if err != nil {
+			return nil, fmt.Errorf("proxy: %w", err)
+		}
+		r.rp = p.reverseProxy(r, tr)
+		p.byRank[b.Rank] = r
+		p.replicas = append(p.replicas, r)
+	}
+	slices.SortFunc(p.replicas, func(a, b *replica) int { return a.rank - b.rank })
+	m, err := newMetrics(cfg.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: metrics: %w", err)
+	}
+	p.metrics = m
+	if err := cfg.Registry.Register(panel.NewCollector(p.Status)); err != nil {
+		return nil, fmt.Errorf("proxy: panel collector: %w", err)
+	}
+	p.handler = p.routes()
+	return p, nil
+}
+
+func newTransport() *http.Transport {
+	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		DialContext:         d.DialContext,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true, // the usage tap reads plain bytes
+	}
+}
+
+// Handler returns the warden's HTTP handler: proxied /v1/* and its own
+// endpoints.
+func (p *Proxy) Handler() http.Handler { return p.handler }
+
+// SetReplicaState records the launcher's view of a replica (its OnState
+// callback). up=false takes it out of rotation at once.
+func (p *Proxy) SetReplicaState(rank int, up bool, state, reason string) {
+	r := p.byRank[rank]
+	if r == nil {
+		p.log.Warn("state for an unknown replica", "replica", rank, "state", state)
+		return
+	}
+	r.setState(up, state, reason)
+}
+
+// NoteRestart counts a restart of the replica's engine; its counters start
+// from zero again.
+func (p *Proxy) NoteRestart(rank int) {
+	r := p.byRank[rank]
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.restarts++
+	for _, c := range []*counter{&r.eng.queries, &r.eng.hits, &r.eng.prompt, &r.eng.generated, &r.eng.preemptions} {
+		c.restarted()
+	}
+}
+
+// readBody reads the request body up to the limit, answering 413 itself
+// when it is over.
+func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, true
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge,
+			fmt.Sprintf("request body exceeds the warden's limit of %d bytes (--max-body-bytes)", p.cfg.MaxBodyBytes))
+		return nil, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "reading request body: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+// serveProxied places and forwards one /v1/* request, retrying on another
+// replica only when it provably never reached an engine.
+func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	body, ok := p.readBody(w, r)
+	if !ok {
+		return
+	}
+	req := p.prepare(r, body)
+	pin, pinned, err := ParsePin(r.Header)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var tried []int
+	for range p.replicas {
+		pl := p.place(req.key, pinned, pin, tried)
+		if pl.d.Rank < 0 {
+			break
+		}
+		if !p.forward(w, r, req, pl, start) {
+			return
+		}
+		tried = append(tried, pl.d.Rank)
+	}
+	msg := "no replica is available"
+	if pinned {
+		msg = fmt.Sprintf("replica %d (X-Warden-Replica) does not exist or is not available", pin)
+	}
+	writeError(w, http.StatusServiceUnavailable, msg)
+}
+
+// placement is one decision plus what the accounting needs about it.
+type placement struct {
+	d     Decision
+	known bool // the session had a home before this request
+	home  int  // its home after the decision
+}
+
+// place decides and increments the chosen replica's in-flight count in one
+// critical section, so that a burst cannot herd onto one replica. Replicas
+// in skip are treated as unavailable (a retry).
+func (p *Proxy) place(key SessionKey, pinned bool, pin int, skip []int) placement {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.clock()
+	if now.Sub(p.lastRefresh) >= p.cfg.BalancerInterval {
+		for _, r := range p.replicas {
+			r.refreshBalancer()
+		}
+		p.lastRefresh = now
+	}
+	var s *session
+	if key.Key != "" {
+		s = p.sessions.get(key.Key, now)
+	}
+	snap := make([]ReplicaView, len(p.replicas))
+	for i, r := range p.replicas {
+		snap[i] = r.view(p.sessions.active[r.rank])
+		if slices.Contains(skip, r.rank) {
+			snap[i].Healthy = false
+		}
+	}
+	sv := SessionView{Key: key.Key, Pinned: pinned, Pin: pin}
+	if s != nil {
+		sv.Known, sv.Home = true, s.home
+	}
+	d := Pick(snap, sv, PlaceConfig{Policy: p.policy, SpillThreshold: p.cfg.SpillThreshold}, p.rng)
+	pl := placement{d: d, known: s != nil}
+	if d.Rank < 0 {
+		return pl
+	}
+	r := p.byRank[d.Rank]
+	r.inflight.Add(1)
+	r.sentSince++
+	switch {
+	case key.Key == "":
+	case s == nil:
+		s = p.sessions.insert(key.Key, d.Rank, now)
+	case d.Reason == ReasonFailover:
+		p.sessions.rehome(s, d.Rank)
+	}
+	if s != nil {
+		pl.home = s.home
+	}
+	return pl
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	m, _ := json.Marshal(msg)
+	fmt.Fprintf(w, `{"error":{"message":%s,"type":"warden_error","code":%d}}`+"\n", m, code)
+}

@@ -1,0 +1,167 @@
+package proxy
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// Backend is one engine replica the proxy forwards to.
+type Backend struct {
+	Rank       int
+	URL        string   // engine base URL, e.g. http://127.0.0.1:8101
+	GPUs       []string // GPU indices or UUIDs of its group, for display
+	MaxNumSeqs int      // the engine's --max-num-seqs; 0 = unknown (spill threshold 1)
+}
+
+// healthFailsDown is how many consecutive failed health checks or scrapes
+// take a replica out of rotation; one success brings it back.
+const healthFailsDown = 3
+
+// replica is the live state of one engine. Hot counters are atomics; the
+// balancer fields are guarded by Proxy.mu; the rest by mu.
+type replica struct {
+	rank       int
+	target     *url.URL
+	gpus       []string
+	maxNumSeqs int
+	rp         *httputil.ReverseProxy
+	log        *slog.Logger
+
+	inflight                                                                  atomic.Int64
+	requests, newTurns, sticky, spilledIn, pinned, failover, balanced, errors atomic.Uint64
+	prompt, cached, completion                                                atomic.Uint64
+
+	// vLLM DP balancer view (Proxy.mu): stats as of the last refresh and
+	// requests sent since.
+	staleRunning, staleWaiting, sentSince int
+
+	mu          sync.Mutex
+	launcherUp  bool
+	state       string
+	reason      string
+	restarts    int
+	healthFails int
+	eng         engineState
+}
+
+func newReplica(b Backend, log *slog.Logger) (*replica, error) {
+	u, err := url.Parse(b.URL)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return nil, fmt.Errorf("replica %d: bad URL %q: want http://host:port", b.Rank, b.URL)
+	}
+	r := &replica{rank: b.Rank, target: u, gpus: b.GPUs, maxNumSeqs: b.MaxNumSeqs,
+		launcherUp: true, state: "ready"}
+	r.log = log.With("replica", b.Rank)
+	return r, nil
+}
+
+// LogValue makes a replica log as its rank, URL and state.
+func (r *replica) LogValue() slog.Value {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slog.GroupValue(slog.Int("rank", r.rank), slog.String("url", r.target.String()),
+		slog.String("state", r.state), slog.Int64("in_flight", r.inflight.Load()))
+}
+
+// healthy: the launcher says up and the last checks did not fail.
+func (r *replica) healthy() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.launcherUp && r.healthFails < healthFailsDown
+}
+
+// noteHealth records one health check or scrape outcome and logs changes.
+func (r *replica) noteHealth(ok bool, err error) {
+	r.mu.Lock()
+	was := r.healthFails < healthFailsDown
+	if ok {
+		r.healthFails = 0
+	} else {
+		r.healthFails++
+	}
+	now := r.healthFails < healthFailsDown
+	r.mu.Unlock()
+	switch {
+	case was && !now:
+		r.log.Warn("replica out of rotation", "error", err)
+	case !was && now:
+		r.log.Info("replica back in rotation")
+	}
+}
+
+// markDown takes the replica out of rotation at once (a refused connection).
+func (r *replica) markDown(err error) {
+	r.mu.Lock()
+	was := r.healthFails < healthFailsDown
+	r.healthFails = healthFailsDown
+	r.mu.Unlock()
+	if was {
+		r.log.Warn("replica out of rotation", "error", err)
+	}
+}
+
+// port is the target's port number, 0 if none.
+func (r *replica) port() int {
+	p, _ := strconv.Atoi(r.target.Port())
+	return p
+}
+
+// view copies what placement needs. The caller holds Proxy.mu.
+func (r *replica) view(active int) ReplicaView {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return ReplicaView{
+		Rank: r.rank, Healthy: r.launcherUp && r.healthFails < healthFailsDown,
+		InFlight: int(r.inflight.Load()), Running: r.eng.running, Waiting: r.eng.waiting,
+		KVUsed: r.eng.kvUsed, ActiveSessions: active, MaxNumSeqs: r.maxNumSeqs,
+		KVCapacity: r.eng.kvCapacity, StaleRunning: r.staleRunning, StaleWaiting: r.staleWaiting,
+		SentSince: r.sentSince,
+	}
+}
+
+// refreshBalancer takes a new DP-balancer stats sample from the exact
+// in-flight count (running up to max_num_seqs, the rest waiting) and
+// forgets the requests sent since the last one. The caller holds Proxy.mu.
+func (r *replica) refreshBalancer() {
+	n := int(r.inflight.Load())
+	running := n
+	if r.maxNumSeqs > 0 && n > r.maxNumSeqs {
+		running = r.maxNumSeqs
+	}
+	r.staleRunning, r.staleWaiting, r.sentSince = running, n-running, 0
+}
+
+// count adds one served turn to the reason's counter.
+func (r *replica) count(reason Reason) {
+	r.requests.Add(1)
+	switch reason {
+	case ReasonNew:
+		r.newTurns.Add(1)
+	case ReasonSticky:
+		r.sticky.Add(1)
+	case ReasonSpill:
+		r.spilledIn.Add(1)
+	case ReasonPinned:
+		r.pinned.Add(1)
+	case ReasonFailover:
+		r.failover.Add(1)
+	case ReasonOff, ReasonHash:
+		r.balanced.Add(1)
+	}
+}
+
+// setState records the launcher's view. up=false takes the replica out of
+// rotation until the launcher says up again.
+func (r *replica) setState(up bool, state, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.launcherUp, r.state, r.reason = up, state, reason
+	if up {
+		r.healthFails = 0
+	}
+}

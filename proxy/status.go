@@ -1,0 +1,112 @@
+package proxy
+
+import (
+	"github.com/lmwarden/warden/proxy/panel"
+)
+
+// peakState is the worst KV overcommit seen so far (guarded by Proxy.mu).
+type peakState struct {
+	peak   *panel.OvercommitPeak
+	warned bool // the current overcommit has been logged
+}
+
+// Status returns a consistent snapshot of the proxy for the panel, the
+// status JSON, the Prometheus collector and the exit summary.
+func (p *Proxy) Status() panel.Status {
+	now := p.clock()
+	p.mu.Lock()
+	p.sessions.expire(now)
+	s := panel.Status{
+		Since: p.since, Now: now, UptimeSeconds: now.Sub(p.since).Seconds(), Model: p.cfg.ServedModel,
+		Policy: p.policy, Affinity: p.policy == PolicySticky, SpillAuto: p.cfg.SpillThreshold == 0,
+		Sessions: p.sessions.len(), SessionsSeen: p.sessions.seen,
+		ActiveContextTokens: p.sessions.ctxSum, ActiveContextSessions: p.sessions.ctxN,
+	}
+	if p.knownTurns > 0 {
+		s.StickyShare = float64(p.homeTurns) / float64(p.knownTurns)
+	}
+	active := make([]int, len(p.replicas))
+	for i, r := range p.replicas {
+		active[i] = p.sessions.active[r.rank]
+	}
+	p.mu.Unlock()
+
+	for i, r := range p.replicas {
+		row := r.status(active[i])
+		s.Replicas = append(s.Replicas, row)
+		s.InFlight += row.InFlight
+		addTotals(&s.Totals, row)
+	}
+	if len(p.replicas) > 0 {
+		s.SpillThreshold = PlaceConfig{SpillThreshold: p.cfg.SpillThreshold}.SpillFor(ReplicaView{MaxNumSeqs: p.replicas[0].maxNumSeqs})
+	}
+	if t := s.Totals; t.PromptTokens > 0 {
+		s.Totals.CachedShare = float64(t.CachedTokens) / float64(t.PromptTokens)
+	}
+	if t := s.Totals; t.PrefixQueries > 0 {
+		s.Totals.HitRate = t.PrefixHits / t.PrefixQueries
+	}
+	s.Series = p.series.points(now)
+	p.mu.Lock()
+	p.peak.peak = panel.UpdatePeak(p.peak.peak, s)
+	s.PeakOvercommit = p.peak.peak
+	p.mu.Unlock()
+	if msg, over := panel.Overcommit(s); over {
+		s.Warnings = append(s.Warnings, msg)
+	}
+	return s
+}
+
+func addTotals(t *panel.Totals, r panel.Replica) {
+	t.Requests += r.Requests
+	t.Sticky += r.Sticky
+	t.SpilledIn += r.SpilledIn
+	t.Pinned += r.Pinned
+	t.PromptTokens += r.PromptTokens
+	t.CachedTokens += r.CachedTokens
+	t.CompletionTokens += r.CompletionTokens
+	t.PrefixQueries += r.PrefixQueries
+	t.PrefixHits += r.PrefixHits
+	t.KVCapacityTokens += r.KVCapacityTokens
+}
+
+// status is the replica's panel row.
+func (r *replica) status(active int) panel.Replica {
+	row := panel.Replica{
+		Rank: r.rank, GPUs: r.gpus, URL: r.target.String(), Port: r.port(), MaxNumSeqs: r.maxNumSeqs,
+		InFlight: int(r.inflight.Load()), Requests: r.requests.Load(), New: r.newTurns.Load(),
+		Sticky: r.sticky.Load(), SpilledIn: r.spilledIn.Load(), Pinned: r.pinned.Load(),
+		Failover: r.failover.Load(), Balanced: r.balanced.Load(), Errors: r.errors.Load(),
+		ActiveSessions: active, PromptTokens: r.prompt.Load(), CachedTokens: r.cached.Load(),
+		CompletionTokens: r.completion.Load(),
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	row.Up = r.launcherUp && r.healthFails < healthFailsDown
+	row.State, row.Restarts = r.state, r.restarts
+	if !row.Up && r.launcherUp {
+		row.State = "unhealthy"
+	}
+	e := &r.eng
+	row.Running, row.Waiting, row.KVUsed, row.KVCapacityTokens = e.running, e.waiting, e.kvUsed, e.kvCapacity
+	row.PrefixQueries, row.PrefixHits = e.queries.total, e.hits.total
+	if row.PrefixQueries > 0 {
+		row.HitRate = row.PrefixHits / row.PrefixQueries
+	}
+	row.EnginePrompt, row.EngineGenerated, row.Preemptions = e.prompt.total, e.generated.total, e.preemptions.total
+	row.ScrapedAt, row.ScrapeError = e.scrapedAt, e.scrapeErr
+	return row
+}
+
+// housekeep expires idle sessions and logs a KV overcommit when it starts.
+func (p *Proxy) housekeep() {
+	s := p.Status()
+	msg, over := panel.Overcommit(s)
+	p.mu.Lock()
+	warn := over && !p.peak.warned
+	p.peak.warned = over
+	p.mu.Unlock()
+	if warn {
+		p.log.Warn(msg)
+	}
+}

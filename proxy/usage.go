@@ -1,0 +1,234 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// apiKind is the response format a tap reads usage from.
+type apiKind int
+
+const (
+	apiNone      apiKind = iota
+	apiOpenAI            // /v1/chat/completions, /v1/completions
+	apiAnthropic         // /v1/messages
+	apiResponses         // /v1/responses
+)
+
+// maxJSONTap bounds how much of a non-streaming response the tap keeps to
+// read its usage; longer bodies pass through but report nothing.
+const maxJSONTap = 4 << 20
+
+// Usage is one finished request's usage report. Known is false when the
+// engine sent none (the request then counts as computed, never estimated).
+type Usage struct {
+	Known      bool
+	Prompt     uint64 // all prompt tokens, cached included
+	Cached     uint64
+	Completion uint64
+}
+
+// tap wraps an engine response body. It passes bytes through as they come
+// (so SSE events reach the client as the engine flushes them) and reads the
+// usage report on the side. With strip set it drops exactly the
+// usage-only chunk ("choices":[] + usage) of an OpenAI stream, which the
+// warden asked for on behalf of a client that did not.
+type tap struct {
+	rc     io.ReadCloser
+	kind   apiKind
+	stream bool
+	strip  bool
+
+	usage     Usage
+	firstByte time.Time
+	buf       []byte // stream: bytes of the current unfinished line/event; JSON: the body so far
+	out       []byte // strip mode: bytes ready for the client
+	event     []byte // strip mode: lines of the current event
+	eof       error
+	overflow  bool
+}
+
+func newTap(rc io.ReadCloser, kind apiKind, stream, strip bool) *tap {
+	return &tap{rc: rc, kind: kind, stream: stream, strip: strip && stream}
+}
+
+// Read passes the engine's bytes through, parsing usage on the way.
+func (t *tap) Read(p []byte) (int, error) {
+	if t.strip {
+		return t.readStripped(p)
+	}
+	n, err := t.rc.Read(p)
+	if n > 0 {
+		t.first()
+		t.observe(p[:n])
+	}
+	if err == io.EOF && !t.stream && !t.overflow {
+		t.parseJSON(t.buf)
+	}
+	return n, err
+}
+
+func (t *tap) first() {
+	if t.firstByte.IsZero() {
+		t.firstByte = time.Now()
+	}
+}
+
+// Close closes the engine body.
+func (t *tap) Close() error { return t.rc.Close() }
+
+// observe feeds bytes to the line parser (streams) or the JSON buffer.
+func (t *tap) observe(b []byte) {
+	if !t.stream {
+		if len(t.buf)+len(b) > maxJSONTap {
+			t.overflow, t.buf = true, nil
+		}
+		if !t.overflow {
+			t.buf = append(t.buf, b...)
+		}
+		return
+	}
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			t.buf = append(t.buf, b...)
+			return
+		}
+		line := b[:i]
+		if len(t.buf) > 0 {
+			t.buf = append(t.buf, line...)
+			line = t.buf
+		}
+		t.line(line)
+		t.buf = t.buf[:0]
+		b = b[i+1:]
+	}
+}
+
+// line parses one SSE line; only data lines carry usage. It reports whether
+// the line is the usage-only chunk of an OpenAI stream.
+func (t *tap) line(l []byte) bool {
+	l = bytes.TrimRight(l, "\r")
+	d, ok := bytes.CutPrefix(l, []byte("data:"))
+	if !ok {
+		return false
+	}
+	d = bytes.TrimSpace(d)
+	if len(d) == 0 || d[0] != '{' {
+		return false
+	}
+	if !t.parseJSON(d) || t.kind != apiOpenAI {
+		return false
+	}
+	ch := gjson.GetBytes(d, "choices")
+	return ch.IsArray() && len(ch.Array()) == 0 && gjson.GetBytes(d, "usage").IsObject()
+}
+
+// parseJSON reads usage from one JSON document: a whole response or an SSE
+// event payload. Fields seen later override earlier ones (Anthropic's
+// message_delta carries the final output_tokens). It reports whether d had
+// a usage object.
+func (t *tap) parseJSON(d []byte) bool {
+	var u gjson.Result
+	for _, path := range []string{"usage", "message.usage", "response.usage"} {
+		if u = gjson.GetBytes(d, path); u.IsObject() {
+			break
+		}
+	}
+	if !u.IsObject() {
+		return false
+	}
+	t.usage.Known = true
+	switch t.kind {
+	case apiOpenAI:
+		set(&t.usage.Prompt, u.Get("prompt_tokens"))
+		set(&t.usage.Completion, u.Get("completion_tokens"))
+		set(&t.usage.Cached, u.Get("prompt_tokens_details.cached_tokens"))
+	case apiResponses:
+		set(&t.usage.Prompt, u.Get("input_tokens"))
+		set(&t.usage.Completion, u.Get("output_tokens"))
+		set(&t.usage.Cached, u.Get("input_tokens_details.cached_tokens"))
+	case apiAnthropic:
+		// vLLM reports input_tokens as the whole prompt, cache reads
+		// included. Anthropic's own API excludes them; a cache read larger
+		// than input_tokens can only mean that convention.
+		in, read := u.Get("input_tokens"), u.Get("cache_read_input_tokens")
+		set(&t.usage.Prompt, in)
+		set(&t.usage.Cached, read)
+		if t.usage.Cached > t.usage.Prompt {
+			t.usage.Prompt += t.usage.Cached
+		}
+		set(&t.usage.Completion, u.Get("output_tokens"))
+	}
+	return true
+}
+
+func set(dst *uint64, v gjson.Result) {
+	if v.Exists() {
+		*dst = v.Uint()
+	}
+}
+
+// readStripped passes whole SSE events through, dropping the usage-only
+// chunk. An event is held only until its terminating blank line arrives,
+// which for an engine that flushes per event is the same read.
+func (t *tap) readStripped(p []byte) (int, error) {
+	for len(t.out) == 0 && t.eof == nil {
+		n, err := t.rc.Read(p)
+		if n > 0 {
+			t.first()
+			t.splitEvents(p[:n])
+		}
+		if err != nil {
+			t.eof = err
+			t.out = append(t.out, t.buf...) // an unterminated tail passes as is
+			t.out = append(t.out, t.event...)
+			t.buf, t.event = nil, nil
+		}
+	}
+	n := copy(p, t.out)
+	t.out = t.out[n:]
+	if len(t.out) == 0 && t.eof != nil {
+		return n, t.eof
+	}
+	return n, nil
+}
+
+// splitEvents collects lines into events and moves finished events to out.
+func (t *tap) splitEvents(b []byte) {
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			t.buf = append(t.buf, b...)
+			return
+		}
+		t.buf = append(t.buf, b[:i+1]...)
+		b = b[i+1:]
+		line := t.buf // consumed (copied) before t.buf is appended to again
+		t.buf = t.buf[:0]
+		if len(bytes.TrimRight(line, "\r\n")) == 0 { // blank line: the event is complete
+			ev := append(t.event, line...)
+			if !t.isUsageOnly(ev) {
+				t.out = append(t.out, ev...)
+			}
+			t.event = t.event[:0]
+			continue
+		}
+		t.event = append(t.event, line...)
+	}
+}
+
+// isUsageOnly parses an event's data lines and reports whether it is the
+// usage-only chunk.
+func (t *tap) isUsageOnly(ev []byte) bool {
+	drop := false
+	for l := range bytes.Lines(ev) {
+		if t.line(bytes.TrimRight(l, "\n")) {
+			drop = true
+		}
+	}
+	return drop
+}
