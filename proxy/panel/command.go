@@ -111,6 +111,10 @@ func FetchStatus(ctx context.Context, client *http.Client, base string) (Status,
 	}
 	res, err := client.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the URL is in the message already
+		}
 		return s, nil, fmt.Errorf("no warden at %s: %w — is `warden serve` running?", base, err)
 	}
 	defer res.Body.Close()
