@@ -104,6 +104,7 @@ func TestPageRendersInBrowser(t *testing.T) {
 	polled.Replicas[1].InFlight, polled.Replicas[1].Sticky = 77, 4242 // only the poll knows these
 	polled.InFlight = 3 + 77 + 5
 	polled.Warnings = []string{"from the poll"}
+	polled.PeakOvercommit = &OvercommitPeak{At: polled.Now, Sessions: 26, MeanContextTokens: 58_100, CapacityTokens: 1_200_000}
 	srv := pageServer(t, initial, polled)
 	dom := runBrowser(t, browser, srv.URL+"/", "--dump-dom")
 
@@ -142,6 +143,7 @@ func TestPageRendersInBrowser(t *testing.T) {
 		}
 	}
 	for _, sub := range []string{"(warden start, up 1h02m05s)", "<li>from the poll</li>",
+		"26 sessions x 58.1k = 1.51M &gt; 1.20M tokens</li>",
 		"<li>replica 2 metrics: dial tcp 127.0.0.1:8103: connect: connection refused</li>"} {
 		if !strings.Contains(dom, sub) {
 			t.Errorf("DOM lacks %q", sub)

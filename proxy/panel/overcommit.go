@@ -77,3 +77,10 @@ func (p OvercommitPeak) message(lead string) string {
 		lead, p.Sessions, fmtTokens(float64(p.MeanContextTokens)), fmtTokens(float64(p.demand())),
 		fmtTokens(float64(p.CapacityTokens)), p.fits())
 }
+
+// peakLine is the one-line note on the panel about a past overcommit.
+func (p OvercommitPeak) peakLine() string {
+	return fmt.Sprintf("KV cache was overcommitted during the run (worst at %s): %d sessions x %s = %s > %s tokens",
+		p.At.Local().Format("15:04:05"), p.Sessions, fmtTokens(float64(p.MeanContextTokens)),
+		fmtTokens(float64(p.demand())), fmtTokens(float64(p.CapacityTokens)))
+}

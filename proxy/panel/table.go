@@ -55,6 +55,9 @@ func FormatStatusTable(w io.Writer, s Status) {
 	for _, m := range s.Warnings {
 		fmt.Fprintln(w, "! "+m)
 	}
+	if p := s.PeakOvercommit; p != nil {
+		fmt.Fprintln(w, "! "+p.peakLine())
+	}
 }
 
 // columnConfigs right-aligns the numeric columns (all but gpu and up).

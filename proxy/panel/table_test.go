@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
@@ -56,6 +57,7 @@ func TestFormatStatusTableBadgesAndWarnings(t *testing.T) {
 	s := sampleStatus(2)
 	s.Policy, s.Affinity, s.SpillThreshold, s.SpillAuto = "off", false, 5, false
 	s.Warnings = []string{"KV cache overcommitted: test"}
+	s.PeakOvercommit = &OvercommitPeak{At: time.Date(2026, 3, 14, 10, 5, 12, 0, time.Local), Sessions: 26, MeanContextTokens: 58_100, CapacityTokens: 1_200_000}
 	var b bytes.Buffer
 	FormatStatusTable(&b, s)
 	out := b.String()
@@ -67,6 +69,9 @@ func TestFormatStatusTableBadgesAndWarnings(t *testing.T) {
 	}
 	if !strings.Contains(out, "! KV cache overcommitted: test\n") {
 		t.Errorf("warning missing:\n%s", out)
+	}
+	if want := "! KV cache was overcommitted during the run (worst at 10:05:12): 26 sessions x 58.1k = 1.51M > 1.20M tokens\n"; !strings.Contains(out, want) {
+		t.Errorf("peak overcommit missing: want %q in\n%s", want, out)
 	}
 }
 

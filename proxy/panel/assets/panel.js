@@ -116,6 +116,13 @@
       if (r.scrape_error) w.append(el('li', 'replica ' + r.rank + ' metrics: ' + r.scrape_error));
     }
     for (const m of s.warnings || []) w.append(el('li', m));
+    const p = s.peak_overcommit;
+    if (p) {
+      const at = new Date(p.at).toLocaleTimeString();
+      const mean = p.mean_context_tokens, demand = p.sessions * mean;
+      w.append(el('li', 'KV cache was overcommitted during the run (worst at ' + at + '): ' + p.sessions +
+        ' sessions x ' + fmt.tokens(mean) + ' = ' + fmt.tokens(demand) + ' > ' + fmt.tokens(p.capacity_tokens) + ' tokens', 'peak'));
+    }
   }
 
   // lastHour keeps the series buckets that start within the hour before now.
