@@ -1,0 +1,148 @@
+package proxy
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestPolicyEndpoint(t *testing.T) {
+	e := newFakeEngine(t)
+	p, front := testProxy(t, Config{}, e)
+	post(t, front.URL+"/v1/chat/completions", chatBody("kept", false, ""))
+	resp, body := post(t, front.URL+"/warden/policy", `{"policy":"off"}`)
+	if resp.StatusCode != 200 || !strings.Contains(body, `"previous": "sticky"`) {
+		t.Fatalf("switch: %d %s", resp.StatusCode, body)
+	}
+	g, err := http.Get(front.URL + "/warden/policy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct{ Policy string }
+	json.NewDecoder(g.Body).Decode(&got)
+	g.Body.Close()
+	if got.Policy != "off" || p.Status().Policy != "off" || p.Status().Affinity {
+		t.Errorf("GET policy = %q, status %q", got.Policy, p.Status().Policy)
+	}
+	if p.Status().Sessions != 1 {
+		t.Error("switching dropped the session table")
+	}
+	resp, body = post(t, front.URL+"/warden/policy", `{"policy":"fastest"}`)
+	if resp.StatusCode != 400 || !strings.Contains(body, "sticky") {
+		t.Errorf("unknown policy: %d %s", resp.StatusCode, body)
+	}
+	resp, _ = post(t, front.URL+"/warden/policy", `not json`)
+	if resp.StatusCode != 400 {
+		t.Errorf("bad body: %d", resp.StatusCode)
+	}
+}
+
+func TestAdminNeedsLoopbackOrToken(t *testing.T) {
+	e := newFakeEngine(t)
+	p, _ := testProxy(t, Config{AdminToken: "s3cret"}, e)
+	tests := []struct {
+		name   string
+		remote string
+		auth   string
+		want   int
+	}{
+		{"loopback caller", "127.0.0.1:5000", "", 200},
+		{"IPv6 loopback caller", "[::1]:5000", "", 200},
+		{"remote caller without a token", "192.0.2.7:5000", "", 403},
+		{"remote caller with the wrong token", "192.0.2.7:5000", "Bearer nope", 403},
+		{"remote caller with the token", "192.0.2.7:5000", "Bearer s3cret", 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodPost, "/warden/policy", strings.NewReader(`{"policy":"sticky"}`))
+			req.RemoteAddr = tt.remote
+			if tt.auth != "" {
+				req.Header.Set("Authorization", tt.auth)
+			}
+			w := httptest.NewRecorder()
+			p.Handler().ServeHTTP(w, req)
+			if w.Code != tt.want {
+				t.Errorf("status %d, want %d: %s", w.Code, tt.want, w.Body)
+			}
+		})
+	}
+}
+
+func TestResetPrefixCacheReachesEveryReplica(t *testing.T) {
+	e0, e1 := newFakeEngine(t), newFakeEngine(t)
+	_, front := testProxy(t, Config{}, e0, e1)
+	resp, body := post(t, front.URL+"/warden/reset_prefix_cache", "")
+	if resp.StatusCode != 200 || e0.resets != 1 || e1.resets != 1 {
+		t.Errorf("status %d resets %d %d: %s", resp.StatusCode, e0.resets, e1.resets, body)
+	}
+	e1.srv.Close()
+	resp, body = post(t, front.URL+"/warden/reset_prefix_cache", "")
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, `"rank": 1`) {
+		t.Errorf("with replica 1 down: %d %s", resp.StatusCode, body)
+	}
+}
+
+func TestOwnEndpoints(t *testing.T) {
+	e := newFakeEngine(t)
+	p, front := testProxy(t, Config{ServedModel: "qwen"}, e)
+	get := func(path string) (int, string) {
+		resp, err := http.Get(front.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/v1/models"); code != 200 || !strings.Contains(body, `"id": "qwen"`) {
+		t.Errorf("/v1/models: %d %s", code, body)
+	}
+	if code, _ := get("/health"); code != 200 {
+		t.Errorf("/health with a healthy replica: %d", code)
+	}
+	if code, body := get("/warden/status"); code != 200 || !strings.Contains(body, `"policy": "sticky"`) {
+		t.Errorf("/warden/status: %d %s", code, body)
+	}
+	if code, body := get("/"); code != 200 || !strings.Contains(body, "<html") {
+		t.Errorf("/: %d %.200s", code, body)
+	}
+	p.SetReplicaState(0, false, "restarting", "exited 1")
+	if code, _ := get("/health"); code != 503 {
+		t.Errorf("/health with no healthy replica: %d", code)
+	}
+	resp, body := post(t, front.URL+"/v1/chat/completions", chatBody("s", false, ""))
+	if resp.StatusCode != 503 || !strings.Contains(body, "no replica") {
+		t.Errorf("request with no replica: %d %s", resp.StatusCode, body)
+	}
+}
+
+func TestMetricsAreLintCleanAndCount(t *testing.T) {
+	e := newFakeEngine(t)
+	reg := prometheus.NewPedanticRegistry()
+	p, front := testProxy(t, Config{Registry: reg}, e)
+	post(t, front.URL+"/v1/chat/completions", chatBody("s", true, ""))
+	post(t, front.URL+"/v1/chat/completions", chatBody("s", true, ""))
+	settled(t, p)
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pr := range problems {
+		t.Errorf("lint: %s: %s", pr.Metric, pr.Text)
+	}
+	if got := testutil.ToFloat64(p.metrics.requests.WithLabelValues("0", "sticky")); got != 1 {
+		t.Errorf("sticky requests = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(p.metrics.cached.WithLabelValues("0")); got != 128 {
+		t.Errorf("cached tokens = %v, want 128", got)
+	}
+	if n := testutil.CollectAndCount(p.metrics.ttfb); n != 1 {
+		t.Errorf("ttfb series = %d, want 1", n)
+	}
+}

@@ -1,0 +1,93 @@
+package proxy
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+const openaiStream = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\n\n" +
+	"data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n" +
+	"data: {\"id\":\"x\",\"choices\":[],\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":32}}}\n\n" +
+	"data: [DONE]\n\n"
+
+func TestTap(t *testing.T) {
+	noUsageChunk := strings.Replace(openaiStream, "data: {\"id\":\"x\",\"choices\":[],\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":32}}}\n\n", "", 1)
+	tests := []struct {
+		name      string
+		kind      apiKind
+		stream    bool
+		strip     bool
+		in        string
+		wantOut   string
+		wantUsage Usage
+	}{
+		{"OpenAI stream, client asked for usage: passed through, usage read", apiOpenAI, true, false,
+			openaiStream, openaiStream, Usage{true, 40, 32, 2}},
+		{"OpenAI stream, warden asked: the usage-only chunk is dropped, nothing else", apiOpenAI, true, true,
+			openaiStream, noUsageChunk, Usage{true, 40, 32, 2}},
+		{"CRLF line endings are handled", apiOpenAI, true, true,
+			strings.ReplaceAll(openaiStream, "\n", "\r\n"), strings.ReplaceAll(noUsageChunk, "\n", "\r\n"), Usage{true, 40, 32, 2}},
+		{"OpenAI stream without any usage: unknown", apiOpenAI, true, true,
+			noUsageChunk, noUsageChunk, Usage{}},
+		{"an unterminated last event passes as is", apiOpenAI, true, true,
+			"data: {\"choices\":[{\"delta\":{}}]}\n\ndata: {\"cho", "data: {\"choices\":[{\"delta\":{}}]}\n\ndata: {\"cho", Usage{}},
+		{"OpenAI JSON", apiOpenAI, false, false,
+			`{"choices":[{}],"usage":{"prompt_tokens":9,"completion_tokens":1}}`, `{"choices":[{}],"usage":{"prompt_tokens":9,"completion_tokens":1}}`,
+			Usage{true, 9, 0, 1}},
+		{"Anthropic stream: message_start input, message_delta output (vLLM: input_tokens is the whole prompt)", apiAnthropic, true, false,
+			"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":200,\"cache_read_input_tokens\":160,\"output_tokens\":1}}}\n\n" +
+				"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":12}}\n\n",
+			"", Usage{true, 200, 160, 12}},
+		{"Anthropic JSON with Anthropic's convention (cache read > input)", apiAnthropic, false, false,
+			`{"usage":{"input_tokens":20,"cache_read_input_tokens":160,"output_tokens":5}}`, "", Usage{true, 180, 160, 5}},
+		{"Responses stream: response.completed", apiResponses, true, false,
+			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}\n\n" +
+				"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":50,\"output_tokens\":4,\"input_tokens_details\":{\"cached_tokens\":48}}}}\n\n",
+			"", Usage{true, 50, 48, 4}},
+	}
+	for _, tt := range tests {
+		for _, oneByte := range []bool{false, true} {
+			name := tt.name
+			if oneByte {
+				name += " (one byte per read)"
+			}
+			t.Run(name, func(t *testing.T) {
+				var r io.Reader = strings.NewReader(tt.in)
+				if oneByte {
+					r = iotest.OneByteReader(r)
+				}
+				tp := newTap(io.NopCloser(r), tt.kind, tt.stream, tt.strip)
+				out, err := io.ReadAll(tp)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := tt.wantOut
+				if want == "" {
+					want = tt.in
+				}
+				if diff := cmp.Diff(want, string(out)); diff != "" {
+					t.Errorf("client bytes (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff(tt.wantUsage, tp.usage); diff != "" {
+					t.Errorf("usage (-want +got):\n%s", diff)
+				}
+				if tp.firstByte.IsZero() {
+					t.Error("first byte time not recorded")
+				}
+			})
+		}
+	}
+}
+
+func TestTapGivesUpOnHugeJSON(t *testing.T) {
+	big := `{"pad":"` + strings.Repeat("x", maxJSONTap) + `","usage":{"prompt_tokens":1}}`
+	tp := newTap(io.NopCloser(strings.NewReader(big)), apiOpenAI, false, false)
+	n, _ := io.Copy(io.Discard, tp)
+	if n != int64(len(big)) || tp.usage.Known {
+		t.Errorf("copied %d of %d bytes, usage %+v", n, len(big), tp.usage)
+	}
+}
