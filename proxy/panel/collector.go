@@ -16,10 +16,6 @@ const (
 	MetricReplicaRestarts    = "warden_replica_restarts_total"                   // counter: engine restarts
 	MetricReplicaInFlight    = "warden_replica_in_flight_requests"               // gauge: proxied requests open now
 	MetricSessionsActive     = "warden_sessions_active"                          // gauge: active sessions homed there
-	MetricReplicaRequests    = "warden_replica_routed_requests_total"            // counter, label reason
-	MetricUsagePrompt        = "warden_usage_prompt_tokens_total"                // counter: prompt tokens (usage reports)
-	MetricUsageCached        = "warden_usage_cached_prompt_tokens_total"         // counter: of those, reported cached
-	MetricUsageCompletion    = "warden_usage_completion_tokens_total"            // counter: completion tokens
 	MetricSessionsSeen       = "warden_sessions_seen_total"                      // counter, no labels
 	MetricEngineRunning      = "warden_engine_requests_running"                  // gauge
 	MetricEngineWaiting      = "warden_engine_requests_waiting"                  // gauge
@@ -60,7 +56,6 @@ func b2f(b bool) float64 {
 type collector struct {
 	src     func() Status
 	metrics []metricDesc
-	routed  *prometheus.Desc // labels replica, reason
 	seen    *prometheus.Desc // no labels
 }
 
@@ -68,16 +63,13 @@ var _ prometheus.Collector = (*collector)(nil)
 
 // NewCollector returns a collector that calls src at every scrape and
 // emits const metrics per replica (the names are the Metric* constants):
-// up, restarts, in-flight and active sessions, routed requests by reason
-// (new, sticky, spill, pinned, failover, balanced), prompt, cached prompt
-// and completion tokens as finished requests' usage reported them, and the
-// engines' own gauges and counters mirrored; plus sessions seen. src must be safe to call from the scrape goroutine.
+// up, restarts, in-flight and active sessions, and the engines' own gauges
+// and counters mirrored; plus sessions seen. Request and usage-token
+// counters are not here: the proxy instruments them as vecs at request time
+// (warden_requests_total, warden_*_tokens_total). src must be safe to call from the scrape goroutine.
 // Register it once on the registry that main builds.
 func NewCollector(src func() Status) prometheus.Collector {
 	return &collector{src: src, metrics: replicaMetrics(),
-		routed: prometheus.NewDesc(MetricReplicaRequests,
-			"Requests routed to the replica since warden start, by placement reason.",
-			[]string{"replica", "reason"}, nil),
 		seen: prometheus.NewDesc(MetricSessionsSeen, "Distinct sessions seen since warden start.", nil, nil),
 	}
 }
@@ -93,9 +85,6 @@ func replicaMetrics() []metricDesc {
 		gauge(MetricEngineWaiting, "Requests waiting in the engine (vllm:num_requests_waiting).", func(r Replica) float64 { return r.Waiting }),
 		gauge(MetricEngineKVUsage, "Fraction of the engine's KV cache in use, 0..1 (vllm:kv_cache_usage_perc).", func(r Replica) float64 { return r.KVUsed }),
 		gauge(MetricEngineKVCapacity, "KV cache capacity of the engine in tokens (num_gpu_blocks x block_size).", func(r Replica) float64 { return float64(r.KVCapacityTokens) }),
-		counter(MetricUsagePrompt, "Prompt tokens of finished requests on the replica, as their usage reports said.", func(r Replica) float64 { return float64(r.PromptTokens) }),
-		counter(MetricUsageCached, "Prompt tokens the usage reports said were served from the prefix cache (never estimated).", func(r Replica) float64 { return float64(r.CachedTokens) }),
-		counter(MetricUsageCompletion, "Completion tokens of finished requests on the replica, as their usage reports said.", func(r Replica) float64 { return float64(r.CompletionTokens) }),
 		counter(MetricEnginePrefixQuery, "Prompt tokens the engine looked up in its prefix cache since warden start.", func(r Replica) float64 { return r.PrefixQueries }),
 		counter(MetricEnginePrefixHits, "Prompt tokens the engine found in its prefix cache since warden start.", func(r Replica) float64 { return r.PrefixHits }),
 		counter(MetricEnginePreemptions, "Engine preemptions since warden start.", func(r Replica) float64 { return r.Preemptions }),
@@ -109,7 +98,6 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range c.metrics {
 		ch <- m.desc
 	}
-	ch <- c.routed
 	ch <- c.seen
 }
 
@@ -121,13 +109,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		rank := strconv.Itoa(r.Rank)
 		for _, m := range c.metrics {
 			ch <- prometheus.MustNewConstMetric(m.desc, m.typ, m.val(r), rank)
-		}
-		for _, rv := range []struct {
-			reason string
-			n      uint64
-		}{{"new", r.New}, {"sticky", r.Sticky}, {"spill", r.SpilledIn}, {"pinned", r.Pinned},
-			{"failover", r.Failover}, {"balanced", r.Balanced}} {
-			ch <- prometheus.MustNewConstMetric(c.routed, prometheus.CounterValue, float64(rv.n), rank, rv.reason)
 		}
 	}
 }

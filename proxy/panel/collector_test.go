@@ -25,13 +25,13 @@ func TestCollectorPedanticAndLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(mfs) != 18 {
-		t.Errorf("%d metric families, want 18", len(mfs))
+	if len(mfs) != 14 {
+		t.Errorf("%d metric families, want 14", len(mfs))
 	}
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() != "replica" && l.GetName() != "reason" {
+				if l.GetName() != "replica" {
 					t.Errorf("%s has label %q", mf.GetName(), l.GetName())
 				}
 			}
@@ -95,31 +95,6 @@ warden_engine_prefix_cache_hits_tokens_total{replica="2"} 8.255554e+06
 warden_engine_preemptions_total{replica="0"} 0
 warden_engine_preemptions_total{replica="1"} 5
 warden_engine_preemptions_total{replica="2"} 10
-# HELP warden_usage_cached_prompt_tokens_total Prompt tokens the usage reports said were served from the prefix cache (never estimated).
-# TYPE warden_usage_cached_prompt_tokens_total counter
-warden_usage_cached_prompt_tokens_total{replica="0"} 7.9e+06
-warden_usage_cached_prompt_tokens_total{replica="1"} 7.998765e+06
-warden_usage_cached_prompt_tokens_total{replica="2"} 8.09753e+06
-# HELP warden_replica_routed_requests_total Requests routed to the replica since warden start, by placement reason.
-# TYPE warden_replica_routed_requests_total counter
-warden_replica_routed_requests_total{reason="balanced",replica="0"} 0
-warden_replica_routed_requests_total{reason="balanced",replica="1"} 0
-warden_replica_routed_requests_total{reason="balanced",replica="2"} 0
-warden_replica_routed_requests_total{reason="failover",replica="0"} 0
-warden_replica_routed_requests_total{reason="failover",replica="1"} 1
-warden_replica_routed_requests_total{reason="failover",replica="2"} 2
-warden_replica_routed_requests_total{reason="new",replica="0"} 40
-warden_replica_routed_requests_total{reason="new",replica="1"} 41
-warden_replica_routed_requests_total{reason="new",replica="2"} 42
-warden_replica_routed_requests_total{reason="pinned",replica="0"} 0
-warden_replica_routed_requests_total{reason="pinned",replica="1"} 2
-warden_replica_routed_requests_total{reason="pinned",replica="2"} 4
-warden_replica_routed_requests_total{reason="spill",replica="0"} 17
-warden_replica_routed_requests_total{reason="spill",replica="1"} 18
-warden_replica_routed_requests_total{reason="spill",replica="2"} 19
-warden_replica_routed_requests_total{reason="sticky",replica="0"} 1100
-warden_replica_routed_requests_total{reason="sticky",replica="1"} 1131
-warden_replica_routed_requests_total{reason="sticky",replica="2"} 1162
 # HELP warden_sessions_seen_total Distinct sessions seen since warden start.
 # TYPE warden_sessions_seen_total counter
 warden_sessions_seen_total 241
@@ -129,7 +104,6 @@ warden_sessions_seen_total 241
 		"warden_sessions_active", "warden_engine_requests_running", "warden_engine_requests_waiting",
 		"warden_engine_kv_cache_capacity_tokens", "warden_engine_prefix_cache_queries_tokens_total",
 		"warden_engine_prefix_cache_hits_tokens_total", "warden_engine_preemptions_total",
-		"warden_usage_cached_prompt_tokens_total", "warden_replica_routed_requests_total",
 		"warden_sessions_seen_total",
 	}
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
@@ -141,12 +115,6 @@ warden_sessions_seen_total 241
 	for _, r := range s.Replicas {
 		if got := gathered(t, reg, MetricEngineKVUsage, strconv.Itoa(r.Rank)); got != r.KVUsed {
 			t.Errorf("kv usage of replica %d = %v, want %v", r.Rank, got, r.KVUsed)
-		}
-		if got := gathered(t, reg, MetricUsagePrompt, strconv.Itoa(r.Rank)); got != float64(r.PromptTokens) {
-			t.Errorf("usage prompt tokens of replica %d = %v, want %v", r.Rank, got, r.PromptTokens)
-		}
-		if got := gathered(t, reg, MetricUsageCompletion, strconv.Itoa(r.Rank)); got != float64(r.CompletionTokens) {
-			t.Errorf("usage completion tokens of replica %d = %v, want %v", r.Rank, got, r.CompletionTokens)
 		}
 		if got := gathered(t, reg, MetricEngineGenTokens, strconv.Itoa(r.Rank)); got != r.EngineGenerated {
 			t.Errorf("engine generated tokens of replica %d = %v, want %v", r.Rank, got, r.EngineGenerated)
