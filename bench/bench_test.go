@@ -181,7 +181,9 @@ func TestABDriverSwitchesPolicyInOrder(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f, srv := newFake(t, true)
 			f.policy = "custom"
+			f.token = "s3cret"
 			cfg := smallConfig(srv.URL, tc.stages...)
+			cfg.AdminToken = "s3cret"
 			cfg.Stage = 150 * time.Millisecond
 			cfg.Variants = []string{"off", "sticky"}
 			cfg.Alternate = tc.alternate
@@ -221,6 +223,17 @@ func TestABAgainstBareEngine(t *testing.T) {
 	res := runBench(t, cfg, false) // the default --ab is dropped with a notice
 	if len(res.Stages) != 1 || res.Stages[0].Variant != "" {
 		t.Fatalf("stages %+v, want one plain run", res.Stages)
+	}
+}
+
+func TestABPolicyRefused(t *testing.T) {
+	f, srv := newFake(t, true)
+	f.token = "s3cret"
+	cfg := smallConfig(srv.URL, 1)
+	cfg.Variants = []string{"off", "sticky"}
+	res, err := (&Runner{Cfg: cfg, Log: quietLog()}).Run(context.Background(), true)
+	if err == nil || !strings.Contains(err.Error(), "HTTP 403") || len(res.Stages) != 0 {
+		t.Fatalf("policy switch refused: err %v, stages %d; want a 403 error before any stage", err, len(res.Stages))
 	}
 }
 

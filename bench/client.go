@@ -208,24 +208,36 @@ func anthropicEvent(data []byte, r *turnResult) (piece string, done bool, err er
 	ev := gjson.ParseBytes(data)
 	switch ev.Get("type").String() {
 	case "message_start":
-		u := ev.Get("message.usage")
-		r.PromptTokens = int(u.Get("input_tokens").Int() + u.Get("cache_read_input_tokens").Int())
-		r.CachedTokens = int(u.Get("cache_read_input_tokens").Int())
+		anthropicUsage(ev.Get("message.usage"), r)
 	case "content_block_delta":
 		if d := ev.Get("delta"); d.Get("type").String() == "text_delta" {
 			piece = d.Get("text").String()
 		}
 	case "message_delta":
-		if u := ev.Get("usage.output_tokens"); u.Exists() {
-			r.OutputTokens = int(u.Int())
-			r.UsageSeen = true
-		}
+		anthropicUsage(ev.Get("usage"), r)
 	case "message_stop":
 		done = true
 	case "error":
 		err = fmt.Errorf("stream error: %s", ev.Get("error.message").String())
 	}
 	return piece, done, err
+}
+
+// anthropicUsage reads a usage object of message_start or message_delta.
+// input_tokens is taken as the whole prompt, as vLLM reports it (Anthropic's
+// own API counts cache reads apart); cache_read_input_tokens is the cached
+// part.
+func anthropicUsage(u gjson.Result, r *turnResult) {
+	if v := u.Get("input_tokens"); v.Exists() {
+		r.PromptTokens = int(v.Int())
+	}
+	if v := u.Get("cache_read_input_tokens"); v.Exists() {
+		r.CachedTokens = int(v.Int())
+	}
+	if v := u.Get("output_tokens"); v.Int() > 0 {
+		r.OutputTokens = int(v.Int())
+		r.UsageSeen = true
+	}
 }
 
 // openAIChunk handles one chat.completion.chunk SSE data payload.

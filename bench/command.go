@@ -27,7 +27,7 @@ func flags() []cli.Flag {
 		&cli.IntFlag{Name: "system-tokens", Value: d.Sizes.SystemTokens, Usage: "tokens of the system prompt shared by all sessions", EnvVars: env("SYSTEM_TOKENS")},
 		&cli.IntFlag{Name: "first-tokens", Value: d.Sizes.FirstTokens, Usage: "tokens of each session's unique first message", EnvVars: env("FIRST_TOKENS")},
 		&cli.IntFlag{Name: "turn-tokens", Value: d.Sizes.TurnTokens, Usage: "new user tokens per follow-up turn", EnvVars: env("TURN_TOKENS")},
-		&cli.Float64Flag{Name: "chars-per-token", Value: d.Sizes.CharsPerToken, Usage: "characters of generated text per token of the target's tokenizer", EnvVars: env("CHARS_PER_TOKEN")},
+		&cli.Float64Flag{Name: "chars-per-token", Value: d.Sizes.CharsPerToken, Usage: "characters of generated text per token; 0 = measure with the target's POST /v1/messages/count_tokens", EnvVars: env("CHARS_PER_TOKEN")},
 		&cli.IntFlag{Name: "turns", Value: d.Turns, Usage: "follow-up turns after the first message", EnvVars: env("TURNS")},
 		&cli.IntFlag{Name: "max-tokens", Value: d.MaxTokens, Usage: "max output tokens per turn", EnvVars: env("MAX_TOKENS")},
 		&cli.StringFlag{Name: "stages", Value: "4,8,16,24,32", Usage: "concurrent sessions per stage, comma separated", EnvVars: env("STAGES")},
@@ -38,6 +38,7 @@ func flags() []cli.Flag {
 		&cli.StringFlag{Name: "ab", Value: "off,sticky", Usage: "two warden policies A,B to compare, switched with POST /warden/policy; \"none\" = no switching", EnvVars: env("AB")},
 		&cli.BoolFlag{Name: "reset-cache", Usage: "reset the engines' prefix caches before every stage run", EnvVars: env("RESET_CACHE")},
 		&cli.BoolFlag{Name: "alternate", Usage: "run stage by stage, A,B then B,A, ... instead of all stages of A, then all of B", EnvVars: env("ALTERNATE")},
+		&cli.StringFlag{Name: "admin-token", Usage: "bearer token for POST /warden/policy and /warden/reset_prefix_cache when the warden is not on loopback", EnvVars: env("ADMIN_TOKEN")},
 		&cli.StringFlag{Name: "out", Usage: "results folder (default bench-results/<timestamp>)", EnvVars: env("OUT")},
 		&cli.BoolFlag{Name: "no-progress", Usage: "no progress bars on stderr", EnvVars: env("NO_PROGRESS")},
 		&cli.BoolFlag{Name: "verbose", Usage: "debug logging (every failed turn)", EnvVars: env("VERBOSE")},
@@ -79,6 +80,7 @@ func configFrom(c *cli.Context) (Config, error) {
 	cfg.Variants = parseVariants(c.String("ab"))
 	cfg.ResetCache = c.Bool("reset-cache")
 	cfg.Alternate = c.Bool("alternate")
+	cfg.AdminToken = c.String("admin-token")
 	cfg.Out = c.String("out")
 	if cfg.Out == "" {
 		cfg.Out = filepath.Join("bench-results", time.Now().Format("20060102-150405"))

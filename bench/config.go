@@ -27,25 +27,23 @@ type Config struct {
 	// Variants are the warden policies to compare (--ab); empty = run the
 	// stages once against whatever the target does now.
 	Variants   []string
-	ResetCache bool // reset the engines' prefix caches before every stage run
-	Alternate  bool // stage-major order, alternating the variant order per stage
+	ResetCache bool   // reset the engines' prefix caches before every stage run
+	Alternate  bool   // stage-major order, alternating the variant order per stage
+	AdminToken string // bearer token for the warden's admin endpoints ("" = none; loopback needs none)
 	Out        string
 	Progress   bool
 }
 
-// DefaultCharsPerToken is what the generated pseudo-text measures with the
-// simulator's tokenizer (sim.CountTokens: 3.85-3.88 over 400-7300 tokens of
-// text; TestSizesMatchSimTokenizer checks it). A real tokenizer differs: check
-// usage.prompt_tokens of first turns (mean_prompt_first in summary.csv) and
-// set --chars-per-token.
-const DefaultCharsPerToken = 3.86
+// FallbackCharsPerToken is used when --chars-per-token is 0 (measure) and
+// the target cannot count tokens.
+const FallbackCharsPerToken = 4.0
 
 // DefaultConfig returns the reference measurement's load (product.md).
 func DefaultConfig() Config {
 	return Config{
 		API:       APIAnthropic,
 		Seed:      1,
-		Sizes:     Sizes{SystemTokens: 3500, FirstTokens: 7300, TurnTokens: 400, CharsPerToken: DefaultCharsPerToken},
+		Sizes:     Sizes{SystemTokens: 3500, FirstTokens: 7300, TurnTokens: 400, CharsPerToken: 0},
 		Turns:     5,
 		MaxTokens: 256,
 		Stages:    []int{4, 8, 16, 24, 32},
@@ -71,7 +69,7 @@ func (c *Config) Validate() error {
 	check(c.API != APIAnthropic && c.API != APIOpenAI, "--api must be anthropic or openai, got %q", c.API)
 	check(c.Sizes.SystemTokens < 0 || c.Sizes.FirstTokens < 1 || c.Sizes.TurnTokens < 1,
 		"token sizes must be positive (system may be 0)")
-	check(c.Sizes.CharsPerToken <= 0 || c.Sizes.CharsPerToken > 100, "--chars-per-token must be in (0, 100]")
+	check(c.Sizes.CharsPerToken < 0 || c.Sizes.CharsPerToken > 100, "--chars-per-token must be in [0, 100] (0 = measure)")
 	check(c.Turns < 0, "--turns must be >= 0")
 	check(c.MaxTokens < 1, "--max-tokens must be >= 1")
 	check(len(c.Stages) == 0, "--stages must name at least one concurrency")

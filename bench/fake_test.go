@@ -26,6 +26,7 @@ type fakeServer struct {
 	warden  bool
 	tokens  int           // output tokens per reply
 	between time.Duration // delay between streamed tokens
+	token   string        // when set, admin POSTs need "Authorization: Bearer <token>"
 
 	mu        sync.Mutex
 	reqs      []fakeReq
@@ -57,6 +58,10 @@ func newFake(t *testing.T, warden bool) (*fakeServer, *httptest.Server) {
 		fmt.Fprint(w, `{"object":"list","data":[{"id":"fake-model","object":"model"}]}`)
 	})
 	mux.HandleFunc("GET /metrics", f.metrics)
+	mux.HandleFunc("POST /v1/messages/count_tokens", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, `{"input_tokens":%d}`, len(flatten(body))/4)
+	})
 	if warden {
 		mux.HandleFunc("GET /warden/status", f.status)
 		mux.HandleFunc("POST /warden/policy", f.setPolicy)
@@ -193,6 +198,10 @@ func (f *fakeServer) status(w http.ResponseWriter, r *http.Request) {
 }
 
 func (f *fakeServer) setPolicy(w http.ResponseWriter, r *http.Request) {
+	if f.token != "" && r.Header.Get("Authorization") != "Bearer "+f.token {
+		http.Error(w, "admin endpoints need a token", http.StatusForbidden)
+		return
+	}
 	var req struct{ Policy string }
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Policy == "" {
 		http.Error(w, "bad policy", http.StatusBadRequest)

@@ -8,8 +8,8 @@ import (
 	"github.com/schollz/progressbar/v3"
 )
 
-// progress shows one stage's advance. The zero of each method is a no-op
-// implementation (noProgress) for tests and --no-progress.
+// progress shows one stage's advance; noProgress is the silent one for
+// tests and --no-progress.
 type progress interface {
 	set(elapsed time.Duration, turns, inflight int)
 	describe(s string)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
 	"strconv"
@@ -22,10 +23,10 @@ const (
 )
 
 // wordLengths is the length distribution of pseudo-words (one entry per
-// 1/20 of probability). The simulator's tokenizer cuts " word" pre-tokens
-// into pieces of at most 4 bytes, so lengths 3 and 7 fill their pieces and
-// bring the text to about 3.9 characters per token (punctuation included).
-var wordLengths = [20]int{2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 7, 7, 7, 7, 7, 7, 7, 7, 7, 11}
+// 1/20 of probability), English-like: mean 4.2 letters. The simulator's
+// tokenizer makes about 4 characters per token of this text; bench measures
+// the target's ratio at start (--chars-per-token 0) rather than trusting it.
+var wordLengths = [20]int{1, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 6, 6, 7, 7, 8}
 
 // newTextGen returns a generator seeded from the given parts (hashed), so that
 // e.g. (seed, "first", stage, session) names one stream of text.
@@ -100,6 +101,28 @@ type Sizes struct {
 
 func (s Sizes) chars(tokens int) int {
 	return int(float64(tokens)*s.CharsPerToken + 0.5)
+}
+
+// calibrationChars are the two text lengths whose token counts give the
+// target's characters per token (the difference cancels the template).
+const calibrationShort, calibrationLong = 2000, 20000
+
+// measureCharsPerToken returns the characters per token of generated text
+// for the given tokenizer.
+func measureCharsPerToken(count func(text string) (int, error)) (float64, error) {
+	long := newTextGen("calibration").text(calibrationLong)
+	a, err := count(long[:calibrationShort])
+	if err != nil {
+		return 0, err
+	}
+	b, err := count(long)
+	if err != nil {
+		return 0, err
+	}
+	if b <= a {
+		return 0, fmt.Errorf("tokenizer counted %d tokens for %d characters and %d for %d", a, calibrationShort, b, calibrationLong)
+	}
+	return float64(calibrationLong-calibrationShort) / float64(b-a), nil
 }
 
 // systemPrompt is the prompt every session shares (depends on the seed only).

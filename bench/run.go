@@ -92,9 +92,10 @@ func newHTTPClient(maxConns int) *http.Client {
 	return &http.Client{Transport: tr}
 }
 
-// Run executes every planned stage and returns the results. On a bare
-// engine an A/B plan is an error unless allowEngine drops it (the default
-// --ab was not given explicitly).
+// Run executes every planned stage and returns the results (partial ones
+// with the error when a stage could not be prepared or ctx ends). Against a
+// bare engine an A/B plan is an error when abExplicit (the user gave --ab);
+// otherwise the default A/B is dropped with a notice and the stages run once.
 func (r *Runner) Run(ctx context.Context, abExplicit bool) (*Results, error) {
 	cfg := r.Cfg
 	if r.HC == nil {
@@ -104,6 +105,7 @@ func (r *Runner) Run(ctx context.Context, abExplicit bool) (*Results, error) {
 	if err != nil {
 		return nil, err
 	}
+	t.AdminToken = cfg.AdminToken
 	if !t.Warden && len(cfg.Variants) > 0 {
 		if abExplicit {
 			return nil, fmt.Errorf("--ab %v needs a warden, but %s is a bare engine", cfg.Variants, t.URL)
@@ -115,6 +117,9 @@ func (r *Runner) Run(ctx context.Context, abExplicit bool) (*Results, error) {
 		if cfg.Model, err = t.Model(ctx); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.Sizes.CharsPerToken == 0 {
+		cfg.Sizes.CharsPerToken = r.calibrate(ctx, t, cfg.Model)
 	}
 	res := r.newResults(t, cfg)
 	restore := r.savePolicy(ctx, t, cfg)
@@ -136,6 +141,18 @@ func (r *Runner) Run(ctx context.Context, abExplicit bool) (*Results, error) {
 		}
 	}
 	return res, nil
+}
+
+// calibrate measures the target tokenizer's characters per token of the
+// generated text, or falls back to FallbackCharsPerToken with a warning.
+func (r *Runner) calibrate(ctx context.Context, t *Target, model string) float64 {
+	cpt, err := measureCharsPerToken(func(text string) (int, error) { return t.CountTokens(ctx, model, text) })
+	if err != nil {
+		r.Log.Warn("cannot measure the tokenizer; set --chars-per-token", "err", err, "chars_per_token", FallbackCharsPerToken)
+		return FallbackCharsPerToken
+	}
+	r.Log.Info("measured the target's tokenizer", "chars_per_token", fmt.Sprintf("%.3f", cpt))
+	return cpt
 }
 
 // prepare switches the policy when the step's variant differs from the

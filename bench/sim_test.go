@@ -47,8 +47,10 @@ func TestAgainstSimulator(t *testing.T) {
 			// Sizes: the first turn's prompt is system + first message (+ the
 			// chat template's few tokens), within 2%.
 			want := float64(DefaultConfig().Sizes.SystemTokens + DefaultConfig().Sizes.FirstTokens)
-			if s.MeanPromptFirst == nil || math.Abs(*s.MeanPromptFirst-want)/want > 0.02 {
-				t.Errorf("first-turn prompt tokens %v, want %v ±2%%", s.MeanPromptFirst, want)
+			if s.MeanPromptFirst == nil {
+				t.Errorf("no usage.prompt_tokens on first turns")
+			} else if got := *s.MeanPromptFirst; math.Abs(got-want)/want > 0.02 {
+				t.Errorf("first-turn prompt tokens %.0f, want %.0f ±2%% (the sim's tokenizer moved: recalibrate DefaultCharsPerToken)", got, want)
 			}
 			out, all := 0, 0
 			for _, tr := range res.Turns {

@@ -19,7 +19,10 @@ import (
 type Target struct {
 	URL    string // base URL without a trailing slash
 	Warden bool   // true when /warden/status answers
-	hc     *http.Client
+	// AdminToken, when set, is sent as a bearer token on the warden's admin
+	// endpoints (needed when the bench is not on the warden's loopback).
+	AdminToken string
+	hc         *http.Client
 }
 
 // ErrNotWarden is returned by warden-only operations against a bare engine.
@@ -66,6 +69,9 @@ func (t *Target) post(ctx context.Context, path string, body []byte) error {
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if t.AdminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+t.AdminToken)
+	}
 	resp, err := t.hc.Do(req)
 	if err != nil {
 		return err
@@ -89,6 +95,29 @@ func (t *Target) Model(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("GET /v1/models: HTTP %d, no model id (pass --model)", code)
 	}
 	return id, nil
+}
+
+// CountTokens asks the target's tokenizer how many prompt tokens one user
+// message of text makes (POST /v1/messages/count_tokens, which vLLM, the
+// simulator and the warden serve).
+func (t *Target) CountTokens(ctx context.Context, model, text string) (int, error) {
+	body := mustJSON(map[string]any{"model": model, "messages": []map[string]string{{"role": "user", "content": text}}})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL+"/v1/messages/count_tokens", bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := t.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	n := gjson.GetBytes(b, "input_tokens")
+	if resp.StatusCode != http.StatusOK || !n.Exists() {
+		return 0, fmt.Errorf("POST /v1/messages/count_tokens: HTTP %d: %.200s", resp.StatusCode, b)
+	}
+	return int(n.Int()), nil
 }
 
 // Policy returns the warden's current routing policy.

@@ -110,7 +110,7 @@ func TestReadStream(t *testing.T) {
 	if err := readStream(streamResp(200, anth), APIAnthropic, &r, now); err != nil {
 		t.Fatal(err)
 	}
-	if r.Text != `Hi "you"!` || r.OutputTokens != 3 || r.PromptTokens != 100 || r.CachedTokens != 10 || r.FirstToken != time.Unix(1, 0) {
+	if r.Text != `Hi "you"!` || r.OutputTokens != 3 || r.PromptTokens != 90 || r.CachedTokens != 10 || r.FirstToken != time.Unix(1, 0) {
 		t.Errorf("anthropic: %+v", r)
 	}
 	oai := "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}],\"usage\":null}\n\n" +
@@ -189,7 +189,7 @@ func TestConfigValidate(t *testing.T) {
 		"--time-scale":  func(c *Config) { c.TimeScale = 0.5 },
 		"--ab":          func(c *Config) { c.Variants = []string{"off"} },
 		"--max-tokens":  func(c *Config) { c.MaxTokens = 0 },
-		"--chars-per":   func(c *Config) { c.Sizes.CharsPerToken = 0 },
+		"--chars-per":   func(c *Config) { c.Sizes.CharsPerToken = -1 },
 		"--stage":       func(c *Config) { c.Stage = 0 },
 		"token sizes":   func(c *Config) { c.Sizes.FirstTokens = 0 },
 		"--turns":       func(c *Config) { c.Turns = -1 },
@@ -213,5 +213,20 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"off", "sticky"}, parseVariants(" off, sticky ")); diff != "" {
 		t.Error(diff)
+	}
+}
+
+func TestMeasureCharsPerToken(t *testing.T) {
+	// A template of 12 tokens plus 5 characters per token: the difference of
+	// two lengths cancels the template.
+	cpt, err := measureCharsPerToken(func(s string) (int, error) { return 12 + len(s)/5, nil })
+	if err != nil || cpt != 5 {
+		t.Errorf("got %v, %v; want 5", cpt, err)
+	}
+	if _, err := measureCharsPerToken(func(string) (int, error) { return 7, nil }); err == nil {
+		t.Error("a constant count must be an error")
+	}
+	if _, err := measureCharsPerToken(func(string) (int, error) { return 0, io.ErrUnexpectedEOF }); err == nil {
+		t.Error("a failing tokenizer must be an error")
 	}
 }
