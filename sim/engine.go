@@ -134,7 +134,7 @@ func (e *Engine) Cancel(r *request) {
 func (e *Engine) Do(f func(s *Scheduler)) error {
 	done := make(chan struct{})
 	select {
-	case e.ctl <- func() { f(e.sched); close(done) }:
+	case e.ctl <- func() { f(e.sched); e.onStep(e.Snapshot()); close(done) }:
 	case <-e.stopped:
 		return ErrStopped
 	}
@@ -233,6 +233,7 @@ func (e *Engine) abort(r *request) {
 	}
 	e.sched.Abort(r.seq)
 	e.onDone("abort")
+	e.onStep(e.Snapshot())
 }
 
 // apply samples the step's tokens, publishes the snapshot and then hands the
