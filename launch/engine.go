@@ -1,0 +1,102 @@
+package launch
+
+import (
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/lmwarden/warden/gpu"
+)
+
+// Engine describes the program that serves one rank.
+type Engine struct {
+	Kind       string   // "vllm" or "sim"
+	VLLMPath   string   // vllm executable ("vllm" on PATH when empty); Kind "vllm" only
+	SimPath    string   // warden executable for Kind "sim"; os.Executable() when empty
+	Model      string   // model name or path, the positional argument of `serve`
+	ServedName string   // --served-model-name; Model when empty
+	MaxNumSeqs int      // --max-num-seqs; omitted when <= 0
+	TP         int      // --tensor-parallel-size; omitted when <= 1
+	SimArgs    []string // simulator-only flags, before Extra; Kind "sim" only
+	Extra      []string // the user's args after `--`, passed verbatim, last
+}
+
+// Argv is the command line that serves the model on 127.0.0.1:port:
+//
+//	vllm: VLLMPath serve MODEL --host 127.0.0.1 --port P --served-model-name N
+//	      --max-num-seqs S [--tensor-parallel-size T] --enable-prompt-tokens-details Extra...
+//	sim:  SimPath sim serve MODEL (the same flags) SimArgs... Extra...
+func (e Engine) Argv(port int) []string {
+	var argv []string
+	if e.Kind == "sim" {
+		self := e.SimPath
+		if self == "" {
+			if exe, err := os.Executable(); err == nil {
+				self = exe
+			} else {
+				self = os.Args[0]
+			}
+		}
+		argv = []string{self, "sim", "serve"}
+	} else {
+		path := e.VLLMPath
+		if path == "" {
+			path = "vllm"
+		}
+		argv = []string{path, "serve"}
+	}
+	name := e.ServedName
+	if name == "" {
+		name = e.Model
+	}
+	argv = append(argv, e.Model, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--served-model-name", name)
+	if e.MaxNumSeqs > 0 {
+		argv = append(argv, "--max-num-seqs", strconv.Itoa(e.MaxNumSeqs))
+	}
+	if e.TP > 1 {
+		argv = append(argv, "--tensor-parallel-size", strconv.Itoa(e.TP))
+	}
+	argv = append(argv, "--enable-prompt-tokens-details")
+	if e.Kind == "sim" {
+		argv = append(argv, e.SimArgs...)
+	}
+	return append(argv, e.Extra...)
+}
+
+const gib = 1 << 30
+
+// DefaultMaxNumSeqs is vLLM's own default for max_num_seqs of an API server
+// on devs: 1024 when every GPU has at least 70 GiB and none is an A100, else
+// 256 (also for no GPUs, e.g. the simulator).
+func DefaultMaxNumSeqs(devs []gpu.Device) int {
+	if len(devs) == 0 {
+		return 256
+	}
+	for _, d := range devs {
+		if d.MemTotal < 70*gib || strings.Contains(strings.ToUpper(d.Name), "A100") {
+			return 256
+		}
+	}
+	return 1024
+}
+
+// EngineEnv is the environment of an engine: base without VLLM_PORT (vLLM's
+// internal port, which would collide across ranks) and, when gpus is not
+// empty, with CUDA_VISIBLE_DEVICES set to them (comma-separated).
+func EngineEnv(base []string, gpus []string) []string {
+	out := make([]string, 0, len(base)+1)
+	for _, kv := range base {
+		if strings.HasPrefix(kv, "VLLM_PORT=") {
+			continue
+		}
+		if len(gpus) > 0 && strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	if len(gpus) > 0 {
+		out = append(out, "CUDA_VISIBLE_DEVICES="+strings.Join(gpus, ","))
+	}
+	return out
+}

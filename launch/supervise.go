@@ -1,0 +1,232 @@
+package launch
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// run is rank r's supervisor: the only writer of its state. It starts the
+// engine, reports the startup result, then restarts it after each crash
+// until Stop.
+func (g *Group) run(r *rank, startup chan<- error) {
+	defer g.wg.Done()
+	err := g.launch(r, "start")
+	startup <- err
+	if err != nil {
+		g.setState(r, Stopped, err.(*StartupError).Cause)
+		return
+	}
+	backoff := g.opts.RestartMin
+	for {
+		p := r.current()
+		readyAt := time.Now()
+		select {
+		case <-g.stopping:
+			g.stopProc(r, p)
+			g.setState(r, Stopped, "stopped")
+			return
+		case <-p.exited:
+		}
+		reason := crashReason(p)
+		g.cleanup(p)
+		g.setState(r, Down, reason)
+		if time.Since(readyAt) >= g.opts.RestartMax {
+			backoff = g.opts.RestartMin
+		}
+		if !g.restart(r, reason, &backoff) {
+			g.setState(r, Stopped, "stopped")
+			return
+		}
+	}
+}
+
+// restart starts r again after backoff (doubled per failed try) until an
+// engine is healthy (true) or Stop begins (false).
+func (g *Group) restart(r *rank, reason string, backoff *time.Duration) bool {
+	for {
+		r.log.Warn("engine down; restarting", "reason", reason, "after", backoff.String())
+		t := time.NewTimer(*backoff)
+		select {
+		case <-g.stopping:
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		*backoff = min(*backoff*2, g.opts.RestartMax)
+		r.mu.Lock()
+		r.restarts++
+		n := r.restarts
+		r.mu.Unlock()
+		fmt.Fprintf(r.logf, "\n=== warden: restart %d of rank %d at %s: the engine %s ===\n",
+			n, r.spec.Rank, time.Now().Format(time.RFC3339), reason)
+		err := g.launch(r, "restart")
+		if err == nil {
+			r.log.Info("engine restarted", "restarts", n)
+			return true
+		}
+		se := err.(*StartupError)
+		if se.Cause == "canceled" {
+			return false
+		}
+		reason = se.Cause + lastLineSuffix(se.LastLines)
+		g.setState(r, Down, reason)
+	}
+}
+
+// crashReason says why a running engine ended: "exited with status 1: <last line>".
+func crashReason(p *proc) string {
+	return p.exitReason() + lastLineSuffix(p.tail.Lines())
+}
+
+func lastLineSuffix(lines []string) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	return ": " + strings.TrimSpace(lines[len(lines)-1])
+}
+
+func (r *rank) current() *proc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur
+}
+
+// launch starts r's engine and waits until it is healthy. On failure the
+// engine is stopped and the error is a *StartupError.
+func (g *Group) launch(r *rank, what string) error {
+	s := r.spec
+	fail := func(cause string, p *proc) *StartupError {
+		se := &StartupError{Rank: s.Rank, Port: s.Port, GPUs: s.GPUs, Cause: cause, LogPath: s.LogPath}
+		if p != nil {
+			se.LastLines = p.tail.Lines()
+			se.Hint = Hint(se.LastLines, s.Port)
+			if se.Hint == "" && !p.alive() {
+				se.Hint = exitHint(p.signaled())
+			}
+		}
+		if se.Hint == "" && strings.HasPrefix(cause, "not healthy after") {
+			se.Hint = "loading can take minutes for large models: raise --startup-timeout, and check the log"
+		}
+		return se
+	}
+	if err := PortFree("127.0.0.1", s.Port); err != nil {
+		return fail("cannot start: "+err.Error(), nil)
+	}
+	fmt.Fprintf(r.logf, "=== warden: %s rank %d at %s: %s (CUDA_VISIBLE_DEVICES=%s) ===\n",
+		what, s.Rank, time.Now().Format(time.RFC3339), strings.Join(s.Argv, " "), strings.Join(s.GPUs, ","))
+	p, err := spawn(s.Argv, r.env, r.logf)
+	if err != nil {
+		return fail("cannot start "+s.Argv[0]+": "+err.Error(), nil)
+	}
+	r.mu.Lock()
+	r.cur = p
+	r.mu.Unlock()
+	g.setState(r, Starting, what)
+	r.log.Info("engine started", "pid", p.pid, "what", what)
+	cause := g.waitHealthy(r, p)
+	if cause == "" {
+		g.setState(r, Ready, "healthy")
+		r.log.Info("engine healthy", "pid", p.pid, "took", time.Since(p.started).Round(time.Millisecond).String())
+		return nil
+	}
+	if !p.alive() {
+		cause = p.exitReason()
+	}
+	g.stopProc(r, p)
+	return fail(cause, p)
+}
+
+// waitHealthy polls GET /health until it answers 200 while watching for the
+// process to exit, the timeout, and Stop. It returns "" when healthy, else
+// the cause: "exited ...", "not healthy after D", "canceled".
+func (g *Group) waitHealthy(r *rank, p *proc) string {
+	url := fmt.Sprintf("http://127.0.0.1:%d/health", r.spec.Port)
+	deadline := time.NewTimer(g.opts.StartupTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(g.opts.PollInterval)
+	defer tick.Stop()
+	loading := false
+	for {
+		if g.healthy(url) {
+			return ""
+		}
+		if !loading && p.tail.Wrote() {
+			loading = true
+			g.setState(r, Loading, "output")
+		}
+		select {
+		case <-g.stopping:
+			return "canceled"
+		case <-p.exited:
+			return p.exitReason()
+		case <-deadline.C:
+			return "not healthy after " + g.opts.StartupTimeout.String()
+		case <-tick.C:
+		}
+	}
+}
+
+// healthy reports whether GET url answered 200. Refused connections are
+// normal while the engine loads.
+func (g *Group) healthy(url string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := g.client.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// stopProc stops one engine: SIGTERM to its group, the grace (cut short by
+// a forced Stop), then SIGKILL to the group and to descendants that left it,
+// until none is left.
+func (g *Group) stopProc(r *rank, p *proc) {
+	if p == nil {
+		return
+	}
+	kids := descendants(context.Background(), p.pid)
+	if p.alive() {
+		r.log.Info("stopping engine", "pid", p.pid, "grace", g.opts.StopGrace.String())
+		if err := signalGroup(p.pid, sigTERM); err != nil {
+			r.log.Warn("SIGTERM failed", "pid", p.pid, "err", err)
+		}
+		t := time.NewTimer(g.opts.StopGrace)
+		select {
+		case <-p.exited:
+		case <-t.C:
+			r.log.Warn("engine still running after grace; killing its process group", "pid", p.pid)
+		case <-g.force:
+		}
+		t.Stop()
+	}
+	g.reap(r, p, kids)
+}
+
+// cleanup kills what is left of a crashed engine's group (its EngineCore may
+// outlive the API server and hold the GPU).
+func (g *Group) cleanup(p *proc) {
+	g.reap(nil, p, nil)
+}
+
+func (g *Group) reap(r *rank, p *proc, kids []*processT) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	left := killTree(ctx, p.pid, kids)
+	<-p.exited
+	if len(left) > 0 {
+		log := g.log
+		if r != nil {
+			log = r.log
+		}
+		log.Error("engine processes survived SIGKILL", "pgid", p.pid, "left", len(left))
+	}
+}

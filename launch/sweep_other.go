@@ -1,0 +1,17 @@
+//go:build !unix
+
+package launch
+
+import (
+	"context"
+
+	"github.com/shirou/gopsutil/v4/process"
+)
+
+func descendants(ctx context.Context, pid int) []*process.Process { return nil }
+
+func killTree(ctx context.Context, pgid int, extra []*process.Process) []*process.Process {
+	return nil
+}
+
+type processT = process.Process
