@@ -87,11 +87,8 @@ func WriteSVG(w io.Writer, res *Results) error {
 	ss := chartSeries(res)
 	lo, hi := logRange(ss)
 	rs := rows(res)
-	x := func(i int) float64 {
-		if len(rs) == 1 {
-			return padL + plotW/2
-		}
-		return padL + float64(i)*plotW/float64(len(rs)-1)
+	x := func(i int) float64 { // stages are categories, evenly spaced
+		return padL + plotW*(float64(i)+0.5)/float64(max(len(rs), 1))
 	}
 	y := func(v float64) float64 {
 		return padT + plotH*(float64(hi)-math.Log10(v))/float64(hi-lo)

@@ -19,7 +19,7 @@
 #   BENCH_DP          data-parallel replicas                      (default 4)
 #   BENCH_SCALE       simulator time scale (sim only)             (default 10)
 #   BENCH_STREAM      simulator --stream-interval (sim only)      (default 4)
-#   BENCH_SERVE_ARGS  extra `warden serve` flags                  (default "--max-num-seqs 32", the reference's)
+#   BENCH_SERVE_ARGS  extra `warden serve` flags (set but empty: none) (default "--max-num-seqs 32", the reference's)
 #   BENCH_ARGS        extra `warden bench` flags, e.g. "--stages 4,8 --stage 1m --reset-cache --alternate"
 #   BENCH_OUT         results folder                              (default bench-results/ab-<time>)
 #   BENCH_WAIT_S      seconds to wait for the warden to get ready (default 900)
@@ -38,7 +38,7 @@ engine_args=("$@")
 dp=${BENCH_DP:-4}
 scale=${BENCH_SCALE:-10}
 stream=${BENCH_STREAM:-4}
-serve_args=${BENCH_SERVE_ARGS:---max-num-seqs 32}
+serve_args=${BENCH_SERVE_ARGS---max-num-seqs 32}
 bench_args=${BENCH_ARGS:-}
 port=${WARDEN_PORT:-8000}
 out=${BENCH_OUT:-bench-results/ab-$(date +%Y%m%d-%H%M%S)}
