@@ -1,0 +1,240 @@
+package launch
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/lmwarden/warden/gpu"
+)
+
+func TestArgv(t *testing.T) {
+	tests := []struct {
+		name string
+		e    Engine
+		want []string
+	}{
+		{
+			name: "vllm with defaults from the engine",
+			e:    Engine{Kind: "vllm", Model: "Qwen/Qwen3-4B-Instruct-2507", MaxNumSeqs: 32, Extra: []string{"--max-model-len", "40960"}},
+			want: []string{"vllm", "serve", "Qwen/Qwen3-4B-Instruct-2507", "--host", "127.0.0.1", "--port", "8101",
+				"--served-model-name", "Qwen/Qwen3-4B-Instruct-2507", "--max-num-seqs", "32",
+				"--enable-prompt-tokens-details", "--max-model-len", "40960"},
+		},
+		{
+			name: "vllm path, served name and tensor parallel",
+			e:    Engine{Kind: "vllm", VLLMPath: "/opt/venv/bin/vllm", Model: "m", ServedName: "qwen", MaxNumSeqs: 256, TP: 2},
+			want: []string{"/opt/venv/bin/vllm", "serve", "m", "--host", "127.0.0.1", "--port", "8101",
+				"--served-model-name", "qwen", "--max-num-seqs", "256", "--tensor-parallel-size", "2",
+				"--enable-prompt-tokens-details"},
+		},
+		{
+			name: "sim puts its own flags before the user's",
+			e: Engine{Kind: "sim", SimPath: "/usr/bin/warden", Model: "m", MaxNumSeqs: 32,
+				SimArgs: []string{"--profile", "a4000"}, Extra: []string{"--time-scale", "9"}},
+			want: []string{"/usr/bin/warden", "sim", "serve", "m", "--host", "127.0.0.1", "--port", "8101",
+				"--served-model-name", "m", "--max-num-seqs", "32", "--enable-prompt-tokens-details",
+				"--profile", "a4000", "--time-scale", "9"},
+		},
+		{
+			name: "vllm ignores SimArgs and omits an unset max-num-seqs",
+			e:    Engine{Kind: "vllm", Model: "m", SimArgs: []string{"--profile", "x"}},
+			want: []string{"vllm", "serve", "m", "--host", "127.0.0.1", "--port", "8101",
+				"--served-model-name", "m", "--enable-prompt-tokens-details"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, tt.e.Argv(8101)); diff != "" {
+				t.Errorf("Argv() (-want +got):\n%s", diff)
+			}
+		})
+	}
+	exe, _ := os.Executable()
+	if got := (Engine{Kind: "sim", Model: "m"}).Argv(1)[0]; got != exe {
+		t.Errorf("sim without SimPath runs %q, want this executable %q", got, exe)
+	}
+}
+
+func TestDefaultMaxNumSeqs(t *testing.T) {
+	dev := func(name string, memGiB uint64) gpu.Device { return gpu.Device{Name: name, MemTotal: memGiB * gib} }
+	tests := []struct {
+		name string
+		devs []gpu.Device
+		want int
+	}{
+		{"no GPUs (simulator)", nil, 256},
+		{"H100 80GB", []gpu.Device{dev("NVIDIA H100 80GB HBM3", 80)}, 1024},
+		{"A100 80GB is excluded", []gpu.Device{dev("NVIDIA A100-SXM4-80GB", 80)}, 256},
+		{"A4000 16GB", []gpu.Device{dev("NVIDIA RTX A4000", 16)}, 256},
+		{"the smallest GPU of a group decides", []gpu.Device{dev("NVIDIA H200", 141), dev("NVIDIA L40S", 48)}, 256},
+	}
+	for _, tt := range tests {
+		if got := DefaultMaxNumSeqs(tt.devs); got != tt.want {
+			t.Errorf("%s: DefaultMaxNumSeqs() = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestEngineEnv(t *testing.T) {
+	base := []string{"PATH=/bin", "VLLM_PORT=9999", "CUDA_VISIBLE_DEVICES=0,1,2,3", "HF_HOME=/data"}
+	got := EngineEnv(base, []string{"GPU-a", "GPU-b"})
+	want := []string{"PATH=/bin", "HF_HOME=/data", "CUDA_VISIBLE_DEVICES=GPU-a,GPU-b"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("EngineEnv() with GPUs (-want +got):\n%s", diff)
+	}
+	got = EngineEnv(base, nil)
+	want = []string{"PATH=/bin", "CUDA_VISIBLE_DEVICES=0,1,2,3", "HF_HOME=/data"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("EngineEnv() without GPUs (-want +got):\n%s", diff)
+	}
+}
+
+func TestFreePorts(t *testing.T) {
+	ports, err := FreePorts(8, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if seen[p] || p <= 0 {
+			t.Errorf("port %d repeated or invalid in %v", p, ports)
+		}
+		seen[p] = true
+		if err := PortFree("127.0.0.1", p); err != nil {
+			t.Errorf("FreePorts gave %d but it cannot be bound: %v", p, err)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	busy := ln.Addr().(*net.TCPAddr).Port
+	if err := PortFree("127.0.0.1", busy); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Errorf("PortFree on a listening port = %v, want an in-use error", err)
+	}
+	if _, err := FreePorts(0, "127.0.0.1"); err == nil {
+		t.Error("FreePorts(0) succeeded")
+	}
+	if _, err := FreePorts(1, "no-such-host.invalid"); err == nil {
+		t.Error("FreePorts on a bad host succeeded")
+	}
+}
+
+func TestHint(t *testing.T) {
+	tests := []struct {
+		name  string
+		lines []string
+		want  string // a part of the hint; "" means no hint
+	}{
+		{"max model len with an estimate", []string{"noise", maxLenLog}, "--max-model-len 38528"},
+		{"max model len, older wording", []string{"ValueError: The model's max seq len (262144) is larger than the " +
+			"maximum number of tokens that can be stored in KV cache (41824). Try increasing `gpu_memory_utilization` " +
+			"or decreasing `max_model_len` when initializing the engine."}, "--max-model-len 41824"},
+		{"GPU already in use", []string{"ValueError: Free memory on device (3.1/15.7 GiB) on startup is less than " +
+			"desired GPU memory utilization (0.9, 14.1 GiB). Decrease GPU memory utilization or reduce GPU memory " +
+			"used by other processes."}, "already in use"},
+		{"CUDA OOM", []string{"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"}, "out of GPU memory"},
+		{"offline", []string{"OSError: We couldn't connect to 'https://huggingface.co' to load the files"}, "could not be downloaded"},
+		{"gated", []string{"huggingface_hub.errors.GatedRepoError: 401 Client Error."}, "HF_TOKEN"},
+		{"port in use", []string{"OSError: [Errno 98] Address already in use"}, "port 8101 is already in use"},
+		{"bad extra arg", []string{"vllm serve: error: unrecognized arguments: --max-modl-len"}, "after --"},
+		{"no GPU", []string{"RuntimeError: No CUDA GPUs are available"}, "--engine sim"},
+		{"unknown", []string{"Traceback (most recent call last):", "KeyError: 'x'"}, ""},
+	}
+	for _, tt := range tests {
+		got := Hint(tt.lines, 8101)
+		if tt.want == "" && got != "" || !strings.Contains(got, tt.want) {
+			t.Errorf("%s: Hint() = %q, want it to contain %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestTailWriterKeepsTheLastLines(t *testing.T) {
+	var file strings.Builder
+	tw := newTailWriter(&file)
+	if tw.Wrote() || tw.Last() != "" {
+		t.Fatal("a new tail is not empty")
+	}
+	for i := range 50 {
+		tw.Write([]byte("line " + itoa(i) + "\n"))
+	}
+	tw.Write([]byte("Loading shards: 10%\rLoading shards: 90%\rpart"))
+	tw.Write([]byte("ial"))
+	got := tw.Lines()
+	if len(got) != tailLines+1 {
+		t.Fatalf("kept %d lines, want %d + the unfinished one", len(got), tailLines)
+	}
+	want := []string{"Loading shards: 10%", "Loading shards: 90%", "partial"}
+	if diff := cmp.Diff(want, got[len(got)-3:]); diff != "" {
+		t.Errorf("last lines (-want +got):\n%s", diff)
+	}
+	if got[0] != "line 12" {
+		t.Errorf("oldest kept line = %q, want line 12", got[0])
+	}
+	if !strings.HasSuffix(file.String(), "90%\rpartial") || !tw.Wrote() {
+		t.Error("the log file did not get the output verbatim")
+	}
+}
+
+func TestStartupErrorMessage(t *testing.T) {
+	e := &StartupError{Rank: 2, Port: 8102, GPUs: []string{"GPU-x"}, Cause: "exited with status 1",
+		LastLines: []string{"a", "b"}, Hint: "do this", LogPath: "/run/rank-2.log"}
+	want := "engine rank 2 (port 8102, GPU GPU-x) failed to start: exited with status 1\n" +
+		"last lines of /run/rank-2.log:\n  | a\n  | b\nhint: do this\nfull log: /run/rank-2.log"
+	if diff := cmp.Diff(want, e.Error()); diff != "" {
+		t.Errorf("Error() (-want +got):\n%s", diff)
+	}
+}
+
+// fakeVLLM writes a vllm stand-in that prints version for --version and
+// help for `serve --help...`.
+func fakeVLLM(t *testing.T, version, help string) string {
+	t.Helper()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "help.txt"), []byte(help), 0o644)
+	script := "#!/bin/sh\n" +
+		"if [ \"$1\" = --version ]; then echo 'INFO 11-30 some torch warning'; echo '" + version + "'; exit 0; fi\n" +
+		"if [ \"$1\" = serve ]; then cat " + dir + "/help.txt; exit 0; fi\nexit 2\n"
+	path := filepath.Join(dir, "vllm")
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestCheckVLLM(t *testing.T) {
+	const goodHelp = "usage: vllm serve [model_tag] [options]\n  --port PORT\n  --enable-prompt-tokens-details\n"
+	tests := []struct {
+		name, path, wantVersion, wantErr string
+	}{
+		{"new enough", fakeVLLM(t, "0.11.0", goodHelp), "0.11.0", ""},
+		{"lacks the flag", fakeVLLM(t, "0.5.4", "usage: vllm serve\n  --port PORT\n"), "0.5.4", "has no --enable-prompt-tokens-details"},
+		{"unreadable help, new version", fakeVLLM(t, "0.10.1.1", "?"), "0.10.1.1", ""},
+		{"unreadable help, old version", fakeVLLM(t, "0.8.5", "?"), "0.8.5", "older than 0.9.0"},
+		{"no version", fakeVLLM(t, "garbage", goodHelp), "", "printed no version"},
+		{"missing", filepath.Join(t.TempDir(), "vllm"), "", "--engine sim"},
+	}
+	for _, tt := range tests {
+		v, err := CheckVLLM(context.Background(), tt.path)
+		if v != tt.wantVersion {
+			t.Errorf("%s: version %q, want %q", tt.name, v, tt.wantVersion)
+		}
+		if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+			t.Errorf("%s: error %v, want %q", tt.name, err, tt.wantErr)
+		}
+	}
+}
+
+func TestStateString(t *testing.T) {
+	got := []string{Starting.String(), Loading.String(), Ready.String(), Down.String(), Stopped.String(), State(9).String()}
+	if diff := cmp.Diff([]string{"starting", "loading", "healthy", "down", "stopped", "unknown"}, got); diff != "" {
+		t.Error(diff)
+	}
+}
