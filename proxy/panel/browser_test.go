@@ -104,6 +104,7 @@ func TestPageRendersInBrowser(t *testing.T) {
 	polled.Replicas[1].InFlight, polled.Replicas[1].Sticky = 77, 4242 // only the poll knows these
 	polled.InFlight = 3 + 77 + 5
 	polled.Warnings = []string{"from the poll"}
+	polled.Sessions = 2 // not overcommitted now, so the page shows the peak
 	polled.PeakOvercommit = &OvercommitPeak{At: polled.Now, Sessions: 26, MeanContextTokens: 58_100, CapacityTokens: 1_200_000}
 	srv := pageServer(t, initial, polled)
 	dom := runBrowser(t, browser, srv.URL+"/", "--dump-dom")
@@ -135,7 +136,7 @@ func TestPageRendersInBrowser(t *testing.T) {
 	}
 	for id, want := range map[string]string{
 		"badge-policy": "policysticky", "badge-affinity": "affinityon", "badge-spill": "spill threshold8 (auto)",
-		"badge-sticky": "sticky share97.3%", "badge-inflight": "in flight85", "badge-sessions": "sessions13",
+		"badge-sticky": "sticky share97.3%", "badge-inflight": "in flight85", "badge-sessions": "sessions2",
 		"share": fmtPct(cached / prompt), "model": "Qwen/Qwen3-4B-Instruct-2507",
 	} {
 		if got := domText(dom, "span", id); got != want {

@@ -80,7 +80,7 @@ func (p OvercommitPeak) message(lead string) string {
 
 // peakLine is the one-line note on the panel about a past overcommit.
 func (p OvercommitPeak) peakLine() string {
-	return fmt.Sprintf("KV cache was overcommitted during the run (worst at %s): %d sessions x %s = %s > %s tokens",
+	return fmt.Sprintf("KV cache overcommitted earlier (worst at %s): %d sessions x %s = %s > %s tokens",
 		p.At.Local().Format("15:04:05"), p.Sessions, fmtTokens(float64(p.MeanContextTokens)),
 		fmtTokens(float64(p.demand())), fmtTokens(float64(p.CapacityTokens)))
 }

@@ -18,7 +18,8 @@ var summaryColumns = table.Row{
 }
 
 // WriteSummary writes the exit summary: per replica and in total the
-// requests, sticky % (sticky turns / requests served there), spills
+// requests, sticky % (sticky turns / turns of known sessions served there,
+// i.e. requests less first turns and client-pinned ones), spills
 // (requests spilled onto it), client-pinned requests, the engines' prompt
 // and cached tokens with their hit % (prefix-cache counters since warden
 // start), the cached share from the usage reports, and the sessions placed
@@ -81,15 +82,26 @@ func writeWrapped(w io.Writer, msg string, width int) {
 // summaryRow is one summary row, in summaryColumns order.
 func summaryRow(name string, r Replica, sessions uint64) table.Row {
 	return table.Row{
-		name, r.Requests, fmtPct(ratio(float64(r.Sticky), float64(r.Requests))), r.SpilledIn, r.Pinned,
+		name, r.Requests, fmtPct(stickyShare(r)), r.SpilledIn, r.Pinned,
 		fmtTokens(r.PrefixQueries), fmtTokens(r.PrefixHits), fmtPct(ratio(r.PrefixHits, r.PrefixQueries)),
 		fmtPct(ratio(float64(r.CachedTokens), float64(r.PromptTokens))), sessions,
 	}
 }
 
+// stickyShare is the share of a replica's turns of known sessions (its
+// requests less first turns and client-pinned ones) that were sticky.
+func stickyShare(r Replica) float64 {
+	known := float64(r.Requests) - float64(r.New) - float64(r.Pinned)
+	if known <= 0 {
+		return 0
+	}
+	return min(1, float64(r.Sticky)/known)
+}
+
 // addReplica adds the summed counters of r into all.
 func addReplica(all *Replica, r Replica) {
 	all.Requests += r.Requests
+	all.New += r.New
 	all.Sticky += r.Sticky
 	all.SpilledIn += r.SpilledIn
 	all.Pinned += r.Pinned

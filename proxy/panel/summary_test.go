@@ -16,12 +16,13 @@ func TestWriteSummaryRows(t *testing.T) {
 	WriteSummary(&b, s)
 	out := b.String()
 	// Hand-computed from sampleStatus: replica requests sticky% spills pinned
-	// prompt-tok cached-tok hit cached-share sessions.
+	// prompt-tok cached-tok hit cached-share sessions; sticky% of replica 0 =
+	// 1100 / (1200 requests - 40 new - 0 pinned).
 	want := map[string][]string{
-		"0":   {"0", "1200", "91.7%", "17", "0", "10.00M", "8.10M", "81.0%", "80.6%", "40"},
-		"1":   {"1", "1237", "91.4%", "18", "2", "10.13M", "8.18M", "80.7%", "80.6%", "41"},
-		"2":   {"2", "1274", "91.2%", "19", "4", "10.26M", "8.26M", "80.4%", "80.6%", "42"},
-		"all": {"all", "3711", "91.4%", "54", "6", "30.39M", "24.53M", "80.7%", "80.6%", "241"},
+		"0":   {"0", "1200", "94.8%", "17", "0", "10.00M", "8.10M", "81.0%", "80.6%", "40"},
+		"1":   {"1", "1237", "94.7%", "18", "2", "10.13M", "8.18M", "80.7%", "80.6%", "41"},
+		"2":   {"2", "1274", "94.6%", "19", "4", "10.26M", "8.26M", "80.4%", "80.6%", "42"},
+		"all": {"all", "3711", "94.7%", "54", "6", "30.39M", "24.53M", "80.7%", "80.6%", "241"},
 	}
 	for first, w := range want {
 		if diff := cmp.Diff(w, rowFields(out, first)); diff != "" {
@@ -72,5 +73,21 @@ func TestWriteWrapped(t *testing.T) {
 	writeWrapped(&b, "aaa bbb ccc dddddddddddd e", 7)
 	if diff := cmp.Diff("aaa bbb\nccc\ndddddddddddd\ne\n", b.String()); diff != "" {
 		t.Error(diff)
+	}
+}
+
+func TestStickyShareGuards(t *testing.T) {
+	for _, c := range []struct {
+		r    Replica
+		want float64
+	}{
+		{Replica{}, 0},
+		{Replica{Requests: 2, New: 3}, 0},             // counters read at different moments: no underflow
+		{Replica{Requests: 10, New: 2, Sticky: 9}, 1}, // capped
+		{Replica{Requests: 10, New: 2, Pinned: 2, Sticky: 3}, 0.5},
+	} {
+		if got := stickyShare(c.r); got != c.want {
+			t.Errorf("stickyShare(%+v) = %v, want %v", c.r, got, c.want)
+		}
 	}
 }

@@ -53,10 +53,10 @@ func FormatStatusTable(w io.Writer, s Status) {
 		}
 	}
 	for _, m := range s.Warnings {
-		fmt.Fprintln(w, "! "+m)
+		writeWrapped(w, "! "+m, 100)
 	}
-	if p := s.PeakOvercommit; p != nil {
-		fmt.Fprintln(w, "! "+p.peakLine())
+	if _, over := Overcommit(s); s.PeakOvercommit != nil && !over {
+		writeWrapped(w, "! "+s.PeakOvercommit.peakLine(), 100)
 	}
 }
 

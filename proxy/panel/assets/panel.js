@@ -117,15 +117,27 @@
     }
     for (const m of s.warnings || []) w.append(el('li', m));
     const p = s.peak_overcommit;
-    if (p) {
+    if (p && !overNow(s)) {
       const at = new Date(p.at).toLocaleTimeString();
       const mean = p.mean_context_tokens, demand = p.sessions * mean;
-      w.append(el('li', 'KV cache was overcommitted during the run (worst at ' + at + '): ' + p.sessions +
+      w.append(el('li', 'KV cache overcommitted earlier (worst at ' + at + '): ' + p.sessions +
         ' sessions x ' + fmt.tokens(mean) + ' = ' + fmt.tokens(demand) + ' > ' + fmt.tokens(p.capacity_tokens) + ' tokens', 'peak'));
     }
   }
 
-  // lastHour keeps the series buckets that start within the hour before now.
+  // overNow mirrors Overcommit in overcommit.go: active sessions x mean
+  // context above the total KV capacity (then a warning says so already).
+  function overNow(s) {
+    let cap = (s.totals && s.totals.kv_capacity_tokens) || 0;
+    if (!cap) for (const r of s.replicas || []) cap += r.kv_capacity_tokens;
+    const n = s.active_context_sessions || 0;
+    if (!(s.sessions > 0 && n > 0 && s.active_context_tokens > 0 && cap > 0)) return false;
+    return s.sessions * Math.floor(s.active_context_tokens / n) > cap;
+  }
+
+  // lastHour keeps the series buckets that start within the hour before
+  // now. The chart spans the last hour, or less while the warden is younger
+  // (at least 5 minutes), so a fresh warden's first minutes are readable.
   function lastHour(s) {
     const now = Date.parse(s.now) || Date.now();
     const from = now - HOUR * 1000;
@@ -133,7 +145,9 @@
       t: Date.parse(p.t), w: p.seconds || 1, cached: p.cached_tokens || 0,
       computed: p.computed_tokens || 0, completion: p.completion_tokens || 0,
     })).filter((p) => !isNaN(p.t) && p.t >= from && p.t <= now);
-    return { now, from, pts };
+    const up = (s.uptime_seconds || 0) * 1000;
+    const span = Math.max(5 * 60000, Math.min(HOUR * 1000, up > 0 ? up : HOUR * 1000));
+    return { now, from, span, pts };
   }
 
   function renderShare(h) {
@@ -168,7 +182,8 @@
   // mid line and completion tok/s mirrored below it, one step per bucket.
   function renderChart(h) {
     const W = 960, H = 340, L = 64, R = 12, T = 12, B = 26, MID = T + (H - T - B) * 0.68;
-    const x = (t) => L + ((t - h.from) / (HOUR * 1000)) * (W - L - R);
+    const start = h.now - h.span;
+    const x = (t) => L + ((t - start) / h.span) * (W - L - R);
     let upMax = 0, downMax = 0;
     for (const p of h.pts) {
       upMax = Math.max(upMax, (p.cached + p.computed) / p.w);
@@ -180,7 +195,8 @@
     const paths = { cached: '', computed: '', completion: '' };
     const step = (x0, x1, ya, yb) => 'M' + x0.toFixed(1) + ' ' + ya.toFixed(1) + 'H' + x1.toFixed(1) + 'V' + yb.toFixed(1) + 'H' + x0.toFixed(1) + 'Z';
     for (const p of h.pts) {
-      const x0 = x(p.t), x1 = Math.min(x(p.t + p.w * 1000), W - R);
+      if (p.t + p.w * 1000 <= start) continue;
+      const x0 = Math.max(x(p.t), L), x1 = Math.min(x(p.t + p.w * 1000), W - R);
       const c = p.cached / p.w, u = p.computed / p.w, o = p.completion / p.w;
       if (c > 0) paths.cached += step(x0, x1, yUp(c), MID);
       if (u > 0) paths.computed += step(x0, x1, yUp(c + u), yUp(c));
@@ -193,9 +209,12 @@
     }
     g.push(svg('line', { class: 'grid', x1: L, x2: W - R, y1: yDown(downMax), y2: yDown(downMax) }));
     g.push(svg('text', { x: L - 6, y: yDown(downMax) + 4, 'text-anchor': 'end' }, fmt.tokens(downMax) + '/s'));
-    for (const m of [60, 45, 30, 15, 0]) {
+    const spanMin = h.span / 60000;
+    const tick = [1, 2, 5, 10, 15].find((t) => spanMin / t <= 6) || 15;
+    for (let m = 0; m <= spanMin + 1e-9; m += tick) {
       const xx = x(h.now - m * 60000);
-      g.push(svg('text', { x: xx, y: H - 8, 'text-anchor': m === 0 ? 'end' : 'middle' }, m === 0 ? 'now' : '−' + m + ' min'));
+      const anchor = m === 0 ? 'end' : (m + tick > spanMin + 1e-9 ? 'start' : 'middle');
+      g.push(svg('text', { x: xx, y: H - 8, 'text-anchor': anchor }, m === 0 ? 'now' : '−' + m + ' min'));
     }
     for (const k of ['cached', 'computed', 'completion']) g.push(svg('path', { id: 'area-' + k, class: k, d: paths[k] }));
     g.push(svg('line', { class: 'axis', x1: L, x2: W - R, y1: MID, y2: MID }));
