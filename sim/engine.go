@@ -18,6 +18,11 @@ type Snapshot struct {
 	Running, Waiting int
 	KVUsage          float64
 	Counters         Counters
+	// BusySeconds is simulated time spent in steps; LagSeconds is simulated
+	// time lost because the engine (CPU) started a step later than the
+	// previous one ended. LagSeconds/(BusySeconds+LagSeconds) near 0 means
+	// the process keeps up with its time scale.
+	BusySeconds, LagSeconds float64
 }
 
 // request is one generation request as handlers and the engine share it.
@@ -77,6 +82,8 @@ type Engine struct {
 
 	wallStart time.Time
 	simT      float64
+	busy, lag float64
+	wasBusy   bool // the previous loop iteration ran a step
 	nextID    uint64
 	idMu      sync.Mutex
 }
@@ -150,6 +157,7 @@ func (e *Engine) Run(ctx context.Context) {
 	defer close(e.stopped)
 	for {
 		if e.sched.Idle() {
+			e.wasBusy = false
 			select {
 			case <-ctx.Done():
 				return
@@ -167,14 +175,33 @@ func (e *Engine) Run(ctx context.Context) {
 			continue
 		}
 		b := e.sched.Schedule()
-		start := max(e.simT, e.SimNow())
-		end := start + e.prof.StepSeconds(b.Cost(), e.cfg.DecodeGBps)
+		dur := e.prof.StepSeconds(b.Cost(), e.cfg.DecodeGBps)
+		end := e.stepStart() + dur
 		if !e.waitUntil(ctx, end) {
 			return
 		}
-		e.simT = end
+		e.simT, e.busy, e.wasBusy = end, e.busy+dur, true
 		e.apply(b, end)
 	}
+}
+
+// maxLateWall is how far behind wall time a busy engine may run and still
+// catch up (timer wake-ups are late by a fraction of a millisecond each);
+// beyond it the lost time counts as lag.
+const maxLateWall = 20 * time.Millisecond
+
+// stepStart is the simulated start of the next step: back to back with the
+// previous one while the engine is busy and keeping up, else now.
+func (e *Engine) stepStart() float64 {
+	now := e.SimNow()
+	if !e.wasBusy {
+		return max(e.simT, now)
+	}
+	if late := now - e.simT; late > maxLateWall.Seconds()*e.cfg.TimeScale {
+		e.lag += late
+		return now
+	}
+	return e.simT
 }
 
 func (e *Engine) drain() {
@@ -251,7 +278,7 @@ func (e *Engine) apply(b Batch, now float64) {
 	}
 	for _, q := range emitted {
 		if q.Output == 1 {
-			e.onTTFT(now - q.Owner.(*request).arrival)
+			e.onTTFT(max(0, now-q.Owner.(*request).arrival))
 		}
 	}
 	for _, q := range finished {
@@ -280,6 +307,7 @@ func (e *Engine) Snapshot() Snapshot {
 	return Snapshot{
 		Running: e.sched.NumRunning(), Waiting: e.sched.NumWaiting(),
 		KVUsage: e.sched.Pool().Usage(), Counters: e.sched.Counters,
+		BusySeconds: e.busy, LagSeconds: e.lag,
 	}
 }
 

@@ -147,3 +147,7 @@ func get(t *testing.T, url string) (int, gjson.Result) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, gjson.ParseBytes(b)
 }
+
+func stringsReader(s string) io.Reader { return strings.NewReader(s) }
+
+func parse(raw []byte) gjson.Result { return gjson.ParseBytes(raw) }

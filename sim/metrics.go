@@ -82,6 +82,12 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.cacheInfo, prometheus.GaugeValue, 1)
 }
 
+func (m *metrics) snapshot() Snapshot {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.snap
+}
+
 func (m *metrics) publish(s Snapshot) {
 	m.mu.Lock()
 	m.snap = s

@@ -82,9 +82,11 @@ func (s *server) handleModels(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleVersion(w http.ResponseWriter, r *http.Request) {
+	snap := s.met.snapshot()
 	v := map[string]any{
 		"version": Version,
-		"sim":     map[string]any{"profile": s.prof.Name, "time_scale": s.cfg.TimeScale, "kv_tokens": s.kvTokens},
+		"sim": map[string]any{"profile": s.prof.Name, "time_scale": s.cfg.TimeScale, "kv_tokens": s.kvTokens,
+			"busy_seconds": snap.BusySeconds, "lag_seconds": snap.LagSeconds},
 	}
 	if s.childPID != 0 {
 		v["child_pid"] = s.childPID
