@@ -73,8 +73,11 @@ func (c *Config) Validate() error {
 	check(c.Turns < 0, "--turns must be >= 0")
 	check(c.MaxTokens < 1, "--max-tokens must be >= 1")
 	check(len(c.Stages) == 0, "--stages must name at least one concurrency")
+	seen := map[int]bool{}
 	for _, n := range c.Stages {
 		check(n < 1 || n > 4096, "--stages: each concurrency must be in 1..4096, got %d", n)
+		check(seen[n], "--stages: %d is listed twice", n)
+		seen[n] = true
 	}
 	check(c.Stage <= 0, "--stage must be > 0")
 	check(c.Drain < 0, "--drain must be >= 0")

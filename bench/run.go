@@ -89,6 +89,7 @@ func newHTTPClient(maxConns int) *http.Client {
 	tr.MaxIdleConns = maxConns + 16
 	tr.MaxIdleConnsPerHost = maxConns + 16
 	tr.DisableCompression = true
+	tr.Proxy = nil // load goes straight to the target, never via $HTTP_PROXY
 	return &http.Client{Transport: tr}
 }
 

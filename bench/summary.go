@@ -83,11 +83,7 @@ func summarize(variant string, sessions int, seconds float64, turns []TurnRecord
 		s.TTFBP50, s.TTFBP95 = ptr(quantile(ttfb, 0.50)), ptr(quantile(ttfb, 0.95))
 	}
 	if len(busy) > 0 {
-		sum := 0
-		for _, b := range busy {
-			sum += b
-		}
-		s.ReplicasBusy = ptr(float64(sum) / float64(len(busy)))
+		s.ReplicasBusy = ptr(float64(sumInts(busy)) / float64(len(busy)))
 	}
 	if countersOK {
 		s.PrefixHits, s.PrefixQueries = hits, queries
@@ -102,6 +98,14 @@ func summarize(variant string, sessions int, seconds float64, turns []TurnRecord
 		s.MeanPromptFirst = ptr(float64(firstPrompt) / float64(firsts))
 	}
 	return s
+}
+
+func sumInts(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
 
 func btoi(b bool) int {

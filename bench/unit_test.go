@@ -196,6 +196,7 @@ func TestConfigValidate(t *testing.T) {
 		"--poll":        func(c *Config) { c.Poll = 0 },
 		"--drain":       func(c *Config) { c.Drain = -time.Second },
 		"--stages none": func(c *Config) { c.Stages = nil },
+		"--stages dup":  func(c *Config) { c.Stages = []int{4, 8, 4} },
 	} {
 		c := good
 		mutate(&c)
