@@ -2,6 +2,7 @@ package launch
 
 import (
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -99,4 +100,22 @@ func EngineEnv(base []string, gpus []string) []string {
 		out = append(out, "CUDA_VISIBLE_DEVICES="+strings.Join(gpus, ","))
 	}
 	return out
+}
+
+// Specs builds one Spec per rank r of e: port ports[r], the GPUs of
+// groups[r] (as UUIDs, see gpu.VisibleDevices; groups may be nil for the
+// simulator) and the log file logDir/rank-r.log. extraEnv is added to
+// every rank's environment.
+func Specs(e Engine, ports []int, groups [][]gpu.Device, logDir string, extraEnv ...string) []Spec {
+	specs := make([]Spec, len(ports))
+	for r, port := range ports {
+		specs[r] = Spec{
+			Rank: r, Port: port, Argv: e.Argv(port), Env: extraEnv,
+			LogPath: filepath.Join(logDir, "rank-"+strconv.Itoa(r)+".log"),
+		}
+		if r < len(groups) {
+			specs[r].GPUs = gpu.VisibleDevices(groups[r])
+		}
+	}
+	return specs
 }

@@ -382,3 +382,30 @@ func TestMissingExecutableIsAStartupError(t *testing.T) {
 		t.Fatalf("Start error = %v", err)
 	}
 }
+
+// BenchmarkStartStop measures warden's own overhead for a 4-rank group of
+// fake engines that are healthy at once: fork/exec, health polling, group
+// stop with SIGTERM and the descendant sweep.
+func BenchmarkStartStop(b *testing.B) {
+	exe, _ := os.Executable()
+	for b.Loop() {
+		dir := b.TempDir()
+		ports, err := FreePorts(4, "127.0.0.1")
+		if err != nil {
+			b.Fatal(err)
+		}
+		var specs []Spec
+		for i, p := range ports {
+			specs = append(specs, Spec{Rank: i, Port: p, LogPath: filepath.Join(dir, strconv.Itoa(i)+".log"),
+				Argv: []string{exe, "serve", "m", "--port", strconv.Itoa(p)},
+				Env:  []string{roleEnv + "=engine", "FAKE_FORK=group"}})
+		}
+		g, err := Start(context.Background(), specs, Options{PollInterval: 5 * time.Millisecond})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := g.Stop(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

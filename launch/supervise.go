@@ -107,6 +107,9 @@ func (g *Group) launch(r *rank, what string) error {
 				se.Hint = exitHint(p.signaled())
 			}
 		}
+		if p == nil && strings.Contains(cause, "is in use") {
+			se.Hint = Hint([]string{"Address already in use"}, s.Port)
+		}
 		if se.Hint == "" && strings.HasPrefix(cause, "not healthy after") {
 			se.Hint = "loading can take minutes for large models: raise --startup-timeout, and check the log"
 		}
