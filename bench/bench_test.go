@@ -175,7 +175,7 @@ func TestABDriverSwitchesPolicyInOrder(t *testing.T) {
 		want      []string // POST /warden/policy bodies, incl. the final restore
 	}{
 		{"variant-major like the reference", false, []int{1, 2}, []string{"off", "sticky", "custom"}},
-		{"alternating", true, []int{1, 2, 1}, []string{"off", "sticky", "off", "sticky", "custom"}},
+		{"alternating", true, []int{1, 2, 3}, []string{"off", "sticky", "off", "sticky", "custom"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
