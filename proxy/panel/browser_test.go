@@ -109,26 +109,7 @@ func TestPageRendersInBrowser(t *testing.T) {
 	srv := pageServer(t, initial, polled)
 	dom := runBrowser(t, browser, srv.URL+"/", "--dump-dom")
 
-	// Replica 0 written out by hand; every row also against the Status.
-	want0 := []string{"0", "0", "8101", "up", "3", "1100", "17", "0", "3", "0", "41.2%", "41.9k", "81.0%", "2", "0"}
-	if diff := cmp.Diff(want0, domCells(dom, "replica-0")); diff != "" {
-		t.Errorf("replica 0 row (-want +got):\n%s\nDOM:\n%s", diff, dom)
-	}
-	for _, r := range polled.Replicas {
-		want := []string{
-			strconv.Itoa(r.Rank), fmtGPUs(r.GPUs), strconv.Itoa(r.Port), fmtUp(r), strconv.Itoa(r.InFlight),
-			fmt.Sprint(r.Sticky), fmt.Sprint(r.SpilledIn), fmt.Sprint(r.Pinned), fmtNum(r.Running), fmtNum(r.Waiting),
-			fmtPct(r.KVUsed), fmtTokens(float64(r.KVCapacityTokens)), fmtPct(r.HitRate),
-			strconv.Itoa(r.ActiveSessions), strconv.Itoa(r.Restarts),
-		}
-		if diff := cmp.Diff(want, domCells(dom, fmt.Sprintf("replica-%d", r.Rank))); diff != "" {
-			t.Errorf("replica %d row (-want +got):\n%s", r.Rank, diff)
-		}
-	}
-	wantTotals := []string{"all", "", "", "2/3", "85", "6504", "54", "6", "12", "3", "47.3%", "125.9k", "80.7%", "9", "1"}
-	if diff := cmp.Diff(wantTotals, domCells(dom, "replica-totals")); diff != "" {
-		t.Errorf("totals row (-want +got):\n%s", diff)
-	}
+	checkDOMRows(t, dom, polled)
 	var cached, prompt float64
 	for _, p := range polled.Series {
 		cached += float64(p.CachedTokens)
@@ -157,6 +138,32 @@ func TestPageRendersInBrowser(t *testing.T) {
 	}
 	if strings.Contains(dom, "<li>from the initial render</li>") {
 		t.Error("the page never replaced its initial status with the polled one")
+	}
+}
+
+// checkDOMRows checks the replica rows and the totals row of the rendered
+// table against s (the polled status of TestPageRendersInBrowser).
+func checkDOMRows(t *testing.T, dom string, s Status) {
+	t.Helper()
+	// Replica 0 written out by hand; every row also against the Status.
+	want0 := []string{"0", "0", "8101", "up", "3", "1100", "17", "0", "3", "0", "41.2%", "41.9k", "81.0%", "2", "0"}
+	if diff := cmp.Diff(want0, domCells(dom, "replica-0")); diff != "" {
+		t.Errorf("replica 0 row (-want +got):\n%s\nDOM:\n%s", diff, dom)
+	}
+	for _, r := range s.Replicas {
+		want := []string{
+			strconv.Itoa(r.Rank), fmtGPUs(r.GPUs), strconv.Itoa(r.Port), fmtUp(r), strconv.Itoa(r.InFlight),
+			fmt.Sprint(r.Sticky), fmt.Sprint(r.SpilledIn), fmt.Sprint(r.Pinned), fmtNum(r.Running), fmtNum(r.Waiting),
+			fmtPct(r.KVUsed), fmtTokens(float64(r.KVCapacityTokens)), fmtPct(r.HitRate),
+			strconv.Itoa(r.ActiveSessions), strconv.Itoa(r.Restarts),
+		}
+		if diff := cmp.Diff(want, domCells(dom, fmt.Sprintf("replica-%d", r.Rank))); diff != "" {
+			t.Errorf("replica %d row (-want +got):\n%s", r.Rank, diff)
+		}
+	}
+	wantTotals := []string{"all", "", "", "2/3", "85", "6504", "54", "6", "12", "3", "47.3%", "125.9k", "80.7%", "9", "1"}
+	if diff := cmp.Diff(wantTotals, domCells(dom, "replica-totals")); diff != "" {
+		t.Errorf("totals row (-want +got):\n%s", diff)
 	}
 }
 
