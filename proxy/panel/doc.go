@@ -2,4 +2,11 @@
 // served at /warden/status, the HTML status page (assets embedded), the
 // `warden status` terminal table, the exit summary, and the Prometheus
 // collector that mirrors per-replica state at scrape time.
+//
+// The proxy fills Status (types.go) from live state and mounts
+// PageHandler ("/", "/warden", "/warden/", "/warden/assets/...") and
+// JSONHandler (StatusPath); it keeps Status.PeakOvercommit with UpdatePeak
+// and turns Overcommit into a warning. The page, the table and the summary
+// share one set of number formats (format.go; assets/panel.js mirrors it,
+// and the headless-browser test checks that they agree).
 package panel
