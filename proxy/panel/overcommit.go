@@ -6,7 +6,8 @@ import (
 )
 
 // Overcommit reports whether the active conversations need more KV cache
-// than all replicas together have: active sessions x their mean context >
+// than all replicas together have: active sessions (ConcurrentSessions if
+// set, else Sessions) x their mean context >
 // total KV capacity (the rule of thumb from the field: past that point
 // conversations evict each other's prefixes and the cached share falls).
 // msg names the numbers and what to do; it is "" when over is false, which
@@ -45,11 +46,15 @@ func UpdatePeak(prev *OvercommitPeak, s Status) *OvercommitPeak {
 // number is unknown.
 func loadOf(s Status) (OvercommitPeak, bool) {
 	capTok := totalCapacity(s)
-	if s.Sessions <= 0 || s.ActiveContextSessions <= 0 || s.ActiveContextTokens == 0 || capTok <= 0 {
+	n := s.Sessions
+	if s.ConcurrentSessions > 0 {
+		n = s.ConcurrentSessions
+	}
+	if n <= 0 || s.ActiveContextSessions <= 0 || s.ActiveContextTokens == 0 || capTok <= 0 {
 		return OvercommitPeak{}, false
 	}
 	mean := int(s.ActiveContextTokens / uint64(s.ActiveContextSessions))
-	return OvercommitPeak{At: s.Now, Sessions: s.Sessions, MeanContextTokens: mean, CapacityTokens: capTok}, true
+	return OvercommitPeak{At: s.Now, Sessions: n, MeanContextTokens: mean, CapacityTokens: capTok}, true
 }
 
 // demand is sessions x mean context, in tokens.

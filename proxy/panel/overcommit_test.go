@@ -66,3 +66,15 @@ func TestUpdatePeakKeepsTheWorst(t *testing.T) {
 		t.Errorf("peak (-want +got):\n%s", diff)
 	}
 }
+
+func TestOvercommitPrefersConcurrentSessions(t *testing.T) {
+	s := loadStatus(40, 30_000, time.Time{}, 100_000) // 40 in the table, most of them idle
+	s.ConcurrentSessions = 3                          // 3 x 30k = 90k fits
+	if msg, over := Overcommit(s); over {
+		t.Errorf("idle sessions counted: %s", msg)
+	}
+	s.ConcurrentSessions = 4 // 120k does not
+	if msg, _ := Overcommit(s); !strings.Contains(msg, ": 4 active sessions x 30.0k") {
+		t.Errorf("got %q", msg)
+	}
+}

@@ -35,6 +35,11 @@ type Status struct {
 	// ActiveContextTokens / ActiveContextSessions. Both 0 when unknown.
 	ActiveContextTokens   uint64 `json:"active_context_tokens"`
 	ActiveContextSessions int    `json:"active_context_sessions"`
+	// ConcurrentSessions counts the sessions that had a turn recently (the
+	// proxy chooses the window, e.g. 5 minutes), as opposed to Sessions,
+	// which keeps idle ones until their TTL. Overcommit uses it when > 0,
+	// else Sessions; ActiveContext* should then cover the same sessions.
+	ConcurrentSessions int `json:"concurrent_sessions,omitempty"`
 	// PeakOvercommit is the worst moment of the run at which active sessions
 	// x mean context exceeded the total KV capacity; nil if that never
 	// happened. The proxy keeps it with UpdatePeak on every snapshot.

@@ -131,8 +131,9 @@
     let cap = (s.totals && s.totals.kv_capacity_tokens) || 0;
     if (!cap) for (const r of s.replicas || []) cap += r.kv_capacity_tokens;
     const n = s.active_context_sessions || 0;
-    if (!(s.sessions > 0 && n > 0 && s.active_context_tokens > 0 && cap > 0)) return false;
-    return s.sessions * Math.floor(s.active_context_tokens / n) > cap;
+    const sessions = s.concurrent_sessions > 0 ? s.concurrent_sessions : s.sessions;
+    if (!(sessions > 0 && n > 0 && s.active_context_tokens > 0 && cap > 0)) return false;
+    return sessions * Math.floor(s.active_context_tokens / n) > cap;
   }
 
   // lastHour keeps the series buckets that start within the hour before
