@@ -354,6 +354,18 @@ func TestKilledWardenLeavesNoEngine(t *testing.T) {
 	}
 	cmd.Wait()
 	assertGone(t, "after the warden was SIGKILLed", pids...)
+	// The engine writes its log file directly, so its shutdown is on record.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		log, _ := os.ReadFile(filepath.Join(dir, "rank-0.log"))
+		if strings.Contains(string(log), "fake engine: shut down") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 0 log lacks the engine's shutdown line:\n%s", log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func TestStartRejectsBadSpecs(t *testing.T) {

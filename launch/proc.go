@@ -3,6 +3,7 @@ package launch
 import (
 	"errors"
 	"io"
+	"os"
 	"os/exec"
 	"runtime"
 	"syscall"
@@ -12,29 +13,39 @@ import (
 // proc is one run of an engine process (a rank has a new one per restart).
 type proc struct {
 	cmd     *exec.Cmd
-	pid     int // also the process group id
-	tail    *tailWriter
+	pid     int         // also the process group id
+	tail    *tailWriter // fed from the log file by follow
 	started time.Time
 	exited  chan struct{} // closed after Wait returned; err is set then
+	drained chan struct{} // closed when tail has all the output written before exit
 	err     error
 }
+
+// followEvery is how often the log file is read for new engine output.
+const followEvery = 50 * time.Millisecond
 
 // spawn starts argv in its own process group from a goroutine locked to its
 // OS thread for the life of the process: Pdeathsig fires when the thread that
 // forked the child exits, and the Go runtime retires threads of unlocked
 // goroutines. The goroutine reaps the process and closes exited.
-func spawn(argv, env []string, out io.Writer) (*proc, error) {
+//
+// The engine writes straight into logf (no pipe): its log keeps what it
+// prints even after a SIGKILLed warden (a broken pipe would make a Go
+// engine die of SIGPIPE mid-shutdown), and orphans cannot hang Wait on a
+// pipe. The last lines are read back from the file.
+func spawn(argv, env []string, logf *os.File) (*proc, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, errors.New("empty command line")
 	}
-	tail := newTailWriter(out)
+	from, err := logf.Seek(0, io.SeekEnd)
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = tail, tail
+	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = sysProcAttr()
-	// Orphans (EngineCore) may hold the output pipe; don't let them hang Wait.
-	cmd.WaitDelay = 2 * time.Second
-	p := &proc{cmd: cmd, tail: tail, exited: make(chan struct{})}
+	p := &proc{cmd: cmd, tail: newTailWriter(io.Discard), exited: make(chan struct{}), drained: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
 		// Never unlocked: the thread must outlive the engine. When this
@@ -54,7 +65,42 @@ func spawn(argv, env []string, out io.Writer) (*proc, error) {
 	if err := <-started; err != nil {
 		return nil, err
 	}
+	go p.follow(logf.Name(), from)
 	return p, nil
+}
+
+// follow feeds the engine's output (the log file from offset from on) into
+// p.tail until the process has exited, then reads the rest and closes drained.
+func (p *proc) follow(path string, from int64) {
+	defer close(p.drained)
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
+		return
+	}
+	t := time.NewTicker(followEvery)
+	defer t.Stop()
+	for {
+		_, _ = io.Copy(p.tail, f)
+		select {
+		case <-p.exited:
+			_, _ = io.Copy(p.tail, f)
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// lastLines waits until an exited process's output is read, then returns
+// its last lines.
+func (p *proc) lastLines() []string {
+	if !p.alive() {
+		<-p.drained
+	}
+	return p.tail.Lines()
 }
 
 // alive reports whether the process has not been reaped yet.

@@ -78,7 +78,7 @@ func (g *Group) restart(r *rank, reason string, backoff *time.Duration) bool {
 
 // crashReason says why a running engine ended: "exited with status 1: <last line>".
 func crashReason(p *proc) string {
-	return p.exitReason() + lastLineSuffix(p.tail.Lines())
+	return p.exitReason() + lastLineSuffix(p.lastLines())
 }
 
 func lastLineSuffix(lines []string) string {
@@ -101,7 +101,7 @@ func (g *Group) launch(r *rank, what string) error {
 	fail := func(cause string, p *proc) *StartupError {
 		se := &StartupError{Rank: s.Rank, Port: s.Port, GPUs: s.GPUs, Cause: cause, LogPath: s.LogPath}
 		if p != nil {
-			se.LastLines = p.tail.Lines()
+			se.LastLines = p.lastLines()
 			se.Hint = Hint(se.LastLines, s.Port)
 			if se.Hint == "" && !p.alive() {
 				se.Hint = exitHint(p.signaled())

@@ -11,8 +11,8 @@ import (
 // messages.
 const tailLines = 40
 
-// tailWriter passes an engine's output to a log file and keeps its last
-// complete lines (and the partial one) in memory. A carriage return ends a
+// tailWriter keeps the last complete lines (and the partial one) of an
+// engine's output, read back from its log file, and passes the bytes on to out. A carriage return ends a
 // line too, so progress bars show their latest state. Safe for concurrent use.
 type tailWriter struct {
 	out io.Writer
@@ -25,8 +25,7 @@ type tailWriter struct {
 
 func newTailWriter(out io.Writer) *tailWriter { return &tailWriter{out: out} }
 
-// Write writes p to the log file and records its lines. A log file error is
-// returned after the lines are recorded.
+// Write records p's lines and writes p to out.
 func (t *tailWriter) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	t.wrote = t.wrote || len(p) > 0
