@@ -13,6 +13,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lmwarden/warden/bench"
+	"github.com/lmwarden/warden/gpu"
+	"github.com/lmwarden/warden/proxy/panel"
 	"github.com/lmwarden/warden/sim"
 )
 
@@ -25,6 +27,9 @@ func main() {
 		Usage:   "sticky, load-aware data-parallel router for local vLLM",
 		Version: version,
 		Commands: []*cli.Command{
+			serveCommand(),
+			gpu.Command(),
+			panel.StatusCommand(),
 			sim.Command(),
 			bench.Command(),
 			waitCommand(),
