@@ -110,26 +110,26 @@ func strSetter(dst func(*Config) *string) func(*Config, string) error {
 // flags lists every flag the sim honours. Keys are names without "--".
 var flags = map[string]flagSpec{
 	"model":                        {kindValue, "", "model name (also the first positional)", strSetter(func(c *Config) *string { return &c.Model })},
-	"host":                         {kindValue, "", "address to listen on", strSetter(func(c *Config) *string { return &c.Host })},
-	"port":                         {kindValue, "", "port to listen on", intSetter(func(c *Config) *int { return &c.Port })},
-	"max-num-seqs":                 {kindValue, "", "most running sequences", intSetter(func(c *Config) *int { return &c.MaxNumSeqs })},
-	"max-num-batched-tokens":       {kindValue, "", "per-step token budget", intSetter(func(c *Config) *int { return &c.MaxBatchedTokens })},
-	"gpu-memory-utilization":       {kindValue, "", "fraction of GPU memory vLLM may use", floatSetter(func(c *Config) *float64 { return &c.GPUMemUtil })},
-	"block-size":                   {kindValue, "", "tokens per KV block", intSetter(func(c *Config) *int { return &c.BlockSize })},
-	"max-model-len":                {kindValue, "", "longest sequence", intSetter(func(c *Config) *int { return &c.MaxModelLen })},
-	"stream-interval":              {kindValue, "", "tokens per streamed flush", intSetter(func(c *Config) *int { return &c.StreamInterval })},
+	"host":                         {kindValue, "", "address to listen on (default 0.0.0.0)", strSetter(func(c *Config) *string { return &c.Host })},
+	"port":                         {kindValue, "", "port to listen on (default 8000)", intSetter(func(c *Config) *int { return &c.Port })},
+	"max-num-seqs":                 {kindValue, "", "most running sequences (default: the profile's, 32)", intSetter(func(c *Config) *int { return &c.MaxNumSeqs })},
+	"max-num-batched-tokens":       {kindValue, "", "per-step token budget, chunked prefill (default 2048)", intSetter(func(c *Config) *int { return &c.MaxBatchedTokens })},
+	"gpu-memory-utilization":       {kindValue, "", "fraction of GPU memory for weights + KV; sizes the KV cache (default 0.92)", floatSetter(func(c *Config) *float64 { return &c.GPUMemUtil })},
+	"block-size":                   {kindValue, "", "tokens per KV block (default 16)", intSetter(func(c *Config) *int { return &c.BlockSize })},
+	"max-model-len":                {kindValue, "", "longest sequence (default: the KV capacity minus the null block)", intSetter(func(c *Config) *int { return &c.MaxModelLen })},
+	"stream-interval":              {kindValue, "", "tokens per streamed flush; the first token is sent at once (default 1)", intSetter(func(c *Config) *int { return &c.StreamInterval })},
 	"enable-prompt-tokens-details": {kindBool, "", "report cached_tokens in usage", boolSetter(func(c *Config) *bool { return &c.PromptDetails })},
 	"enable-force-include-usage":   {kindBool, "", "always send a streaming usage chunk", boolSetter(func(c *Config) *bool { return &c.ForceUsage })},
-	"served-model-name":            {kindList, "", "names the model answers to", nil},
+	"served-model-name":            {kindList, "", "names the model answers to, one or more (default: MODEL)", nil},
 
-	"sim-profile":          {kindValue, "WARDEN_SIM_PROFILE", "hardware profile", strSetter(func(c *Config) *string { return &c.Profile })},
-	"sim-time-scale":       {kindValue, "WARDEN_SIM_TIME_SCALE", "simulated seconds per wall second", floatSetter(func(c *Config) *float64 { return &c.TimeScale })},
-	"sim-load-seconds":     {kindValue, "WARDEN_SIM_LOAD_SECONDS", "wall seconds of simulated loading before the port opens", floatSetter(func(c *Config) *float64 { return &c.LoadSeconds })},
+	"sim-profile":          {kindValue, "WARDEN_SIM_PROFILE", "hardware profile (default " + DefaultProfile + ")", strSetter(func(c *Config) *string { return &c.Profile })},
+	"sim-time-scale":       {kindValue, "WARDEN_SIM_TIME_SCALE", "simulated seconds per wall second (default 1)", floatSetter(func(c *Config) *float64 { return &c.TimeScale })},
+	"sim-load-seconds":     {kindValue, "WARDEN_SIM_LOAD_SECONDS", "wall seconds of simulated loading before the port opens (default 0)", floatSetter(func(c *Config) *float64 { return &c.LoadSeconds })},
 	"sim-kv-tokens":        {kindValue, "WARDEN_SIM_KV_TOKENS", "KV cache capacity in tokens (overrides the profile)", intSetter(func(c *Config) *int { return &c.KVTokens })},
 	"sim-decode-gbps":      {kindValue, "WARDEN_SIM_DECODE_GBPS", "effective decode memory bandwidth in GB/s (calibration knob)", floatSetter(func(c *Config) *float64 { return &c.DecodeGBps })},
-	"sim-seed":             {kindValue, "WARDEN_SIM_SEED", "seed for generated text", func(c *Config, v string) error { n, err := strconv.ParseUint(v, 10, 64); c.Seed = n; return err }},
+	"sim-seed":             {kindValue, "WARDEN_SIM_SEED", "seed for generated text (default 0)", func(c *Config, v string) error { n, err := strconv.ParseUint(v, 10, 64); c.Seed = n; return err }},
 	"sim-output-tokens":    {kindValue, "WARDEN_SIM_OUTPUT_TOKENS", "cap on tokens generated per request (0: exactly max_tokens)", intSetter(func(c *Config) *int { return &c.OutputTokens })},
-	"sim-reserve-full-isl": {kindBool, "WARDEN_SIM_RESERVE_FULL_ISL", "admit only when the whole prompt fits (vLLM >= 0.20)", boolSetter(func(c *Config) *bool { return &c.ReserveFullISL })},
+	"sim-reserve-full-isl": {kindBool, "WARDEN_SIM_RESERVE_FULL_ISL", "admit only when the whole prompt fits, vLLM >= 0.20 (default true)", boolSetter(func(c *Config) *bool { return &c.ReserveFullISL })},
 	"sim-prefix-stats":     {kindValue, "WARDEN_SIM_PREFIX_STATS", "when prefix queries count: admission (0.26), lookup (0.11-0.25), lookup-all (0.10)", strSetter(func(c *Config) *string { return &c.PrefixStats })},
 	"sim-watermark":        {kindValue, "WARDEN_SIM_WATERMARK", "fraction of blocks kept free when admitting (0: off)", floatSetter(func(c *Config) *float64 { return &c.Watermark })},
 	"sim-die-after":        {kindValue, "WARDEN_SIM_DIE_AFTER", "exit 1 mid-stream on the Nth generation request (0: off)", intSetter(func(c *Config) *int { return &c.DieAfter })},
@@ -145,69 +145,80 @@ var flags = map[string]flagSpec{
 // LogUnknown.
 func ParseArgs(args []string, getenv func(string) string) (Config, error) {
 	c := DefaultConfig()
-	for name, f := range flags {
-		if f.env == "" {
-			continue
-		}
-		if v := getenv(f.env); v != "" {
+	for _, name := range sortedFlagNames() {
+		f := flags[name]
+		if v := getenv(f.env); f.env != "" && v != "" {
 			if err := f.set(&c, v); err != nil {
 				return c, fmt.Errorf("%s: %w", f.env, err)
 			}
 		}
-		_ = name
 	}
 	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if !strings.HasPrefix(a, "--") || a == "--" {
-			if a == "--" {
-				continue
-			}
-			if c.Model == "" {
-				c.Model = a
-				continue
-			}
-			c.LogUnknown = append(c.LogUnknown, a)
-			continue
+		used, err := c.applyArg(args[i], args[i+1:])
+		if err != nil {
+			return c, err
 		}
-		name, val, hasVal := strings.Cut(a[2:], "=")
-		spec, known := flags[name]
-		nextIsValue := i+1 < len(args) && !strings.HasPrefix(args[i+1], "--")
-		switch {
-		case !known:
-			if !hasVal && nextIsValue {
-				i++
-				a += " " + args[i]
-			}
-			c.LogUnknown = append(c.LogUnknown, a)
-		case spec.kind == kindList:
-			if hasVal {
-				c.ServedNames = append(c.ServedNames, val)
-			}
-			for !hasVal && i+1 < len(args) && !strings.HasPrefix(args[i+1], "--") {
-				i++
-				c.ServedNames = append(c.ServedNames, args[i])
-			}
-			if len(c.ServedNames) == 0 {
-				return c, fmt.Errorf("--%s needs a value", name)
-			}
-		case spec.kind == kindBool:
-			if err := spec.set(&c, val); err != nil {
-				return c, fmt.Errorf("--%s: %w", name, err)
-			}
-		default:
-			if !hasVal {
-				if i+1 >= len(args) {
-					return c, fmt.Errorf("--%s needs a value", name)
-				}
-				i++
-				val = args[i]
-			}
-			if err := spec.set(&c, val); err != nil {
-				return c, fmt.Errorf("--%s: %w", name, err)
-			}
-		}
+		i += used
 	}
 	return c, c.validate()
+}
+
+// applyArg applies one argv token a; rest are the tokens after it. It
+// returns how many of rest it consumed as values.
+func (c *Config) applyArg(a string, rest []string) (int, error) {
+	if a == "--" {
+		return 0, nil
+	}
+	if !strings.HasPrefix(a, "--") {
+		if c.Model == "" {
+			c.Model = a
+		} else {
+			c.LogUnknown = append(c.LogUnknown, a)
+		}
+		return 0, nil
+	}
+	name, val, hasVal := strings.Cut(a[2:], "=")
+	spec, known := flags[name]
+	nextIsValue := len(rest) > 0 && !strings.HasPrefix(rest[0], "--")
+	switch {
+	case !known:
+		if !hasVal && nextIsValue {
+			c.LogUnknown = append(c.LogUnknown, a+" "+rest[0])
+			return 1, nil
+		}
+		c.LogUnknown = append(c.LogUnknown, a)
+		return 0, nil
+	case spec.kind == kindList:
+		if hasVal {
+			c.ServedNames = append(c.ServedNames, val)
+			return 0, nil
+		}
+		n := 0
+		for n < len(rest) && !strings.HasPrefix(rest[n], "--") {
+			c.ServedNames = append(c.ServedNames, rest[n])
+			n++
+		}
+		if n == 0 {
+			return 0, fmt.Errorf("--%s needs a value", name)
+		}
+		return n, nil
+	case spec.kind == kindBool:
+		if err := spec.set(c, val); err != nil {
+			return 0, fmt.Errorf("--%s: %w", name, err)
+		}
+		return 0, nil
+	}
+	used := 0
+	if !hasVal {
+		if len(rest) == 0 {
+			return 0, fmt.Errorf("--%s needs a value", name)
+		}
+		val, used = rest[0], 1
+	}
+	if err := spec.set(c, val); err != nil {
+		return 0, fmt.Errorf("--%s: %w", name, err)
+	}
+	return used, nil
 }
 
 // validate rejects values the engine cannot run with.

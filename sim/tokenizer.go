@@ -86,7 +86,22 @@ const (
 	classNewline
 )
 
+// asciiClass caches classify for ASCII.
+var asciiClass = func() (t [128]runeClass) {
+	for r := range t {
+		t[r] = classifySlow(rune(r))
+	}
+	return t
+}()
+
 func classify(r rune) runeClass {
+	if r < 128 {
+		return asciiClass[r]
+	}
+	return classifySlow(r)
+}
+
+func classifySlow(r rune) runeClass {
 	switch {
 	case r == '\n' || r == '\r':
 		return classNewline
