@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shirou/gopsutil/v4/process"
+
+	"github.com/lmwarden/warden/internal/simproc"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	simproc.Cleanup()
+	os.Exit(code)
+}
+
+// wardenProc is a `warden serve` started by a test.
+type wardenProc struct {
+	cmd    *exec.Cmd
+	url    string
+	stderr *bytes.Buffer
+	done   chan error
+}
+
+// startServe runs `warden serve --engine sim` with args and waits for its
+// "ready at" line.
+func startServe(t *testing.T, args ...string) *wardenProc {
+	t.Helper()
+	port := simproc.FreePort(t)
+	argv := append([]string{"serve", "--model", "demo", "--engine", "sim", "--port", strconv.Itoa(port),
+		"--log-dir", t.TempDir(), "--stop-grace", "5s"}, args...)
+	cmd := exec.Command(simproc.Binary(t), argv...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &wardenProc{cmd: cmd, url: "http://127.0.0.1:" + strconv.Itoa(port), stderr: &bytes.Buffer{},
+		done: make(chan error, 1)}
+	cmd.Stderr = &lockedWriter{buf: w.stderr}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "ready at") {
+				ready <- sc.Text()
+			}
+		}
+		w.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	select {
+	case line := <-ready:
+		if !strings.Contains(line, w.url) {
+			t.Fatalf("ready line %q does not name %s", line, w.url)
+		}
+	case err := <-w.done:
+		t.Fatalf("warden exited before ready: %v\n%s", err, w.stderr)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("warden not ready after 60s\n%s", w.stderr)
+	}
+	return w
+}
+
+// descendants lists every process below pid.
+func descendants(t *testing.T, pid int32) []int32 {
+	t.Helper()
+	p, err := process.NewProcess(pid)
+	if err != nil {
+		return nil
+	}
+	kids, err := p.Children()
+	if err != nil {
+		return nil
+	}
+	var out []int32
+	for _, k := range kids {
+		out = append(out, k.Pid)
+		out = append(out, descendants(t, k.Pid)...)
+	}
+	return out
+}
+
+// waitGone fails the test unless every pid has exited (zombies count as gone).
+func waitGone(t *testing.T, pids []int32) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, pid := range pids {
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d still alive after the warden stopped", pid)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+func alive(pid int32) bool {
+	p, err := process.NewProcess(pid)
+	if err != nil {
+		return false
+	}
+	st, err := p.Status()
+	if err != nil {
+		return false
+	}
+	return len(st) == 0 || st[0] != process.Zombie
+}
+
+func post(t *testing.T, url, body string, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading %s: %v", url, err)
+	}
+	return resp, string(b)
+}
+
+func TestServeSimEndToEnd(t *testing.T) {
+	w := startServe(t, "--dp", "4", "--", "--sim-fork-child")
+	engines := descendants(t, int32(w.cmd.Process.Pid))
+	if len(engines) < 8 {
+		t.Fatalf("want 4 engines each with a forked child (8 processes), found %d: %v", len(engines), engines)
+	}
+
+	resp, body := post(t, w.url+"/v1/chat/completions",
+		`{"model":"demo","stream":true,"max_tokens":8,"messages":[{"role":"user","content":"hello warden"}]}`, nil)
+	if resp.StatusCode != 200 || !strings.Contains(body, "data: [DONE]") || strings.Count(body, "data: ") < 3 {
+		t.Fatalf("streaming chat: %s\n%s", resp.Status, body)
+	}
+	if strings.Contains(body, `"usage"`) {
+		t.Errorf("client did not ask for usage but got a usage chunk:\n%s", body)
+	}
+	if rank := resp.Header.Get("X-Warden-Replica"); rank == "" {
+		t.Errorf("no X-Warden-Replica header")
+	}
+
+	resp, body = post(t, w.url+"/v1/messages?beta=true",
+		`{"model":"demo","max_tokens":8,"stream":true,"system":[{"type":"text","text":"You are terse."}],`+
+			`"messages":[{"role":"user","content":"hi"}]}`,
+		map[string]string{"X-Claude-Code-Session-Id": "ca92e60e-3cb8-4c5e-8d21-fdf99ef4af9c", "anthropic-version": "2023-06-01"})
+	if resp.StatusCode != 200 || !strings.Contains(body, "event: message_stop") {
+		t.Fatalf("anthropic messages: %s\n%s", resp.Status, body)
+	}
+
+	if err := w.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-w.done:
+		if err != nil {
+			t.Fatalf("warden exited with %v after SIGINT\n%s", err, w.stderr)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("warden did not exit after SIGINT\n%s", w.stderr)
+	}
+	waitGone(t, engines)
+	if !strings.Contains(w.stderr.String(), "warden summary") {
+		t.Errorf("no exit summary on stderr:\n%s", w.stderr)
+	}
+}
+
+func TestServeKilledWardenLeavesNoEngine(t *testing.T) {
+	w := startServe(t, "--dp", "2", "--", "--sim-fork-child")
+	engines := descendants(t, int32(w.cmd.Process.Pid))
+	if len(engines) < 4 {
+		t.Fatalf("want 2 engines each with a forked child, found %v", engines)
+	}
+	if err := w.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-w.done
+	waitGone(t, engines)
+}
+
+func TestServeWithoutGPUsNamesSimEngine(t *testing.T) {
+	cmd := exec.Command(simproc.Binary(t), "serve", "--model", "demo", "--vllm", "/nonexistent/vllm",
+		"--port", strconv.Itoa(simproc.FreePort(t)))
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("serve without vLLM should fail, got %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "--engine sim") {
+		t.Fatalf("error does not point to --engine sim:\n%s", out)
+	}
+}
