@@ -136,3 +136,11 @@ func TestKVCapacityErrorWording(t *testing.T) {
 		}
 	}
 }
+
+func TestThousands(t *testing.T) {
+	for n, want := range map[int]string{0: "0", 999: "999", 1000: "1,000", 45872: "45,872", 1234567: "1,234,567", -4500: "-4,500"} {
+		if got := thousands(n); got != want {
+			t.Errorf("thousands(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -130,7 +130,16 @@ func (s *server) load(ctx context.Context) bool {
 	}
 	log.Info(fmt.Sprintf("Model loading took %.4f GiB", s.prof.WeightsGiB))
 	log.Info(fmt.Sprintf("Available KV cache memory: %.2f GiB", float64(s.kvTokens)*s.prof.KVBytesPerToken/gib))
-	log.Info(fmt.Sprintf("GPU KV cache size: %d tokens", s.kvTokens))
-	log.Info(fmt.Sprintf("Maximum concurrency for %d tokens per request: %.2fx", s.maxLen, float64(s.kvTokens)/float64(s.maxLen)))
+	log.Info(fmt.Sprintf("GPU KV cache size: %s tokens", thousands(s.kvTokens)))
+	log.Info(fmt.Sprintf("Maximum concurrency for %s tokens per request: %.2fx", thousands(s.maxLen), float64(s.kvTokens)/float64(s.maxLen)))
 	return ctx.Err() == nil
+}
+
+// thousands formats n with comma separators, as vLLM's log lines do.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

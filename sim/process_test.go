@@ -36,7 +36,7 @@ func TestPortRefusesWhileLoading(t *testing.T) {
 	out := p.Output()
 	progress := strings.Index(out, "Loading safetensors checkpoint shards: 100% Completed")
 	ready := strings.Index(out, "Application startup complete.")
-	if progress < 0 || ready < progress || !strings.Contains(out, "GPU KV cache size: 45872 tokens") {
+	if progress < 0 || ready < progress || !strings.Contains(out, "GPU KV cache size: 45,872 tokens") {
 		t.Errorf("start-up log lacks progress, KV size or ready line in order:\n%s", out)
 	}
 	resp, err := http.Get(p.URL + "/health")
