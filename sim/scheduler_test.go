@@ -255,3 +255,24 @@ func TestAbortFreesBlocks(t *testing.T) {
 		t.Errorf("after abort: free %d idle %v", s.Pool().NumFree(), s.Idle())
 	}
 }
+
+func TestPreemptedLookupsCountOnlyInLookupAll(t *testing.T) {
+	counts := map[string]int64{}
+	for _, mode := range []string{StatsAdmission, StatsLookup, StatsLookupAll} {
+		s := newTestSched(8, 1000, 8, func(c *SchedConfig) { c.PrefixStats = mode }) // 7 usable
+		a, b := NewSeq(1, tokens(1, 12), 6, 4), NewSeq(2, tokens(2, 12), 6, 4)       // 3 blocks each, 4-5 when done
+		s.Add(a)
+		s.Add(b)
+		preempted := 0
+		for !s.Idle() {
+			preempted += len(step(s).Preempted)
+		}
+		if preempted == 0 {
+			t.Fatalf("%s: no preemption; the test needs one", mode)
+		}
+		counts[mode] = s.Counters.PrefixQueries
+	}
+	if counts[StatsAdmission] != 24 || counts[StatsLookup] != 24 || counts[StatsLookupAll] <= 24 {
+		t.Errorf("queries by mode %v: admission and lookup count each request once here (24), lookup-all also counts the re-lookup after preemption", counts)
+	}
+}

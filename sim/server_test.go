@@ -252,3 +252,28 @@ func TestModelsVersionCountTokens(t *testing.T) {
 		t.Errorf("count_tokens %s vs messages usage %s", n.Raw, full.Get("usage").Raw)
 	}
 }
+
+func TestPreemptionUnderKVPressureCompletesEveryRequest(t *testing.T) {
+	// 1024 tokens of KV; four requests of ~200 prompt + 300 output tokens
+	// cannot all fit: the newest are preempted, recomputed, and still finish.
+	p := simproc.Start(t, "--sim-time-scale", fast, "--sim-kv-tokens", "1024")
+	done := make(chan int64, 4)
+	for i := 0; i < 4; i++ {
+		go func() {
+			_, r := post(t, p.URL+"/v1/chat/completions", chatBody([]map[string]any{msg("user", words("pressure"+string(rune('a'+i)), 160))}, 300))
+			done <- r.Get("usage.completion_tokens").Int()
+		}()
+	}
+	for i := 0; i < 4; i++ {
+		if got := <-done; got != 300 {
+			t.Errorf("a request finished with %d tokens, want 300", got)
+		}
+	}
+	m := p.Metrics(t)
+	if m["vllm:num_preemptions_total"] == 0 {
+		t.Error("no preemptions under KV pressure")
+	}
+	if m["vllm:generation_tokens_total"] != 1200 || m["vllm:kv_cache_usage_perc"] != 0 {
+		t.Errorf("generation tokens %v (want 1200), kv usage %v (want 0)", m["vllm:generation_tokens_total"], m["vllm:kv_cache_usage_perc"])
+	}
+}
