@@ -28,7 +28,7 @@ func newMetrics(model string, cacheLabels prometheus.Labels) *metrics {
 	vl := []string{"model_name", "engine"}
 	desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, vl, nil) }
 	m := &metrics{
-		reg: prometheus.NewRegistry(), labels: labels, cacheLabels: cacheLabels,
+		reg: prometheus.NewRegistry(), labels: labels,
 		running: desc("vllm:num_requests_running", "Number of requests in model execution batches."),
 		waiting: desc("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
 		usage:   desc("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
@@ -38,7 +38,7 @@ func newMetrics(model string, cacheLabels prometheus.Labels) *metrics {
 		prompt:  desc("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
 		gen:     desc("vllm:generation_tokens_total", "Number of generation tokens processed."),
 	}
-	m.cacheInfo = prometheus.NewDesc("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", nil, prometheus.Labels(cacheLabels))
+	m.cacheInfo = prometheus.NewDesc("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", nil, cacheLabels)
 	m.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "vllm:time_to_first_token_seconds", Help: "Histogram of time to first token in seconds (simulated).",
 		ConstLabels: labels,
