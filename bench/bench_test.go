@@ -94,6 +94,30 @@ func TestStageAgainstBareEngine(t *testing.T) {
 	}
 }
 
+func TestWarmupOpensTheWindowLater(t *testing.T) {
+	_, srv := newFake(t, false)
+	cfg := smallConfig(srv.URL, 2)
+	cfg.Warmup = 300 * time.Millisecond
+	res := runBench(t, cfg, false)
+	s := res.Stages[0]
+	warm := 0
+	for _, tr := range res.Turns {
+		end := tr.StartS + tr.DurationS
+		if end < 0 {
+			warm++
+			if tr.InStage {
+				t.Errorf("turn ending at %.3fs, in the warm-up, counted in the stage", end)
+			}
+		}
+	}
+	if warm == 0 || s.Turns == 0 || s.Late < warm {
+		t.Errorf("%d warm-up turns, %d counted, %d outside the window; want warm-up turns excluded", warm, s.Turns, s.Late)
+	}
+	if s.Seconds != cfg.Stage.Seconds() {
+		t.Errorf("window %vs, want the stage length %vs", s.Seconds, cfg.Stage.Seconds())
+	}
+}
+
 var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 
 func TestSessionIDsSentTheClaudeCodeWay(t *testing.T) {

@@ -32,6 +32,7 @@ func flags() []cli.Flag {
 		&cli.IntFlag{Name: "max-tokens", Value: d.MaxTokens, Usage: "max output tokens per turn", EnvVars: env("MAX_TOKENS")},
 		&cli.StringFlag{Name: "stages", Value: "4,8,16,24,32", Usage: "concurrent sessions per stage, comma separated", EnvVars: env("STAGES")},
 		&cli.DurationFlag{Name: "stage", Value: d.Stage, Usage: "length of each stage (simulated time when --time-scale > 1)", EnvVars: env("STAGE")},
+		&cli.DurationFlag{Name: "warmup", Usage: "run each stage's sessions this long before the measured window opens (simulated time; 0 = measure from the synchronized first turns, like the reference)", EnvVars: env("WARMUP")},
 		&cli.DurationFlag{Name: "drain", Value: d.Drain, Usage: "how long in-flight turns may finish after a stage before they are canceled (simulated time)", EnvVars: env("DRAIN")},
 		&cli.DurationFlag{Name: "poll", Value: d.Poll, Usage: "interval of /warden/status or /metrics polls for replicas busy (simulated time)", EnvVars: env("POLL")},
 		&cli.Float64Flag{Name: "time-scale", Value: d.TimeScale, Usage: "simulated seconds per wall second; set it to the simulator's --sim-time-scale", EnvVars: env("TIME_SCALE")},
@@ -75,7 +76,7 @@ func configFrom(c *cli.Context) (Config, error) {
 		return cfg, fmt.Errorf("--stages: %w", err)
 	}
 	cfg.Stages = stages
-	cfg.Stage, cfg.Drain, cfg.Poll = c.Duration("stage"), c.Duration("drain"), c.Duration("poll")
+	cfg.Stage, cfg.Warmup, cfg.Drain, cfg.Poll = c.Duration("stage"), c.Duration("warmup"), c.Duration("drain"), c.Duration("poll")
 	cfg.TimeScale = c.Float64("time-scale")
 	cfg.Variants = parseVariants(c.String("ab"))
 	cfg.ResetCache = c.Bool("reset-cache")

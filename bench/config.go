@@ -21,6 +21,7 @@ type Config struct {
 	MaxTokens int // max output tokens per turn
 	Stages    []int
 	Stage     time.Duration // per stage, simulated
+	Warmup    time.Duration // per stage before the measured window, simulated (0 = measure from the first turn)
 	Drain     time.Duration // bound on waiting for in-flight turns after a stage, simulated
 	Poll      time.Duration // status/metrics poll interval, simulated
 	TimeScale float64       // simulated seconds per wall second (>= 1 for the sim's --sim-time-scale)
@@ -81,6 +82,7 @@ func (c *Config) Validate() error {
 	}
 	check(c.Stage <= 0, "--stage must be > 0")
 	check(c.Drain < 0, "--drain must be >= 0")
+	check(c.Warmup < 0, "--warmup must be >= 0")
 	check(c.Poll <= 0, "--poll must be > 0")
 	check(c.TimeScale < 1, "--time-scale must be >= 1")
 	check(len(c.Variants) == 1 || len(c.Variants) > 2, "--ab takes two policies A,B (or none), got %d", len(c.Variants))

@@ -166,6 +166,12 @@ func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request, api API) {
 			send(fmt.Sprintf(`{"choices":[{"index":0,"delta":{"content":%q}}],"usage":null}`, piece))
 		}
 	}
+	// Book the reply before the final event: the client may read the
+	// counters or send its next turn as soon as it has it.
+	f.mu.Lock()
+	f.sent += f.tokens
+	f.last[sid] = prompt + "assistant:" + reply.String()
+	f.mu.Unlock()
 	if api == APIAnthropic {
 		send(fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":%d}}`, f.tokens))
 		send(`{"type":"message_stop"}`)
@@ -173,10 +179,6 @@ func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request, api API) {
 		send(fmt.Sprintf(`{"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, promptTokens, f.tokens))
 		send(`[DONE]`)
 	}
-	f.mu.Lock()
-	f.sent += f.tokens
-	f.last[sid] = prompt + "assistant:" + reply.String()
-	f.mu.Unlock()
 }
 
 func (f *fakeServer) metrics(w http.ResponseWriter, r *http.Request) {

@@ -67,6 +67,7 @@ type configJSON struct {
 	MaxTokens     int     `json:"max_tokens"`
 	Stages        []int   `json:"stages"`
 	StageSeconds  float64 `json:"stage_seconds"`
+	WarmupSeconds float64 `json:"warmup_seconds"`
 	DrainSeconds  float64 `json:"drain_seconds"`
 	TimeScale     float64 `json:"time_scale"`
 	ResetCache    bool    `json:"reset_cache"`
@@ -214,7 +215,7 @@ func (r *Runner) newResults(t *Target, cfg Config) *Results {
 		Config: configJSON{
 			Seed: cfg.Seed, SystemTokens: cfg.Sizes.SystemTokens, FirstTokens: cfg.Sizes.FirstTokens,
 			TurnTokens: cfg.Sizes.TurnTokens, CharsPerToken: cfg.Sizes.CharsPerToken, Turns: cfg.Turns,
-			MaxTokens: cfg.MaxTokens, Stages: cfg.Stages, StageSeconds: cfg.Stage.Seconds(),
+			MaxTokens: cfg.MaxTokens, Stages: cfg.Stages, StageSeconds: cfg.Stage.Seconds(), WarmupSeconds: cfg.Warmup.Seconds(),
 			DrainSeconds: cfg.Drain.Seconds(), TimeScale: cfg.TimeScale, ResetCache: cfg.ResetCache, Alternate: cfg.Alternate,
 		},
 	}

@@ -44,9 +44,12 @@ type stageRun struct {
 	sessions int
 	now      func() time.Time
 
-	start, end time.Time     // wall clock
-	stop       chan struct{} // closed at the stage end: no new turns
-	seq        atomic.Int64  // next session sequence number
+	stop     chan struct{} // closed at the stage end: no new turns
+	launched time.Time     // wall clock: sessions started
+	// start and end bound the measured window (after the warm-up); written
+	// under mu once the warm-up is over.
+	start, end time.Time
+	seq        atomic.Int64 // next session sequence number
 	inflight   atomic.Int64
 	completed  atomic.Int64 // turns finished, for the progress bar
 
@@ -115,15 +118,26 @@ func (r *stageRun) backoff() {
 	}
 }
 
+// window returns the measured window; zero times during the warm-up.
+func (r *stageRun) window() (start, end time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.start, r.end
+}
+
 func (r *stageRun) record(k int, id string, turn int, res turnResult, home string, last bool) {
+	start, end := r.window()
+	if start.IsZero() { // a turn that ended during the warm-up
+		start, end = r.launched.Add(r.cfg.wall(r.cfg.Warmup)), r.launched.Add(r.cfg.wall(r.cfg.Warmup+r.cfg.Stage))
+	}
 	rec := TurnRecord{
 		Variant: r.variant, Sessions: r.sessions, Session: k, SessionID: id, Turn: turn,
-		StartS:       r.sim(res.Start.Sub(r.start)),
+		StartS:       r.sim(res.Start.Sub(start)),
 		TTFBS:        -1,
 		DurationS:    r.sim(res.End.Sub(res.Start)),
 		PromptTokens: res.PromptTokens, CachedTokens: res.CachedTokens, OutputTokens: res.OutputTokens,
 		Replica:  res.Replica,
-		InStage:  !res.End.After(r.end),
+		InStage:  !res.End.Before(start) && !res.End.After(end),
 		LastTurn: last && res.Err == nil,
 	}
 	if !res.FirstToken.IsZero() {
@@ -142,25 +156,38 @@ func (r *stageRun) record(k int, id string, turn int, res turnResult, home strin
 	r.mu.Unlock()
 }
 
-// run plays the stage and returns its summary and turn samples. It blocks
+// run plays the stage and returns its summary and turn samples. Sessions
+// start together; the measured window opens after cfg.Warmup. It blocks
 // until every session goroutine has returned: in-flight turns get up to
 // cfg.Drain after the stage end, then they are canceled.
 func (r *stageRun) run(ctx context.Context, bar progress) (StageSummary, []TurnRecord) {
 	r.stop = make(chan struct{})
-	before, sampleErr := r.target.Sample(ctx)
-	if sampleErr != nil {
-		r.log.Warn("cannot read engine counters", "err", sampleErr)
-	}
-	r.start = r.now()
-	r.end = r.start.Add(r.cfg.wall(r.cfg.Stage))
-	runCtx, cancel := context.WithDeadline(ctx, r.end.Add(r.cfg.wall(r.cfg.Drain)))
+	r.launched = r.now()
+	warmEnd := r.launched.Add(r.cfg.wall(r.cfg.Warmup))
+	runCtx, cancel := context.WithDeadline(ctx, warmEnd.Add(r.cfg.wall(r.cfg.Stage+r.cfg.Drain)))
 	defer cancel()
-
+	var before sample
+	var sampleErr error
+	if r.cfg.Warmup == 0 { // counters before the first turn
+		before, sampleErr = r.target.Sample(ctx)
+	}
 	var wg sync.WaitGroup
 	for i := 0; i < r.sessions; i++ {
 		wg.Add(1)
 		go func() { defer wg.Done(); r.worker(runCtx) }()
 	}
+	if r.cfg.Warmup > 0 {
+		bar.describe("warming up")
+		sleepUntil(runCtx, warmEnd)
+		before, sampleErr = r.target.Sample(ctx)
+	}
+	if sampleErr != nil {
+		r.log.Warn("cannot read engine counters", "err", sampleErr)
+	}
+	r.mu.Lock()
+	r.start = r.now()
+	r.end = r.start.Add(r.cfg.wall(r.cfg.Stage))
+	r.mu.Unlock()
 	busy, after := r.poll(runCtx, bar)
 	close(r.stop)
 	bar.describe("draining")
@@ -171,6 +198,16 @@ func (r *stageRun) run(ctx context.Context, bar progress) (StageSummary, []TurnR
 	ok = ok && sampleErr == nil && after != nil
 	s := summarize(r.variant, r.sessions, r.sim(r.end.Sub(r.start)), r.turns, busy, hits, queries, ok)
 	return s, r.turns
+}
+
+// sleepUntil waits until t or the end of ctx.
+func sleepUntil(ctx context.Context, t time.Time) {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+	case <-timer.C:
+	}
 }
 
 // poll samples the target until the stage end, updating the progress bar,

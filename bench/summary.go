@@ -17,7 +17,7 @@ type StageSummary struct {
 	SessionsFinished int `json:"sessions_finished"` // sessions whose last turn finished within the stage
 	SessionsStarted  int `json:"sessions_started"`
 	Errors           int `json:"errors"`
-	Late             int `json:"late_turns"` // finished or canceled after the stage end (not counted)
+	Late             int `json:"late_turns"` // finished outside the measured window: warm-up, or after the end (not counted)
 
 	SessionsPerHour float64  `json:"sessions_per_hour"`
 	OutputPerMin    float64  `json:"output_tokens_per_min"`
