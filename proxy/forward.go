@@ -31,19 +31,26 @@ type request struct {
 // and finds the session key.
 func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 	req := &request{body: body, kind: kindOf(r.URL.Path)}
-	valid := looksLikeObject(body)
-	if valid && strings.HasPrefix(r.URL.Path, "/v1/messages") && !p.cfg.KeepBillingHeader {
-		req.body = stripBilling(req.body)
+	f := scanFields(bytesView(body)) // one pass over the top-level keys
+	if req.kind != apiNone {
+		req.stream = f.stream.Bool()
 	}
-	if valid && req.kind != apiNone {
-		req.stream = gjson.GetBytes(body, "stream").Bool()
+	if k, ok := fromHeaders(r.Header, p.cfg.SessionHeaders); ok {
+		req.key = k
+	} else if f.valid {
+		req.key = fromBody(f)
+	} else {
+		req.key = SessionKey{Source: SourceNone}
 	}
-	if req.stream && req.kind == apiOpenAI && !gjson.GetBytes(body, "stream_options.include_usage").Bool() {
+	// Edits last: they move bytes under f (the key above is a copy).
+	if strings.HasPrefix(r.URL.Path, "/v1/messages") && !p.cfg.KeepBillingHeader {
+		req.body = stripBilling(req.body, f.system)
+	}
+	if req.stream && req.kind == apiOpenAI && !f.streamOptions.Get("include_usage").Bool() {
 		if b, err := sjson.SetBytes(req.body, "stream_options.include_usage", true); err == nil {
 			req.body, req.strip = b, true
 		}
 	}
-	req.key = Extract(r.Header, req.body, p.cfg.SessionHeaders)
 	return req
 }
 
@@ -62,16 +69,28 @@ func kindOf(path string) apiKind {
 // stripBilling removes a first system block whose text starts with
 // "x-anthropic-billing-header:" (Claude Code's per-conversation line, which
 // would otherwise defeat prefix sharing of the system prompt behind it).
-func stripBilling(body []byte) []byte {
-	first := gjson.GetBytes(body, "system.0.text")
-	if first.Type != gjson.String || !strings.HasPrefix(first.Str, billingPrefix) {
+// system is the body's "system" value from scanFields (its Index locates it
+// in body). The block is cut out in place (body is the proxy's own buffer),
+// from its first byte to the next block's first byte.
+func stripBilling(body []byte, system gjson.Result) []byte {
+	first := system.Get("0")
+	if !strings.HasPrefix(first.Get("text").Str, billingPrefix) {
 		return body
 	}
-	out, err := sjson.DeleteBytes(body, "system.0")
-	if err != nil {
-		return body
+	end := first.Index + len(first.Raw)
+	if next := system.Get("1"); next.Index > end {
+		end = next.Index
+	} else if !strings.HasPrefix(strings.TrimLeft(bytesView(body)[min(end, len(body)):], " \t\r\n"), "]") {
+		return body // not a well-formed array: leave it to the engine's 400
 	}
-	return out
+	if first.Index <= 0 || end > len(body) || body[first.Index] != '{' {
+		out, err := sjson.DeleteBytes(body, "system.0") // position unknown: let sjson do it
+		if err != nil {
+			return body
+		}
+		return out
+	}
+	return append(body[:first.Index], body[end:]...)
 }
 
 // attempt is one try of forwarding a request to one replica; the reverse

@@ -3,10 +3,12 @@ package proxy
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -48,51 +50,126 @@ type SessionKey struct {
 	Source string
 }
 
-// Extract finds the conversation a request belongs to, trying the sources in
-// the order of design.md and clients.md (first match wins): Claude Code's
-// header and metadata.user_id, Codex's session-id/session_id headers,
-// opencode's x-session-affinity/x-session-id, the extra header names given,
-// prompt_cache_key/promptCacheKey, client_metadata.session_id, a fingerprint
-// of model + system prompt + first user message, and last user /
-// safety_identifier (a person, not a conversation). body may be malformed or
-// empty; fields are read with gjson path lookups only. The pin header is not
-// a session source: see ParsePin.
+// Extract finds the conversation a request belongs to, trying the sources
+// in the order of clients.md's summary (first match wins): headers first,
+// which cost no body parsing (Claude Code's X-Claude-Code-Session-Id,
+// Codex's session-id/session_id, opencode's x-session-affinity/x-session-id,
+// then the extra header names given), then body fields: Claude Code's
+// metadata.user_id, prompt_cache_key/promptCacheKey,
+// client_metadata.session_id, a fingerprint of model + system prompt + first
+// user message, and last user / safety_identifier (a person, not a
+// conversation). body may be malformed or empty; it is read in one pass over
+// its top-level keys with gjson, never unmarshalled. The pin header is not a
+// session source: see ParsePin.
 func Extract(h http.Header, body []byte, extraHeaders []string) SessionKey {
-	if v := h.Get("X-Claude-Code-Session-Id"); v != "" {
-		return capKey(v, SourceClaudeHeader)
+	if k, ok := fromHeaders(h, extraHeaders); ok {
+		return k
 	}
-	if v := claudeMetadata(body); v != "" {
-		return capKey(v, SourceClaudeMetadata)
-	}
-	if v := headerAny(h, "session-id", "session_id"); v != "" {
-		return capKey(v, SourceCodexHeader)
-	}
-	if v := headerAny(h, "x-session-affinity", "x-session-id", "x_session_id"); v != "" {
-		return capKey(v, SourceOpencode)
-	}
-	for _, name := range extraHeaders {
-		if v := headerAny(h, name); v != "" {
-			return capKey(v, SourceCustomHeader)
-		}
-	}
-	if !looksLikeObject(body) {
+	view := bytesView(body)
+	if !looksLikeObject(view) {
 		return SessionKey{Source: SourceNone}
 	}
-	if v := firstString(body, "prompt_cache_key", "promptCacheKey"); v != "" {
+	return fromBody(scanFields(view))
+}
+
+// fromBody tries the body sources in order.
+func fromBody(f fields) SessionKey {
+	if v := claudeMetadata(f.metadata); v != "" {
+		return capKey(v, SourceClaudeMetadata)
+	}
+	if v := firstString(f.promptCacheKey, f.promptCacheKeyCamel); v != "" {
 		return capKey(v, SourcePromptCacheKey)
 	}
-	if v := firstString(body, "client_metadata.session_id"); v != "" {
+	if v := firstString(f.clientMetadata.Get("session_id")); v != "" {
 		return capKey(v, SourceClientMetadata)
 	}
-	if v := fingerprint(body); v != "" {
+	if v := f.fingerprint(); v != "" {
 		return SessionKey{Key: v, Source: SourceFingerprint}
 	}
-	if v := firstString(body, "user", "safety_identifier"); v != "" {
+	if v := firstString(f.user, f.safetyIdentifier); v != "" {
 		k := capKey(v, SourceUser)
 		k.Key = "user:" + k.Key
 		return k
 	}
 	return SessionKey{Source: SourceNone}
+}
+
+func fromHeaders(h http.Header, extra []string) (SessionKey, bool) {
+	if v := headerAny(h, "X-Claude-Code-Session-Id"); v != "" {
+		return capKey(v, SourceClaudeHeader), true
+	}
+	if v := headerAny(h, "session-id", "session_id"); v != "" {
+		return capKey(v, SourceCodexHeader), true
+	}
+	if v := headerAny(h, "x-session-affinity", "x-session-id", "x_session_id"); v != "" {
+		return capKey(v, SourceOpencode), true
+	}
+	for _, name := range extra {
+		if v := headerAny(h, name); v != "" {
+			return capKey(v, SourceCustomHeader), true
+		}
+	}
+	return SessionKey{}, false
+}
+
+// bytesView views body as a string without copying, so that gjson results
+// point into the body instead of copying large arrays. Nothing derived from
+// it may outlive the request: capKey clones what it keeps.
+func bytesView(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// fields are the top-level body values session identity reads.
+type fields struct {
+	model, system, instructions, messages, input, metadata gjson.Result
+	promptCacheKey, promptCacheKeyCamel, clientMetadata    gjson.Result
+	user, safetyIdentifier                                 gjson.Result
+	stream, streamOptions                                  gjson.Result
+	valid                                                  bool // the body looked like a JSON object
+}
+
+// scanFields walks the body's top-level keys once (each value is skipped
+// over, not decoded).
+func scanFields(body string) fields {
+	f := fields{valid: looksLikeObject(body)}
+	if !f.valid {
+		return f
+	}
+	gjson.Parse(body).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "model":
+			f.model = v
+		case "system":
+			f.system = v
+		case "instructions":
+			f.instructions = v
+		case "messages":
+			f.messages = v
+		case "input":
+			f.input = v
+		case "metadata":
+			f.metadata = v
+		case "prompt_cache_key":
+			f.promptCacheKey = v
+		case "promptCacheKey":
+			f.promptCacheKeyCamel = v
+		case "client_metadata":
+			f.clientMetadata = v
+		case "user":
+			f.user = v
+		case "safety_identifier":
+			f.safetyIdentifier = v
+		case "stream":
+			f.stream = v
+		case "stream_options":
+			f.streamOptions = v
+		}
+		return true
+	})
+	return f
 }
 
 // ParsePin reads the X-Warden-Replica request header. ok is false when the
@@ -137,8 +214,8 @@ func headerAny(h http.Header, names ...string) string {
 
 // claudeMetadata reads metadata.user_id: a JSON string holding session_id
 // (Claude Code >= 2.1.78) or the legacy user_<hex>_account_<uuid>_session_<uuid>.
-func claudeMetadata(body []byte) string {
-	uid := gjson.GetBytes(body, "metadata.user_id")
+func claudeMetadata(metadata gjson.Result) string {
+	uid := metadata.Get("user_id")
 	if uid.Type != gjson.String || uid.Str == "" {
 		return ""
 	}
@@ -158,8 +235,9 @@ func claudeMetadata(body []byte) string {
 // looksLikeObject is a cheap guard before body lookups: gjson never fails on
 // malformed input, it just finds less; a full validation pass would cost as
 // much as the lookups themselves on a large agent body.
-func looksLikeObject(body []byte) bool {
-	for _, c := range body {
+func looksLikeObject[T string | []byte](body T) bool {
+	for i := range len(body) {
+		c := body[i]
 		switch c {
 		case ' ', '\t', '\r', '\n':
 			continue
@@ -169,9 +247,9 @@ func looksLikeObject(body []byte) bool {
 	return false
 }
 
-func firstString(body []byte, paths ...string) string {
-	for _, p := range paths {
-		if v := gjson.GetBytes(body, p); v.Type == gjson.String && v.Str != "" {
+func firstString(vs ...gjson.Result) string {
+	for _, v := range vs {
+		if v.Type == gjson.String && v.Str != "" {
 			return v.Str
 		}
 	}
@@ -183,7 +261,7 @@ func capKey(v, source string) SessionKey {
 		sum := sha256.Sum256([]byte(v))
 		v = "h:" + hex.EncodeToString(sum[:16])
 	}
-	return SessionKey{Key: v, Source: source}
+	return SessionKey{Key: strings.Clone(v), Source: source}
 }
 
 // fingerprint hashes model + system prompt + first user message, for chat
@@ -191,17 +269,19 @@ func capKey(v, source string) SessionKey {
 // Responses (instructions + input) bodies. It returns "" when there is no
 // user message: the system prompt alone is shared by every conversation.
 // Claude Code's billing block is skipped so that it cannot split turns.
-func fingerprint(body []byte) string {
-	first := firstUserMessage(body)
+func fingerprint(body string) string { return scanFields(body).fingerprint() }
+
+func (f fields) fingerprint() string {
+	first := f.firstUserMessage()
 	if first == "" {
 		return ""
 	}
 	h := sha256.New()
-	h.Write([]byte(gjson.GetBytes(body, "model").Str))
+	io.WriteString(h, f.model.Str)
 	h.Write([]byte{0})
-	writeSystem(h, gjson.GetBytes(body, "system"))
-	writeSystem(h, gjson.GetBytes(body, "instructions"))
-	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
+	writeSystem(h, f.system)
+	writeSystem(h, f.instructions)
+	f.messages.ForEach(func(_, m gjson.Result) bool {
 		role := m.Get("role").Str
 		if role == "system" || role == "developer" {
 			writeSystem(h, m.Get("content"))
@@ -210,23 +290,21 @@ func fingerprint(body []byte) string {
 		return role != "user" // system messages after the first user one are not the prompt's head
 	})
 	h.Write([]byte{0})
-	h.Write([]byte(first))
+	io.WriteString(h, first)
 	return "fp:" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-type byteWriter interface{ Write([]byte) (int, error) }
-
 // writeSystem writes a system prompt given as a string or as content blocks,
 // skipping Claude Code's billing block.
-func writeSystem(w byteWriter, v gjson.Result) {
+func writeSystem(w io.Writer, v gjson.Result) {
 	if v.Type == gjson.String {
-		w.Write([]byte(v.Str))
+		io.WriteString(w, v.Str)
 		return
 	}
 	v.ForEach(func(_, b gjson.Result) bool {
 		t := b.Get("text").Str
 		if !strings.HasPrefix(t, billingPrefix) {
-			w.Write([]byte(t))
+			io.WriteString(w, t)
 		}
 		return true
 	})
@@ -234,7 +312,7 @@ func writeSystem(w byteWriter, v gjson.Result) {
 
 // firstUserMessage returns the raw JSON of the first user message's content
 // (chat / Anthropic messages, or Responses input), or "".
-func firstUserMessage(body []byte) string {
+func (f fields) firstUserMessage() string {
 	var out string
 	find := func(_, m gjson.Result) bool {
 		if m.Get("role").Str == "user" {
@@ -243,14 +321,13 @@ func firstUserMessage(body []byte) string {
 		}
 		return true
 	}
-	gjson.GetBytes(body, "messages").ForEach(find)
+	f.messages.ForEach(find)
 	if out != "" {
 		return out
 	}
-	in := gjson.GetBytes(body, "input")
-	if in.Type == gjson.String {
-		return in.Str
+	if f.input.Type == gjson.String {
+		return f.input.Str
 	}
-	in.ForEach(find)
+	f.input.ForEach(find)
 	return out
 }

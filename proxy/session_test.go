@@ -69,10 +69,10 @@ func TestExtract(t *testing.T) {
 		{"Codex 0.171 Responses: client_metadata.session_id",
 			wire(), `{"client_metadata":{"thread_id":"t","session_id":"` + codexID + `"},"input":"x"}`, nil, SessionKey{codexID, SourceClientMetadata}},
 		{"no id: fingerprint of model + system + first user message",
-			wire(), chat, nil, SessionKey{fingerprint([]byte(chat)), SourceFingerprint}},
+			wire(), chat, nil, SessionKey{fingerprint((chat)), SourceFingerprint}},
 		{"fingerprint comes before user (a person, not a conversation)",
 			wire(), `{"user":"alice","messages":[{"role":"user","content":"a"}]}`, nil,
-			SessionKey{fingerprint([]byte(`{"messages":[{"role":"user","content":"a"}]}`)), SourceFingerprint}},
+			SessionKey{fingerprint((`{"messages":[{"role":"user","content":"a"}]}`)), SourceFingerprint}},
 		{"user when there is no user message to fingerprint",
 			wire(), `{"user":"alice","messages":[{"role":"system","content":"s"}]}`, nil, SessionKey{"user:alice", SourceUser}},
 		{"safety_identifier as the last resort",
@@ -81,7 +81,7 @@ func TestExtract(t *testing.T) {
 			wire(), `{"system":"shared","messages":[]}`, nil, SessionKey{"", SourceNone}},
 		{"malformed JSON falls back to what can be read: the fingerprint",
 			wire(), `{"messages":[{"role":"user","content":"a"`, nil,
-			SessionKey{fingerprint([]byte(`{"messages":[{"role":"user","content":"a"}]}`)), SourceFingerprint}},
+			SessionKey{fingerprint((`{"messages":[{"role":"user","content":"a"}]}`)), SourceFingerprint}},
 		{"malformed JSON with nothing readable: no key",
 			wire(), `{"messages":[{"role":`, nil, SessionKey{"", SourceNone}},
 		{"not JSON at all",
@@ -115,7 +115,7 @@ func TestFingerprint(t *testing.T) {
 	anth := func(sys, first string) string {
 		return `{"model":"m","system":[` + sys + `{"type":"text","text":"You are Claude Code."}],"messages":[{"role":"user","content":"` + first + `"},{"role":"assistant","content":"ok"}]}`
 	}
-	fp := func(s string) string { return fingerprint([]byte(s)) }
+	fp := func(s string) string { return fingerprint((s)) }
 	if fp(anth(billing+",", "task one")) != fp(anth("", "task one")) {
 		t.Error("the billing block changed the fingerprint")
 	}
@@ -163,6 +163,32 @@ func TestParsePin(t *testing.T) {
 			rank, ok, err := ParsePin(h)
 			if rank != tt.rank || ok != tt.ok || (err != nil) != tt.wantErr {
 				t.Errorf("ParsePin(%q) = %d, %v, %v", tt.value, rank, ok, err)
+			}
+		})
+	}
+}
+
+func TestStripBilling(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"billing block first of two",
+			`{"system":[` + billing + `, {"type":"text","text":"S"}],"x":1}`,
+			`{"system":[{"type":"text","text":"S"}],"x":1}`},
+		{"billing block alone",
+			`{"system":[` + billing + `],"x":1}`,
+			`{"system":[],"x":1}`},
+		{"no billing block", `{"system":[{"type":"text","text":"S"}]}`, `{"system":[{"type":"text","text":"S"}]}`},
+		{"system as a string", `{"system":"x-anthropic-billing-header: a"}`, `{"system":"x-anthropic-billing-header: a"}`},
+		{"billing block not first is kept",
+			`{"system":[{"type":"text","text":"S"},` + billing + `]}`,
+			`{"system":[{"type":"text","text":"S"},` + billing + `]}`},
+		{"malformed", `{"system":[` + billing, `{"system":[` + billing},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := []byte(tt.in)
+			got := string(stripBilling(b, scanFields(bytesView(b)).system))
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("stripBilling (-want +got):\n%s", diff)
 			}
 		})
 	}

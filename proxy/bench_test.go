@@ -1,0 +1,179 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidwall/sjson"
+)
+
+// BenchmarkOverhead compares a request through the proxy with the same
+// request sent straight to the engine (a local httptest fake): the
+// difference is the proxy's cost per request. ttfb-ns/op is the time to the
+// first streamed byte.
+func BenchmarkOverhead(b *testing.B) {
+	e := newFakeEngine(b)
+	_, front := testProxy(b, Config{}, e)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+	for _, stream := range []bool{false, true} {
+		body := chatBody("bench", stream, "")
+		for _, target := range []struct{ name, url string }{{"direct", e.srv.URL}, {"proxy", front.URL}} {
+			b.Run(fmt.Sprintf("stream=%v/%s", stream, target.name), func(b *testing.B) {
+				var ttfb time.Duration
+				for b.Loop() {
+					start := time.Now()
+					resp, err := client.Post(target.url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+					if err != nil {
+						b.Fatal(err)
+					}
+					br := bufio.NewReader(resp.Body)
+					if _, err := br.ReadByte(); err != nil {
+						b.Fatal(err)
+					}
+					ttfb += time.Since(start)
+					io.Copy(io.Discard, br)
+					resp.Body.Close()
+				}
+				b.ReportMetric(float64(ttfb.Nanoseconds())/float64(b.N), "ttfb-ns/op")
+			})
+		}
+	}
+}
+
+// eightReplicas is a loaded snapshot of 8 replicas.
+func eightReplicas() []ReplicaView {
+	snap := make([]ReplicaView, 8)
+	for i := range snap {
+		snap[i] = ReplicaView{Rank: i, Healthy: true, InFlight: i % 3, ActiveSessions: 4 + i%2,
+			KVUsed: float64(i) / 10, MaxNumSeqs: 256, StaleRunning: i % 4, SentSince: i % 2}
+	}
+	return snap
+}
+
+// BenchmarkPick is the pure decision at 8 replicas, per policy.
+func BenchmarkPick(b *testing.B) {
+	snap := eightReplicas()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, pol := range Policies() {
+		cfg := PlaceConfig{Policy: pol}
+		b.Run(pol+"/new", func(b *testing.B) {
+			for b.Loop() {
+				Pick(snap, SessionView{Key: "k"}, cfg, rng)
+			}
+		})
+		b.Run(pol+"/known", func(b *testing.B) {
+			for b.Loop() {
+				Pick(snap, SessionView{Key: "k", Known: true, Home: 3}, cfg, rng)
+			}
+		})
+	}
+}
+
+// BenchmarkPlace is the whole critical section at 8 replicas (snapshot,
+// session lookup in a 10k table, decision, in-flight increment).
+func BenchmarkPlace(b *testing.B) {
+	var bs []Backend
+	for i := range 8 {
+		bs = append(bs, Backend{Rank: i, URL: fmt.Sprintf("http://127.0.0.1:%d", 9000+i), MaxNumSeqs: 256})
+	}
+	p, _ := testProxyBackends(b, Config{}, bs)
+	keys := make([]SessionKey, 10_000)
+	for i := range keys {
+		keys[i] = SessionKey{Key: fmt.Sprintf("session-%d", i), Source: SourceClaudeHeader}
+	}
+	i := 0
+	for b.Loop() {
+		pl := p.place(keys[i%len(keys)], false, 0, nil)
+		p.byRank[pl.d.Rank].inflight.Add(-1)
+		i++
+	}
+}
+
+// agentBody is a ~300 KB Claude Code request: billing block, large system
+// prompt, tools, a long history, metadata at the end.
+func agentBody(withMetadata bool) []byte {
+	b := `{"model":"claude","max_tokens":128000,"stream":true,"messages":[]}`
+	b, _ = sjson.Set(b, "system", []map[string]string{{"type": "text", "text": billingPrefix + " cc_version=2.1.332.0b8;"},
+		{"type": "text", "text": strings.Repeat("You are Claude Code. Follow the rules. ", 400)}})
+	for i := range 60 {
+		role := []string{"user", "assistant"}[i%2]
+		b, _ = sjson.Set(b, "messages.-1", map[string]any{"role": role, "content": []map[string]string{
+			{"type": "text", "text": strings.Repeat(fmt.Sprintf("turn %d line of tool output \"quoted\" ", i), 110)}}})
+	}
+	if withMetadata {
+		b, _ = sjson.Set(b, "metadata.user_id", `{"device_id":"11b3","account_uuid":"","session_id":"`+ccID+`"}`)
+	}
+	return []byte(b)
+}
+
+// BenchmarkExtract is session key extraction from a ~300 KB agent body.
+func BenchmarkExtract(b *testing.B) {
+	withMeta, noMeta := agentBody(true), agentBody(false)
+	header := http.Header{"X-Claude-Code-Session-Id": {ccID}}
+	cases := []struct {
+		name string
+		h    http.Header
+		body []byte
+		want string
+	}{
+		{"header", header, withMeta, SourceClaudeHeader},
+		{"metadata", http.Header{}, withMeta, SourceClaudeMetadata},
+		{"fingerprint", http.Header{}, noMeta, SourceFingerprint},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if k := Extract(c.h, c.body, nil); k.Source != c.want {
+					b.Fatalf("source %s, want %s", k.Source, c.want)
+				}
+			}
+		})
+	}
+	b.Run("scan+strip-billing+copy", func(b *testing.B) { // includes a 300 KB copy: it edits in place
+		buf := make([]byte, len(withMeta))
+		b.SetBytes(int64(len(withMeta)))
+		b.ReportAllocs()
+		for b.Loop() {
+			copy(buf, withMeta)
+			if out := stripBilling(buf, scanFields(bytesView(buf)).system); len(out) == len(buf) {
+				b.Fatal("nothing stripped")
+			}
+		}
+	})
+}
+
+// BenchmarkSessionMemory reports the heap bytes per session in a table of
+// 100k sessions with UUID keys.
+func BenchmarkSessionMemory(b *testing.B) {
+	const n = 100_000
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%08x-3cb8-4c5e-8d21-%012x", i, i)
+	}
+	now := time.Unix(1_000_000, 0)
+	var perSession float64
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		tab := newSessionTable(time.Hour, 0)
+		for i, k := range keys {
+			s := tab.insert(k, i%8, now)
+			tab.setContext(s, 1000)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perSession = float64(after.HeapAlloc-before.HeapAlloc) / n
+		runtime.KeepAlive(tab)
+	}
+	b.ReportMetric(perSession, "bytes/session")
+}
