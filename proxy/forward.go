@@ -220,6 +220,8 @@ func (p *Proxy) account(at *attempt, req *request, pl placement, start time.Time
 		p.metrics.completion.WithLabelValues(rank).Add(float64(u.Completion))
 		p.series.add(p.clock(), u)
 	}
+	p.log.Debug("routed", "replica", rep.rank, "route", pl.d.Reason, "session_source", req.key.Source,
+		"status", at.status, "prompt_tokens", u.Prompt, "cached_tokens", u.Cached)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if pl.known && at.status != 499 {

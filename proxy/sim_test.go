@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -171,5 +172,29 @@ func TestSimBillingStripGivesCrossConversationHits(t *testing.T) {
 				t.Errorf("with the billing block kept nothing should hit: cached %d", cached)
 			}
 		})
+	}
+}
+
+func TestSimOffSpreadsByQueueAndStickyKeepsTheCache(t *testing.T) {
+	_, bs := startSims(t, 4)
+	clk := &fakeClock{t: time.Unix(1_000_000, 0)} // frozen: one balancer stats period
+	p, front := testProxyBackends(t, Config{Policy: PolicyOff, Clock: clk.now}, bs)
+	c := newConversation(front.URL, "conv-off", words("sys", 200), words("task", 200))
+	var got []string
+	for turn := range 4 {
+		rank, route, _, cached := c.turn(t, words(fmt.Sprintf("t%d-", turn), 30))
+		got = append(got, fmt.Sprintf("%d:%s:%d", rank, route, cached))
+	}
+	// Each request sent counts as waiting (+4) until the next stats refresh,
+	// so vLLM's balancer walks the replicas: no turn finds its prefix.
+	if want := "[0:off:0 1:off:0 2:off:0 3:off:0]"; fmt.Sprint(got) != want {
+		t.Errorf("off: %v, want %s", got, want)
+	}
+	if _, err := p.SetPolicy(PolicySticky); err != nil {
+		t.Fatal(err)
+	}
+	rank, route, _, cached := c.turn(t, "back home")
+	if rank != 0 || route != "sticky" || cached < 200 {
+		t.Errorf("sticky after off: replica %d %s cached %d; want home 0 (first placement) with its cached prefix", rank, route, cached)
 	}
 }

@@ -18,7 +18,7 @@ func (p *Proxy) Status() panel.Status {
 	p.sessions.expire(now)
 	s := panel.Status{
 		Since: p.since, Now: now, UptimeSeconds: now.Sub(p.since).Seconds(), Model: p.cfg.ServedModel,
-		Policy: p.policy, Affinity: p.policy == PolicySticky, SpillAuto: p.cfg.SpillThreshold == 0,
+		Policy: p.policy, Affinity: affinity(p.policy), SpillAuto: p.cfg.SpillThreshold == 0,
 		Sessions: p.sessions.len(), SessionsSeen: p.sessions.seen,
 		ActiveContextTokens: p.sessions.ctxSum, ActiveContextSessions: p.sessions.ctxN,
 	}
@@ -56,6 +56,9 @@ func (p *Proxy) Status() panel.Status {
 	}
 	return s
 }
+
+// affinity reports whether a policy keeps conversations on a replica.
+func affinity(policy string) bool { return policy == PolicySticky || policy == PolicyHash }
 
 func addTotals(t *panel.Totals, r panel.Replica) {
 	t.Requests += r.Requests
