@@ -85,8 +85,10 @@ func (r *replica) noteHealth(ok bool, err error) {
 		r.healthFails++
 	}
 	now := r.healthFails < healthFailsDown
+	launched := r.launcherUp // while the launcher says down (loading), stay quiet
 	r.mu.Unlock()
 	switch {
+	case !launched:
 	case was && !now:
 		r.log.Warn("replica out of rotation", "error", err)
 	case !was && now:
