@@ -209,13 +209,6 @@ func engineSpecs(cfg serveConfig, groups [][]string, seqs int) ([]launch.Spec, [
 	}
 	eng := launch.Engine{Kind: cfg.Engine, VLLMPath: cfg.VLLMPath, Model: cfg.Model,
 		ServedName: cfg.ServedName, MaxNumSeqs: seqs, TP: cfg.TP, Extra: cfg.Extra}
-	if cfg.Engine == "sim" {
-		// The proxy reads usage from every stream; it strips the forced
-		// usage chunk from clients that did not ask for it.
-		eng.SimArgs = []string{"--enable-force-include-usage"}
-	} else {
-		eng.Extra = append([]string{"--enable-force-include-usage"}, cfg.Extra...)
-	}
 	specs := make([]launch.Spec, cfg.DP)
 	backends := make([]proxy.Backend, cfg.DP)
 	for i := range specs {
