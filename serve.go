@@ -43,20 +43,16 @@ type serveConfig struct {
 }
 
 func serveFlags() []cli.Flag {
-	env := func(s string) []string { return []string{"WARDEN_" + s} }
-	return []cli.Flag{
+	env := envVars
+	return append([]cli.Flag{
 		&cli.StringFlag{Name: "model", Aliases: []string{"m"}, EnvVars: env("MODEL"), Required: true,
-			Usage: "model to serve (Hugging Face id or local path), passed to `vllm serve`"},
+			Usage: "model to serve (Hugging Face id or local path), the positional argument of vllm serve"},
 		&cli.StringFlag{Name: "served-model-name", EnvVars: env("SERVED_MODEL_NAME"),
 			Usage: "the one model name every replica answers to (default: --model)"},
 		&cli.IntFlag{Name: "dp", Value: 1, EnvVars: env("DP"),
 			Usage: "data-parallel size: number of engine replicas, each with its own prefix cache"},
 		&cli.IntFlag{Name: "tp", Value: 1, EnvVars: env("TP"),
 			Usage: "tensor-parallel size: GPUs per replica (dp x tp GPUs are needed)"},
-		&cli.StringFlag{Name: "host", Value: "127.0.0.1", EnvVars: env("HOST"),
-			Usage: "address the warden listens on (engines always listen on 127.0.0.1); 0.0.0.0 to serve other hosts"},
-		&cli.IntFlag{Name: "port", Value: 8000, EnvVars: env("PORT"),
-			Usage: "the one public port clients use (OpenAI and Anthropic APIs, status page, /metrics)"},
 		&cli.StringFlag{Name: "gpus", EnvVars: env("GPUS"),
 			Usage: "comma-separated GPU indices or UUIDs to use (default: all visible, honouring CUDA_VISIBLE_DEVICES)"},
 		&cli.IntFlag{Name: "max-num-seqs", EnvVars: env("MAX_NUM_SEQS"),
@@ -69,23 +65,9 @@ func serveFlags() []cli.Flag {
 			Usage: "directory for per-rank engine logs (default: $XDG_STATE_HOME/warden/runs/<time>)"},
 		&cli.DurationFlag{Name: "startup-timeout", Value: 20 * time.Minute, EnvVars: env("STARTUP_TIMEOUT"),
 			Usage: "give up when a replica is not healthy after this long (large models load for minutes)"},
-		&cli.StringFlag{Name: "policy", Value: "sticky", EnvVars: env("POLICY"),
-			Usage: "routing policy: sticky (keep a conversation on its replica), off (vLLM-like shortest queue), hash, ..."},
-		&cli.BoolFlag{Name: "affinity", Value: true, EnvVars: env("AFFINITY"),
-			Usage: "session affinity; --affinity=false is --policy off"},
-		&cli.IntFlag{Name: "spill-threshold", EnvVars: env("SPILL_THRESHOLD"),
-			Usage: "in-flight requests on a replica above which a sticky turn spills elsewhere (0: auto = max(1, max-num-seqs/4))"},
-		&cli.StringSliceFlag{Name: "session-header", EnvVars: env("SESSION_HEADER"),
-			Usage: "extra request header(s) that carry a session id (checked after the known agent headers)"},
-		&cli.BoolFlag{Name: "keep-billing-header", EnvVars: env("KEEP_BILLING_HEADER"),
-			Usage: "forward Claude Code's per-conversation billing system block (removed by default: it defeats prefix sharing)"},
-		&cli.StringFlag{Name: "admin-token", EnvVars: env("ADMIN_TOKEN"),
-			Usage: "bearer token for admin endpoints from non-loopback callers (policy switch, cache reset)"},
-		&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, EnvVars: env("DRAIN_TIMEOUT"),
-			Usage: "on SIGINT/SIGTERM, how long in-flight requests may finish before engines are stopped"},
 		&cli.DurationFlag{Name: "stop-grace", Value: 20 * time.Second, EnvVars: env("STOP_GRACE"),
 			Usage: "after SIGTERM to an engine's process group, how long before SIGKILL"},
-	}
+	}, routerFlags()...)
 }
 
 func serveCommand() *cli.Command {
@@ -115,30 +97,18 @@ func configFrom(c *cli.Context) (serveConfig, error) {
 	if cfg.ServedName == "" {
 		cfg.ServedName = cfg.Model
 	}
-	policy := c.String("policy")
-	if !c.Bool("affinity") {
-		policy = proxy.PolicyOff
-	}
-	if err := proxy.ValidPolicy(policy); err != nil {
-		return cfg, err
-	}
 	switch {
 	case cfg.DP < 1 || cfg.TP < 1:
 		return cfg, fmt.Errorf("--dp and --tp must be at least 1 (got dp %d, tp %d)", cfg.DP, cfg.TP)
 	case cfg.Engine != "vllm" && cfg.Engine != "sim":
 		return cfg, fmt.Errorf("--engine must be vllm or sim, not %q", cfg.Engine)
-	case cfg.Port < 1 || cfg.Port > 65535:
-		return cfg, fmt.Errorf("--port %d is not a TCP port", cfg.Port)
-	case c.Int("spill-threshold") < 0:
-		return cfg, fmt.Errorf("--spill-threshold must be >= 0 (0 means auto)")
+	}
+	var err error
+	if cfg.Proxy, _, err = routerConfigFrom(c, cfg.ServedName); err != nil {
+		return cfg, err
 	}
 	if cfg.LogDir == "" {
 		cfg.LogDir = defaultLogDir(time.Now())
-	}
-	cfg.Proxy = proxy.Config{
-		ServedModel: cfg.ServedName, Policy: policy, SpillThreshold: c.Int("spill-threshold"),
-		SessionHeaders: c.StringSlice("session-header"), KeepBillingHeader: c.Bool("keep-billing-header"),
-		AdminToken: c.String("admin-token"),
 	}
 	return cfg, nil
 }
