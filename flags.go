@@ -1,0 +1,67 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lmwarden/warden/proxy"
+)
+
+// envVars names a flag's WARDEN_* environment variable.
+func envVars(s string) []string { return []string{"WARDEN_" + s} }
+
+// routerFlags are the flags of the router in front of the engines, the same
+// for `warden serve` (engines it launched) and `warden route` (engines that
+// were already running): where it listens, how it places conversations and
+// who may use its admin endpoints.
+func routerFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "host", Value: "127.0.0.1", EnvVars: envVars("HOST"),
+			Usage: "address the warden listens on; 0.0.0.0 to serve other hosts"},
+		&cli.IntFlag{Name: "port", Value: 8000, EnvVars: envVars("PORT"),
+			Usage: "the one public port clients use (OpenAI and Anthropic APIs, status page, /metrics)"},
+		&cli.StringFlag{Name: "policy", Value: "sticky", EnvVars: envVars("POLICY"),
+			Usage: "routing policy: sticky (keep a conversation on its replica), off (vLLM-like shortest queue), hash, ..."},
+		&cli.BoolFlag{Name: "affinity", Value: true, EnvVars: envVars("AFFINITY"),
+			Usage: "session affinity; --affinity=false is --policy off"},
+		&cli.IntFlag{Name: "spill-threshold", EnvVars: envVars("SPILL_THRESHOLD"),
+			Usage: "in-flight requests on a replica above which a sticky turn spills elsewhere (0: auto = max(1, the replica's max_num_seqs/4))"},
+		&cli.StringSliceFlag{Name: "session-header", EnvVars: envVars("SESSION_HEADER"),
+			Usage: "extra request header(s) that carry a session id (checked after the known agent headers)"},
+		&cli.BoolFlag{Name: "keep-billing-header", EnvVars: envVars("KEEP_BILLING_HEADER"),
+			Usage: "forward Claude Code's per-conversation billing system block (removed by default: it defeats prefix sharing)"},
+		&cli.StringFlag{Name: "admin-token", EnvVars: envVars("ADMIN_TOKEN"),
+			Usage: "bearer token for admin endpoints from non-loopback callers (policy switch, cache reset, replicas)"},
+		&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, EnvVars: envVars("DRAIN_TIMEOUT"),
+			Usage: "on SIGINT/SIGTERM, how long in-flight requests may finish before the warden stops"},
+	}
+}
+
+// routerConfigFrom validates the router flags into a proxy.Config for the
+// served model name and returns the listen address.
+func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, error) {
+	port := c.Int("port")
+	if port < 1 || port > 65535 {
+		return proxy.Config{}, "", fmt.Errorf("--port %d is not a TCP port", port)
+	}
+	if c.Int("spill-threshold") < 0 {
+		return proxy.Config{}, "", fmt.Errorf("--spill-threshold must be >= 0 (0 means auto)")
+	}
+	policy := c.String("policy")
+	if !c.Bool("affinity") {
+		policy = proxy.PolicyOff
+	}
+	if err := proxy.ValidPolicy(policy); err != nil {
+		return proxy.Config{}, "", err
+	}
+	cfg := proxy.Config{
+		ServedModel: servedName, Policy: policy, SpillThreshold: c.Int("spill-threshold"),
+		SessionHeaders: c.StringSlice("session-header"), KeepBillingHeader: c.Bool("keep-billing-header"),
+		AdminToken: c.String("admin-token"),
+	}
+	return cfg, net.JoinHostPort(c.String("host"), strconv.Itoa(port)), nil
+}
