@@ -23,17 +23,27 @@ type request struct {
 	key    SessionKey
 	kind   apiKind
 	stream bool
-	strip  bool // the warden asked for the usage chunk: drop it from the stream
+	strip  bool   // the warden asked for the usage chunk: drop it from the stream
+	refuse string // a model name refused in strict mode: answer 404
 }
 
-// prepare classifies the request, removes Claude Code's billing block (unless
-// kept), asks an OpenAI stream for its usage chunk when the client did not,
-// and finds the session key.
+// prepare classifies the request, maps its model name to the served one (or
+// marks it refused in strict mode), removes Claude Code's billing block
+// (unless kept) and the server tools vLLM rejects, asks an OpenAI stream for
+// its usage chunk when the client did not, and finds the session key.
 func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 	req := &request{body: body, kind: kindOf(r.URL.Path)}
 	f := scanFields(bytesView(body)) // one pass over the top-level keys
 	if req.kind != apiNone {
 		req.stream = f.stream.Bool()
+	}
+	model := p.clients.resolveModel(f.model)
+	switch model {
+	case modelRefuse:
+		req.refuse = strings.Clone(f.model.Str)
+		return req
+	case modelRewrite:
+		f.model = p.clients.servedModel() // identity sees the served name on every turn
 	}
 	if k, ok := fromHeaders(r.Header, p.cfg.SessionHeaders); ok {
 		req.key = k
@@ -41,6 +51,10 @@ func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 		req.key = fromBody(f)
 	} else {
 		req.key = SessionKey{Source: SourceNone}
+	}
+	var drop toolDrop
+	if strings.HasPrefix(r.URL.Path, "/v1/messages") {
+		drop = serverTools(f.tools) // read now: the edits below move bytes under f
 	}
 	// Edits last: they move bytes under f (the key above is a copy).
 	if strings.HasPrefix(r.URL.Path, "/v1/messages") && !p.cfg.KeepBillingHeader {
@@ -50,6 +64,10 @@ func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 		if b, err := sjson.SetBytes(req.body, "stream_options.include_usage", true); err == nil {
 			req.body, req.strip = b, true
 		}
+	}
+	req.body = p.clients.dropTools(req.body, drop)
+	if model == modelRewrite {
+		req.body = p.clients.rewriteModel(req.body)
 	}
 	return req
 }

@@ -20,7 +20,8 @@ import (
 
 // Config configures a Proxy. Zero values get the defaults named per field.
 type Config struct {
-	ServedModel       string        // the one model name /v1/models answers with; "" = ask a replica
+	ServedModel       string        // the one model name /v1/models answers with and every request's model is mapped to; "" = ask a replica, no mapping
+	StrictModel       bool          // refuse (404, like vLLM) a model name other than ServedModel instead of mapping it
 	Policy            string        // placement policy (Policies()); "" = "sticky"
 	SpillThreshold    int           // in-flight above which a sticky turn spills; 0 = auto max(1, max_num_seqs/4)
 	SessionHeaders    []string      // extra request headers that carry a session id
@@ -90,6 +91,7 @@ type Proxy struct {
 	metrics      *metrics
 	series       *series
 	handler      http.Handler
+	clients      *clients // model-name mapping and request adaptation (clients.go)
 
 	mu          sync.Mutex // guards everything below and the replicas' balancer fields
 	policy      string
@@ -114,6 +116,7 @@ func New(cfg Config, backends []Backend) (*Proxy, error) {
 		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		sessions: newSessionTable(cfg.SessionTTL, cfg.MaxSessions)}
 	p.since = p.clock()
+	p.clients = newClients(cfg.ServedModel, cfg.StrictModel, p.log)
 	p.series = newSeries(10*time.Second, time.Hour)
 	tr := newTransport()
 	p.client = &http.Client{Transport: tr}
@@ -125,7 +128,7 @@ func New(cfg Config, backends []Backend) (*Proxy, error) {
 		if err != nil {
 			return nil, fmt.Errorf("proxy: %w", err)
 		}
-		r.rp = p.reverseProxy(r, tr)
+		r.rp = p.reverseProxy(r, &clientTransport{next: tr, c: p.clients})
 		p.byRank[b.Rank] = r
 		p.replicas = append(p.replicas, r)
 	}
@@ -212,6 +215,10 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := p.prepare(r, body)
+	if req.refuse != "" {
+		writeModelNotFound(w, r.URL.Path, req.refuse)
+		return
+	}
 	pin, pinned, err := ParsePin(r.Header)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())

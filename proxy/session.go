@@ -128,7 +128,8 @@ type fields struct {
 	promptCacheKey, promptCacheKeyCamel, clientMetadata    gjson.Result
 	user, safetyIdentifier                                 gjson.Result
 	stream, streamOptions                                  gjson.Result
-	valid                                                  bool // the body looked like a JSON object
+	tools                                                  gjson.Result // read by clients.go
+	valid                                                  bool         // the body looked like a JSON object
 }
 
 // scanFields walks the body's top-level keys once (each value is skipped
@@ -166,6 +167,8 @@ func scanFields(body string) fields {
 			f.stream = v
 		case "stream_options":
 			f.streamOptions = v
+		case "tools":
+			f.tools = v
 		}
 		return true
 	})
