@@ -34,6 +34,8 @@ func routerFlags() []cli.Flag {
 			Usage: "extra request header(s) that carry a session id (checked after the known agent headers)"},
 		&cli.BoolFlag{Name: "keep-billing-header", EnvVars: envVars("KEEP_BILLING_HEADER"),
 			Usage: "forward Claude Code's per-conversation billing system block (removed by default: it defeats prefix sharing)"},
+		&cli.BoolFlag{Name: "strict-model", EnvVars: envVars("STRICT_MODEL"),
+			Usage: "answer 404 (like vLLM) to a request for a model name other than the served one, instead of serving every name with the one model"},
 		&cli.StringFlag{Name: "admin-token", EnvVars: envVars("ADMIN_TOKEN"),
 			Usage: "bearer token for admin endpoints from non-loopback callers (policy switch, cache reset, replicas)"},
 		&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, EnvVars: envVars("DRAIN_TIMEOUT"),
@@ -61,7 +63,7 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 	cfg := proxy.Config{
 		ServedModel: servedName, Policy: policy, SpillThreshold: c.Int("spill-threshold"),
 		SessionHeaders: c.StringSlice("session-header"), KeepBillingHeader: c.Bool("keep-billing-header"),
-		AdminToken: c.String("admin-token"),
+		AdminToken: c.String("admin-token"), StrictModel: c.Bool("strict-model"),
 	}
 	return cfg, net.JoinHostPort(c.String("host"), strconv.Itoa(port)), nil
 }
