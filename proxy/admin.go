@@ -27,13 +27,14 @@ func (p *Proxy) routes() http.Handler {
 	mux.HandleFunc("GET /warden/policy", p.servePolicy)
 	mux.HandleFunc("POST /warden/policy", p.admin(p.setPolicy))
 	mux.HandleFunc("POST /warden/reset_prefix_cache", p.admin(p.resetPrefixCache))
+	p.dynamicRoutes(mux) // /warden/replicas
 	mux.HandleFunc("/v1/", p.serveProxied)
 	mux.Handle("/", panel.PageHandler(p.Status)) // the HTML page ("/", "/warden/") and its assets
 	return mux
 }
 
 func (p *Proxy) serveHealth(w http.ResponseWriter, _ *http.Request) {
-	for _, r := range p.replicas {
+	for _, r := range p.replicaList() {
 		if r.healthy() {
 			w.WriteHeader(http.StatusOK)
 			return
@@ -126,9 +127,10 @@ type resetResult struct {
 // resetPrefixCache forwards POST /reset_prefix_cache to every replica and
 // reports each; 200 only when all succeeded.
 func (p *Proxy) resetPrefixCache(w http.ResponseWriter, r *http.Request) {
-	res := make([]resetResult, len(p.replicas))
+	reps := p.replicaList()
+	res := make([]resetResult, len(reps))
 	var wg sync.WaitGroup
-	for i, rep := range p.replicas {
+	for i, rep := range reps {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -91,7 +91,7 @@ func BenchmarkPlace(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		pl := p.place(keys[i%len(keys)], false, 0, nil)
-		p.byRank[pl.d.Rank].inflight.Add(-1)
+		pl.rep.inflight.Add(-1)
 		i++
 	}
 }

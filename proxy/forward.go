@@ -126,7 +126,7 @@ type attemptKey struct{}
 // forward sends the request to the placed replica. It reports true when the
 // request never reached the engine and may be retried elsewhere.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl placement, start time.Time) bool {
-	rep := p.byRank[pl.d.Rank]
+	rep := pl.rep
 	at := &attempt{rep: rep, req: req}
 	p.metrics.inFlight.Inc()
 	defer func() {

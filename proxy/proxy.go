@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,9 +84,8 @@ type Proxy struct {
 	cfg          Config
 	log          *slog.Logger
 	clock        func() time.Time
-	replicas     []*replica // rank order
-	byRank       map[int]*replica
-	client       *http.Client // health and scrape
+	set          atomic.Pointer[replicaSet] // the replicas (dynamic.go)
+	client       *http.Client               // health and scrape
 	checkTimeout time.Duration
 	since        time.Time
 	metrics      *metrics
@@ -101,6 +101,7 @@ type Proxy struct {
 	knownTurns  uint64 // turns of sessions that already had a home
 	homeTurns   uint64 // ... served on that home
 	peak        peakState
+	dyn         dynState // adding and removing replicas (dynamic.go)
 }
 
 // New builds a proxy over the backends (at least one, unique ranks).
@@ -111,7 +112,7 @@ func New(cfg Config, backends []Backend) (*Proxy, error) {
 	if len(backends) == 0 {
 		return nil, errors.New("proxy: no backends")
 	}
-	p := &Proxy{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, byRank: map[int]*replica{},
+	p := &Proxy{cfg: cfg, log: cfg.Logger, clock: cfg.Clock,
 		checkTimeout: 2 * time.Second, policy: cfg.Policy,
 		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		sessions: newSessionTable(cfg.SessionTTL, cfg.MaxSessions)}
@@ -120,19 +121,22 @@ func New(cfg Config, backends []Backend) (*Proxy, error) {
 	p.series = newSeries(10*time.Second, time.Hour)
 	tr := newTransport()
 	p.client = &http.Client{Transport: tr}
+	p.dyn.rt = &clientTransport{next: tr, c: p.clients}
+	byRank := map[int]*replica{}
+	var list []*replica
 	for _, b := range backends {
-		if _, dup := p.byRank[b.Rank]; dup {
+		if _, dup := byRank[b.Rank]; dup {
 			return nil, fmt.Errorf("proxy: rank %d given twice", b.Rank)
 		}
 		r, err := newReplica(b, p.log)
 		if err != nil {
 			return nil, fmt.Errorf("proxy: %w", err)
 		}
-		r.rp = p.reverseProxy(r, &clientTransport{next: tr, c: p.clients})
-		p.byRank[b.Rank] = r
-		p.replicas = append(p.replicas, r)
+		r.rp = p.reverseProxy(r, p.dyn.rt)
+		byRank[b.Rank] = r
+		list = append(list, r)
 	}
-	slices.SortFunc(p.replicas, func(a, b *replica) int { return a.rank - b.rank })
+	p.publish(list)
 	m, err := newMetrics(cfg.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: metrics: %w", err)
@@ -163,7 +167,7 @@ func (p *Proxy) Handler() http.Handler { return p.handler }
 // SetReplicaState records the launcher's view of a replica (its OnState
 // callback). up=false takes it out of rotation at once.
 func (p *Proxy) SetReplicaState(rank int, up bool, state, reason string) {
-	r := p.byRank[rank]
+	r := p.lookup(rank)
 	if r == nil {
 		p.log.Warn("state for an unknown replica", "replica", rank, "state", state)
 		return
@@ -174,7 +178,7 @@ func (p *Proxy) SetReplicaState(rank int, up bool, state, reason string) {
 // NoteRestart counts a restart of the replica's engine; its counters start
 // from zero again.
 func (p *Proxy) NoteRestart(rank int) {
-	r := p.byRank[rank]
+	r := p.lookup(rank)
 	if r == nil {
 		return
 	}
@@ -225,7 +229,7 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var tried []int
-	for range p.replicas {
+	for range p.replicaList() {
 		pl := p.place(req.key, pinned, pin, tried)
 		if pl.d.Rank < 0 {
 			break
@@ -245,8 +249,9 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 // placement is one decision plus what the accounting needs about it.
 type placement struct {
 	d     Decision
-	known bool // the session had a home before this request
-	home  int  // its home after the decision
+	rep   *replica // the chosen replica (it may be removed while the request runs)
+	known bool     // the session had a home before this request
+	home  int      // its home after the decision
 }
 
 // place decides and increments the chosen replica's in-flight count in one
@@ -257,7 +262,7 @@ func (p *Proxy) place(key SessionKey, pinned bool, pin int, skip []int) placemen
 	defer p.mu.Unlock()
 	now := p.clock()
 	if now.Sub(p.lastRefresh) >= p.cfg.BalancerInterval {
-		for _, r := range p.replicas {
+		for _, r := range p.replicaList() {
 			r.refreshBalancer()
 		}
 		p.lastRefresh = now
@@ -266,8 +271,9 @@ func (p *Proxy) place(key SessionKey, pinned bool, pin int, skip []int) placemen
 	if key.Key != "" {
 		s = p.sessions.get(key.Key, now)
 	}
-	snap := make([]ReplicaView, len(p.replicas))
-	for i, r := range p.replicas {
+	reps := p.replicaList()
+	snap := make([]ReplicaView, len(reps))
+	for i, r := range reps {
 		snap[i] = r.view(p.sessions.active[r.rank])
 		if slices.Contains(skip, r.rank) {
 			snap[i].Healthy = false
@@ -282,7 +288,8 @@ func (p *Proxy) place(key SessionKey, pinned bool, pin int, skip []int) placemen
 	if d.Rank < 0 {
 		return pl
 	}
-	r := p.byRank[d.Rank]
+	r := p.lookup(d.Rank)
+	pl.rep = r
 	r.inflight.Add(1)
 	r.sentSince++
 	switch {

@@ -15,7 +15,14 @@ type Backend struct {
 	Rank       int
 	URL        string   // engine base URL, e.g. http://127.0.0.1:8101
 	GPUs       []string // GPU indices or UUIDs of its group, for display
-	MaxNumSeqs int      // the engine's --max-num-seqs; 0 = unknown (spill threshold 1)
+	MaxNumSeqs int      // the engine's --max-num-seqs; 0 = unknown (spill threshold 1; with Probe: ask the server)
+
+	// Probe marks a server the warden did not start (warden route): it is
+	// out of rotation until its first successful health check, and when
+	// MaxNumSeqs is 0 its max_num_seqs is asked from the server then,
+	// FallbackMaxNumSeqs being assumed until (unless) the server says.
+	Probe              bool
+	FallbackMaxNumSeqs int
 }
 
 // healthFailsDown is how many consecutive failed health checks or scrapes
@@ -25,12 +32,14 @@ const healthFailsDown = 3
 // replica is the live state of one engine. Hot counters are atomics; the
 // balancer fields are guarded by Proxy.mu; the rest by mu.
 type replica struct {
-	rank       int
-	target     *url.URL
-	gpus       []string
-	maxNumSeqs int
-	rp         *httputil.ReverseProxy
-	log        *slog.Logger
+	rank         int
+	target       *url.URL
+	gpus         []string
+	maxNumSeqs   atomic.Int64 // may be learned at run time (Backend.Probe)
+	learnSeqs    atomic.Bool  // still to ask the server for max_num_seqs
+	fallbackSeqs int
+	rp           *httputil.ReverseProxy
+	log          *slog.Logger
 
 	inflight                                                                  atomic.Int64
 	requests, newTurns, sticky, spilledIn, pinned, failover, balanced, errors atomic.Uint64
@@ -54,8 +63,16 @@ func newReplica(b Backend, log *slog.Logger) (*replica, error) {
 	if err != nil || u.Scheme == "" || u.Host == "" {
 		return nil, fmt.Errorf("replica %d: bad URL %q: want http://host:port", b.Rank, b.URL)
 	}
-	r := &replica{rank: b.Rank, target: u, gpus: b.GPUs, maxNumSeqs: b.MaxNumSeqs,
+	r := &replica{rank: b.Rank, target: u, gpus: b.GPUs, fallbackSeqs: b.FallbackMaxNumSeqs,
 		launcherUp: true, state: "ready"}
+	r.maxNumSeqs.Store(int64(b.MaxNumSeqs))
+	if b.Probe {
+		r.healthFails = healthFailsDown // until it answers
+		if b.MaxNumSeqs == 0 {
+			r.maxNumSeqs.Store(int64(b.FallbackMaxNumSeqs))
+			r.learnSeqs.Store(true)
+		}
+	}
 	r.log = log.With("replica", b.Rank)
 	return r, nil
 }
@@ -107,6 +124,9 @@ func (r *replica) markDown(err error) {
 	}
 }
 
+// seqs is the replica's max_num_seqs (0 = unknown).
+func (r *replica) seqs() int { return int(r.maxNumSeqs.Load()) }
+
 // port is the target's port number, 0 if none.
 func (r *replica) port() int {
 	p, _ := strconv.Atoi(r.target.Port())
@@ -120,7 +140,7 @@ func (r *replica) view(active int) ReplicaView {
 	return ReplicaView{
 		Rank: r.rank, Healthy: r.launcherUp && r.healthFails < healthFailsDown,
 		InFlight: int(r.inflight.Load()), Running: r.eng.running, Waiting: r.eng.waiting,
-		KVUsed: r.eng.kvUsed, ActiveSessions: active, MaxNumSeqs: r.maxNumSeqs,
+		KVUsed: r.eng.kvUsed, ActiveSessions: active, MaxNumSeqs: r.seqs(),
 		KVCapacity: r.eng.kvCapacity, StaleRunning: r.staleRunning, StaleWaiting: r.staleWaiting,
 		SentSince: r.sentSince,
 	}
@@ -132,8 +152,8 @@ func (r *replica) view(active int) ReplicaView {
 func (r *replica) refreshBalancer() {
 	n := int(r.inflight.Load())
 	running := n
-	if r.maxNumSeqs > 0 && n > r.maxNumSeqs {
-		running = r.maxNumSeqs
+	if seqs := r.seqs(); seqs > 0 && n > seqs {
+		running = seqs
 	}
 	r.staleRunning, r.staleWaiting, r.sentSince = running, n-running, 0
 }

@@ -170,6 +170,7 @@ func (p *Proxy) check(ctx context.Context, r *replica) {
 			r.mu.Lock()
 			r.eng.apply(s, p.clock())
 			r.mu.Unlock()
+			p.learnLimits(ctx, r) // a probed replica's max_num_seqs, before it enters rotation
 		}
 	}
 	if err != nil {
@@ -208,7 +209,7 @@ func (p *Proxy) getOK(ctx context.Context, url string, read func(io.Reader) erro
 // and returns when all are done.
 func (p *Proxy) CheckNow(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, r := range p.replicas {
+	for _, r := range p.replicaList() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -25,20 +25,21 @@ func (p *Proxy) Status() panel.Status {
 	if p.knownTurns > 0 {
 		s.StickyShare = float64(p.homeTurns) / float64(p.knownTurns)
 	}
-	active := make([]int, len(p.replicas))
-	for i, r := range p.replicas {
+	reps := p.replicaList()
+	active := make([]int, len(reps))
+	for i, r := range reps {
 		active[i] = p.sessions.active[r.rank]
 	}
 	p.mu.Unlock()
 
-	for i, r := range p.replicas {
+	for i, r := range reps {
 		row := r.status(active[i])
 		s.Replicas = append(s.Replicas, row)
 		s.InFlight += row.InFlight
 		addTotals(&s.Totals, row)
 	}
-	if len(p.replicas) > 0 {
-		s.SpillThreshold = PlaceConfig{SpillThreshold: p.cfg.SpillThreshold}.SpillFor(ReplicaView{MaxNumSeqs: p.replicas[0].maxNumSeqs})
+	if len(reps) > 0 {
+		s.SpillThreshold = PlaceConfig{SpillThreshold: p.cfg.SpillThreshold}.SpillFor(ReplicaView{MaxNumSeqs: reps[0].seqs()})
 	}
 	if t := s.Totals; t.PromptTokens > 0 {
 		s.Totals.CachedShare = float64(t.CachedTokens) / float64(t.PromptTokens)
@@ -76,7 +77,7 @@ func addTotals(t *panel.Totals, r panel.Replica) {
 // status is the replica's panel row.
 func (r *replica) status(active int) panel.Replica {
 	row := panel.Replica{
-		Rank: r.rank, GPUs: r.gpus, URL: r.target.String(), Port: r.port(), MaxNumSeqs: r.maxNumSeqs,
+		Rank: r.rank, GPUs: r.gpus, URL: r.target.String(), Port: r.port(), MaxNumSeqs: r.seqs(),
 		InFlight: int(r.inflight.Load()), Requests: r.requests.Load(), New: r.newTurns.Load(),
 		Sticky: r.sticky.Load(), SpilledIn: r.spilledIn.Load(), Pinned: r.pinned.Load(),
 		Failover: r.failover.Load(), Balanced: r.balanced.Load(), Errors: r.errors.Load(),

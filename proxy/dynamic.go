@@ -1,0 +1,357 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// replicaSet is the set of replicas in rank order. It is never changed in
+// place: adding or removing a replica publishes a new set (under Proxy.mu,
+// so a placement sees one consistent set), and readers load it without a
+// lock.
+type replicaSet struct {
+	list   []*replica
+	byRank map[int]*replica
+}
+
+// replicaList returns the current replicas in rank order. Do not modify it.
+func (p *Proxy) replicaList() []*replica { return p.set.Load().list }
+
+// lookup returns the current replica with rank, nil if there is none.
+func (p *Proxy) lookup(rank int) *replica { return p.set.Load().byRank[rank] }
+
+// dynState is what adding and removing replicas at run time needs; guarded
+// by Proxy.mu.
+type dynState struct {
+	nextRank int
+	rankOf   map[string]int    // replica URL -> its rank, kept after removal so a re-added URL gets its rank back
+	rt       http.RoundTripper // the round tripper New gave the replicas' reverse proxies
+}
+
+// publish makes list (sorted by rank here) the current replica set. The
+// caller holds Proxy.mu, or is New.
+func (p *Proxy) publish(list []*replica) {
+	slices.SortFunc(list, func(a, b *replica) int { return a.rank - b.rank })
+	s := &replicaSet{list: list, byRank: make(map[int]*replica, len(list))}
+	if p.dyn.rankOf == nil {
+		p.dyn.rankOf = map[string]int{}
+	}
+	for _, r := range list {
+		s.byRank[r.rank] = r
+		p.dyn.rankOf[canonicalURL(r.target)] = r.rank
+		p.dyn.nextRank = max(p.dyn.nextRank, r.rank+1)
+		if p.dyn.rt == nil && r.rp != nil {
+			p.dyn.rt = r.rp.Transport
+		}
+	}
+	p.set.Store(s)
+}
+
+// canonicalURL is the form replicas are compared and saved by: scheme and
+// host in lower case, no trailing slash, no fragment, query or user info.
+func canonicalURL(u *url.URL) string {
+	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Host) + strings.TrimRight(u.Path, "/")
+}
+
+// ParseReplica reads a replica as `warden route --replica` and POST
+// /warden/replicas take it: URL[#max_num_seqs=N], e.g.
+// http://10.0.0.5:8000#max_num_seqs=64. The URL must be http or https with a
+// host. Without max_num_seqs the returned Backend's MaxNumSeqs is 0 (ask the
+// server). Rank is left 0 for the caller to set.
+func ParseReplica(spec string) (Backend, error) {
+	spec = strings.TrimSpace(spec)
+	raw, frag, _ := strings.Cut(spec, "#")
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Hostname() == "" {
+		return Backend{}, fmt.Errorf("replica %q: want an http(s) URL with a host, e.g. http://10.0.0.5:8000", spec)
+	}
+	if u.RawQuery != "" || u.User != nil {
+		return Backend{}, fmt.Errorf("replica %q: no query or user info in a replica URL", spec)
+	}
+	b := Backend{URL: canonicalURL(u)}
+	for _, kv := range strings.FieldsFunc(frag, func(r rune) bool { return r == '&' || r == ',' }) {
+		k, v, _ := strings.Cut(kv, "=")
+		switch strings.ReplaceAll(k, "-", "_") {
+		case "max_num_seqs":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return Backend{}, fmt.Errorf("replica %q: max_num_seqs must be a positive integer, not %q", spec, v)
+			}
+			b.MaxNumSeqs = n
+		default:
+			return Backend{}, fmt.Errorf("replica %q: unknown setting %q after # (known: max_num_seqs=N)", spec, k)
+		}
+	}
+	return b, nil
+}
+
+// ErrUnknownReplica is returned by RemoveReplica for a URL or rank that is
+// not a current replica.
+var ErrUnknownReplica = errors.New("no such replica")
+
+// ErrReplicaExists is returned by AddReplica for a URL that is already a
+// current replica.
+var ErrReplicaExists = errors.New("replica already present")
+
+// ReplicaInfo describes a replica added or removed at run time.
+type ReplicaInfo struct {
+	Rank       int    `json:"rank"`
+	URL        string `json:"url"`
+	MaxNumSeqs int    `json:"max_num_seqs"`
+	Sessions   int    `json:"sessions"` // conversations homed on it (on removal: they fail over on their next turn)
+}
+
+// AddReplica adds a replica at run time and returns it with its rank: the
+// rank the URL had before if it was removed earlier (so its sessions, and
+// their prefix cache, come home), else the next unused rank. b.Rank is
+// ignored. A Backend with Probe set stays out of rotation until its first
+// successful health check (the scrape loop's next round, or CheckNow).
+func (p *Proxy) AddReplica(b Backend) (ReplicaInfo, error) {
+	parsed, err := ParseReplica(b.URL)
+	if err != nil {
+		return ReplicaInfo{}, err
+	}
+	b.URL = parsed.URL
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cur := p.set.Load()
+	for _, r := range cur.list {
+		if canonicalURL(r.target) == b.URL {
+			return ReplicaInfo{Rank: r.rank, URL: b.URL}, fmt.Errorf("%w: %s is replica %d", ErrReplicaExists, b.URL, r.rank)
+		}
+	}
+	rank, seen := p.dyn.rankOf[b.URL]
+	if !seen {
+		rank = p.dyn.nextRank
+	}
+	b.Rank = rank
+	r, err := newReplica(b, p.log)
+	if err != nil {
+		return ReplicaInfo{}, err
+	}
+	r.rp = p.reverseProxy(r, p.dyn.rt)
+	p.publish(append(slices.Clone(cur.list), r))
+	info := ReplicaInfo{Rank: rank, URL: b.URL, MaxNumSeqs: r.seqs(), Sessions: p.sessions.active[rank]}
+	p.log.Info("replica added", "replica", rank, "url", b.URL, "sessions_homed", info.Sessions)
+	return info, nil
+}
+
+// RemoveReplica takes the replica with the given URL (or, when url is "",
+// rank) out of the proxy at run time. Requests in flight on it finish; the
+// session table is kept, and sessions homed on it fail over on their next
+// turn (or come back if it is added again).
+func (p *Proxy) RemoveReplica(rawURL string, rank int) (ReplicaInfo, error) {
+	want := ""
+	if rawURL != "" {
+		b, err := ParseReplica(rawURL)
+		if err != nil {
+			return ReplicaInfo{}, err
+		}
+		want = b.URL
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cur := p.set.Load()
+	i := slices.IndexFunc(cur.list, func(r *replica) bool {
+		return (want != "" && canonicalURL(r.target) == want) || (want == "" && r.rank == rank)
+	})
+	if i < 0 {
+		if want == "" {
+			want = "rank " + strconv.Itoa(rank)
+		}
+		return ReplicaInfo{}, fmt.Errorf("%w: %s", ErrUnknownReplica, want)
+	}
+	r := cur.list[i]
+	p.publish(slices.Delete(slices.Clone(cur.list), i, i+1))
+	info := ReplicaInfo{Rank: r.rank, URL: canonicalURL(r.target), MaxNumSeqs: r.seqs(), Sessions: p.sessions.active[r.rank]}
+	p.log.Info("replica removed", "replica", r.rank, "url", info.URL, "sessions_to_fail_over", info.Sessions,
+		"in_flight", r.inflight.Load())
+	return info, nil
+}
+
+// maxNumSeqsSources are where a vLLM server says its max_num_seqs: the
+// inference config endpoint of recent releases, and the dev-mode server
+// info (VLLM_SERVER_DEV_MODE=1) of older ones. vLLM's /metrics does not
+// carry it (vllm:cache_config_info has the cache config only).
+var maxNumSeqsSources = []struct{ path, field string }{
+	{"/inference/v1/config", "scheduler.max_num_seqs"},
+	{"/server_info?config_format=json", "vllm_config.scheduler_config.max_num_seqs"},
+}
+
+// maxNumSeqsText finds max_num_seqs in the text form of a vLLM config.
+var maxNumSeqsText = regexp.MustCompile(`max_num_seqs['"]?\s*[=:]\s*(\d+)`)
+
+// learnLimits asks a replica added with Probe and no explicit max_num_seqs
+// for its max_num_seqs, once, after it first answered its health check; it
+// keeps the fallback when the server does not say.
+func (p *Proxy) learnLimits(ctx context.Context, r *replica) {
+	if !r.learnSeqs.CompareAndSwap(true, false) {
+		return
+	}
+	for _, src := range maxNumSeqsSources {
+		n := 0
+		err := p.getOK(ctx, r.target.String()+src.path, func(body io.Reader) error {
+			b, err := io.ReadAll(io.LimitReader(body, maxMetricsBytes))
+			if err != nil {
+				return err
+			}
+			n = maxNumSeqsFrom(b, src.field)
+			return nil
+		})
+		if err == nil && n > 0 {
+			r.maxNumSeqs.Store(int64(n))
+			r.log.Info("max_num_seqs learned from the server", "max_num_seqs", n, "source", src.path)
+			return
+		}
+	}
+	r.log.Warn("the server does not say its max_num_seqs; assuming a value (set it with URL#max_num_seqs=N or --max-num-seqs)",
+		"max_num_seqs", r.seqs())
+}
+
+// maxNumSeqsFrom reads max_num_seqs at field of a JSON body, or from the
+// text form of the config (older /server_info); 0 if absent.
+func maxNumSeqsFrom(body []byte, field string) int {
+	v := gjson.GetBytes(body, field)
+	if v.Type == gjson.Number && v.Int() > 0 {
+		return int(v.Int())
+	}
+	if m := maxNumSeqsText.FindSubmatch(body); m != nil {
+		n, _ := strconv.Atoi(string(m[1]))
+		return n
+	}
+	return 0
+}
+
+// dynamicRoutes registers the replica admin endpoints: GET lists the
+// replicas (as the status page does), POST adds one, DELETE removes one
+// (loopback or admin token for both).
+func (p *Proxy) dynamicRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /warden/replicas", p.serveReplicas)
+	mux.HandleFunc("POST /warden/replicas", p.admin(p.addReplica))
+	mux.HandleFunc("DELETE /warden/replicas", p.admin(p.removeReplica))
+}
+
+func (p *Proxy) serveReplicas(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"replicas": p.Status().Replicas})
+}
+
+// replicaRequest is the body of POST and DELETE /warden/replicas.
+type replicaRequest struct {
+	URL        string `json:"url"`          // URL[#max_num_seqs=N]
+	MaxNumSeqs int    `json:"max_num_seqs"` // POST: overrides the URL's; 0 = ask the server
+	Rank       *int   `json:"rank"`         // DELETE: by rank instead of URL
+}
+
+// readReplicaRequest takes the request from a JSON body, or from the url and
+// rank query parameters.
+func readReplicaRequest(r *http.Request) (replicaRequest, error) {
+	var in replicaRequest
+	if q := r.URL.Query(); q.Has("url") || q.Has("rank") {
+		in.URL = q.Get("url")
+		if q.Has("rank") {
+			n, err := strconv.Atoi(q.Get("rank"))
+			if err != nil {
+				return in, fmt.Errorf("rank %q is not an integer", q.Get("rank"))
+			}
+			in.Rank = &n
+		}
+		return in, nil
+	}
+	if err := jsonDecode(r.Body, &in); err != nil {
+		return in, fmt.Errorf(`want a JSON body {"url": "http://host:port[#max_num_seqs=N]"} or ?url=: %v`, err)
+	}
+	return in, nil
+}
+
+func (p *Proxy) addReplica(w http.ResponseWriter, r *http.Request) {
+	in, err := readReplicaRequest(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	b, err := ParseReplica(in.URL)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if in.MaxNumSeqs < 0 {
+		writeError(w, http.StatusBadRequest, "max_num_seqs must be >= 0 (0: ask the server)")
+		return
+	}
+	if in.MaxNumSeqs > 0 {
+		b.MaxNumSeqs = in.MaxNumSeqs
+	}
+	b.Probe, b.FallbackMaxNumSeqs = true, p.fallbackSeqs()
+	info, err := p.AddReplica(b)
+	switch {
+	case errors.Is(err, ErrReplicaExists):
+		writeError(w, http.StatusConflict, err.Error())
+		return
+	case err != nil:
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if rep := p.lookup(info.Rank); rep != nil {
+		go p.check(context.WithoutCancel(r.Context()), rep) // in rotation as soon as it answers
+	}
+	writeJSON(w, http.StatusCreated, info)
+}
+
+func (p *Proxy) removeReplica(w http.ResponseWriter, r *http.Request) {
+	in, err := readReplicaRequest(r)
+	if err == nil && in.URL == "" && in.Rank == nil {
+		err = errors.New(`name the replica: {"url": ...} or {"rank": N}`)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	rank := -1
+	if in.Rank != nil {
+		rank = *in.Rank
+	}
+	info, err := p.RemoveReplica(in.URL, rank)
+	switch {
+	case errors.Is(err, ErrUnknownReplica):
+		writeError(w, http.StatusNotFound, err.Error())
+	case err != nil:
+		writeError(w, http.StatusBadRequest, err.Error())
+	default:
+		writeJSON(w, http.StatusOK, info)
+	}
+}
+
+// fallbackSeqs is the max_num_seqs assumed for a replica added over HTTP
+// until (unless) the server says its own: the largest of the current
+// replicas' fallbacks, else DefaultMaxNumSeqs.
+func (p *Proxy) fallbackSeqs() int {
+	n := 0
+	for _, r := range p.replicaList() {
+		n = max(n, r.fallbackSeqs)
+	}
+	if n == 0 {
+		n = DefaultMaxNumSeqs
+	}
+	return n
+}
+
+// DefaultMaxNumSeqs is vLLM's default max_num_seqs on most GPUs (1024 only
+// on large non-A100 cards), assumed for a probed replica when neither the
+// server nor the user says otherwise.
+const DefaultMaxNumSeqs = 256
+
+// jsonDecode reads one small JSON admin body (at most 64 KiB) into v.
+func jsonDecode(body io.Reader, v any) error {
+	return json.NewDecoder(io.LimitReader(body, 64<<10)).Decode(v)
+}
