@@ -28,6 +28,7 @@ func main() {
 		Version: version,
 		Commands: []*cli.Command{
 			serveCommand(),
+			routeCommand(),
 			gpu.Command(),
 			panel.StatusCommand(),
 			sim.Command(),

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/tidwall/gjson"
+	"github.com/urfave/cli/v2"
+
+	"github.com/lmwarden/warden/proxy"
+	"github.com/lmwarden/warden/proxy/panel"
+)
+
+// routeConfig is everything `warden route` needs, validated once.
+type routeConfig struct {
+	Replicas      []proxy.Backend
+	Addr          string
+	StateFile     string // "" = the session table is not saved
+	StateInterval time.Duration
+	DrainTimeout  time.Duration
+	Proxy         proxy.Config
+}
+
+func routeFlags() []cli.Flag {
+	return append([]cli.Flag{
+		&cli.StringSliceFlag{Name: "replica", EnvVars: envVars("REPLICA"),
+			Usage: "a running vLLM (or warden) server to route to: URL, or URL#max_num_seqs=N when the server does not say its own; repeat or separate with commas"},
+		&cli.StringFlag{Name: "replicas-file", EnvVars: envVars("REPLICAS_FILE"),
+			Usage: "file listing replicas, one URL[#max_num_seqs=N] per line (blank lines and lines starting with # skipped)"},
+		&cli.IntFlag{Name: "max-num-seqs", Value: proxy.DefaultMaxNumSeqs, EnvVars: envVars("MAX_NUM_SEQS"),
+			Usage: "max_num_seqs assumed for a replica without #max_num_seqs=N whose server does not say its own; the spill threshold derives from it"},
+		&cli.StringFlag{Name: "served-model-name", EnvVars: envVars("SERVED_MODEL_NAME"),
+			Usage: "the model name clients use (default: what the replicas answer on /v1/models at start; none answering: names pass through)"},
+		&cli.StringFlag{Name: "state-file", EnvVars: envVars("STATE_FILE"),
+			Usage: "where the session table is saved and reloaded, so conversations keep their replica across a restart (default: $XDG_STATE_HOME/warden/route-<port>.sessions.json; none: off)"},
+		&cli.DurationFlag{Name: "state-interval", Value: 30 * time.Second, EnvVars: envVars("STATE_INTERVAL"),
+			Usage: "how often the session table is saved while running (it is always saved on exit)"},
+	}, routerFlags()...)
+}
+
+func routeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "route",
+		Usage: "a sticky router in front of vLLM servers that are already running (this host or others)",
+		Description: "Routes the OpenAI and Anthropic APIs on --port to the --replica servers, keeping each conversation on\n" +
+			"the replica that has its prefix cached, exactly as `warden serve` does for the engines it launches; it\n" +
+			"launches and stops nothing. Replicas that are down are retried and routed around; replicas can be added\n" +
+			"and removed at run time (POST/DELETE /warden/replicas); the session table survives a restart (--state-file).\n" +
+			"A replica can itself be a `warden serve` on another host.",
+		Flags:  routeFlags(),
+		Action: func(c *cli.Context) error { return runRoute(c) },
+	}
+}
+
+// routeConfigFrom validates the flags into a routeConfig.
+func routeConfigFrom(c *cli.Context) (routeConfig, error) {
+	cfg := routeConfig{StateInterval: c.Duration("state-interval"), DrainTimeout: c.Duration("drain-timeout")}
+	var err error
+	if cfg.Proxy, cfg.Addr, err = routerConfigFrom(c, c.String("served-model-name")); err != nil {
+		return cfg, err
+	}
+	if c.Int("max-num-seqs") < 1 {
+		return cfg, fmt.Errorf("--max-num-seqs must be at least 1 (got %d)", c.Int("max-num-seqs"))
+	}
+	if cfg.StateInterval <= 0 {
+		return cfg, fmt.Errorf("--state-interval must be positive (got %v)", cfg.StateInterval)
+	}
+	specs := c.StringSlice("replica")
+	if f := c.String("replicas-file"); f != "" {
+		more, err := readReplicasFile(f)
+		if err != nil {
+			return cfg, err
+		}
+		specs = append(specs, more...)
+	}
+	if cfg.Replicas, err = parseReplicas(specs, c.Int("max-num-seqs")); err != nil {
+		return cfg, err
+	}
+	switch cfg.StateFile = c.String("state-file"); cfg.StateFile {
+	case "none":
+		cfg.StateFile = ""
+	case "":
+		port := cfg.Addr[strings.LastIndex(cfg.Addr, ":")+1:]
+		cfg.StateFile = filepath.Join(filepath.Dir(filepath.Dir(defaultLogDir(time.Now()))), "route-"+port+".sessions.json")
+	}
+	return cfg, nil
+}
+
+// parseReplicas turns replica specs into probed backends, ranks in the
+// order given.
+func parseReplicas(specs []string, fallbackSeqs int) ([]proxy.Backend, error) {
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("name at least one running server: --replica URL (or --replicas-file FILE)")
+	}
+	seen := map[string]bool{}
+	var bs []proxy.Backend
+	for _, s := range specs {
+		b, err := proxy.ParseReplica(s)
+		if err != nil {
+			return nil, err
+		}
+		if seen[b.URL] {
+			return nil, fmt.Errorf("replica %s is listed twice", b.URL)
+		}
+		seen[b.URL] = true
+		b.Rank, b.Probe, b.FallbackMaxNumSeqs = len(bs), true, fallbackSeqs
+		bs = append(bs, b)
+	}
+	return bs, nil
+}
+
+// readReplicasFile reads one replica per line; blank lines and lines that
+// start with # are skipped.
+func readReplicasFile(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--replicas-file: %w", err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line != "" && !strings.HasPrefix(line, "#") {
+			out = append(out, line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("--replicas-file %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// servedNameOf asks the replicas' /v1/models (concurrently, briefly) and
+// returns the first model name in replica order; "" when none answers.
+func servedNameOf(ctx context.Context, bs []proxy.Backend, log *slog.Logger) string {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	names := make([]string, len(bs))
+	var wg sync.WaitGroup
+	for i, b := range bs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.URL+"/v1/models", nil)
+			if err != nil {
+				return
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			if resp.StatusCode == http.StatusOK {
+				names[i] = gjson.GetBytes(body, "data.0.id").String()
+			}
+		}()
+	}
+	wg.Wait()
+	name := ""
+	for i, n := range names {
+		switch {
+		case n == "":
+		case name == "":
+			name = n
+		case n != name:
+			log.Warn("replicas serve different model names; routing to all as one", "model", name,
+				"replica", bs[i].URL, "its_model", n)
+		}
+	}
+	return name
+}
+
+// runRoute is `warden route`. Its actors, in start order: the public
+// listener (bound first), the proxy with the reloaded session table, one
+// health check of every replica (those that answer are in rotation before
+// the first request), the HTTP server, the scrape loop and the periodic
+// save. Stop order on SIGINT/SIGTERM: stop accepting and drain in-flight
+// requests (up to --drain-timeout), take the final status, save the session
+// table, print the summary. The replicas are never stopped.
+func runRoute(c *cli.Context) error {
+	cfg, err := routeConfigFrom(c)
+	if err != nil {
+		return cli.Exit("warden route: "+err.Error(), 2)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, stopSignals := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("warden route: cannot listen on %s: %v (choose another --port)", cfg.Addr, err), 1)
+	}
+	px, err := newRouteProxy(ctx, cfg, log)
+	if err != nil {
+		ln.Close()
+		return cli.Exit("warden route: "+err.Error(), 1)
+	}
+	srv := &http.Server{Handler: px.Handler(), ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	go px.Run(runCtx)
+	if cfg.StateFile != "" {
+		go px.PersistSessions(runCtx, cfg.StateFile, cfg.StateInterval)
+	}
+	printRouteReady(c.App.Writer, cfg, px.Status())
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining in-flight requests", "grace", cfg.DrainTimeout)
+	case err := <-served:
+		log.Error("http server stopped", "err", err)
+	}
+	stopSignals() // a second Ctrl-C kills the warden the default way
+	shutdownHTTP(srv, cfg.DrainTimeout)
+	px.CheckNow(context.Background())
+	final := px.Status()
+	stopRun()
+	if cfg.StateFile != "" {
+		if n, err := px.SaveSessions(cfg.StateFile); err != nil {
+			log.Error("the session table was not saved", "path", cfg.StateFile, "error", err)
+		} else {
+			log.Info("session table saved", "path", cfg.StateFile, "sessions", n)
+		}
+	}
+	panel.WriteSummary(os.Stderr, final)
+	return nil
+}
+
+// newRouteProxy builds the proxy over the replicas, reloads the session
+// table and checks every replica once.
+func newRouteProxy(ctx context.Context, cfg routeConfig, log *slog.Logger) (*proxy.Proxy, error) {
+	if cfg.Proxy.ServedModel == "" {
+		cfg.Proxy.ServedModel = servedNameOf(ctx, cfg.Replicas, log)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Proxy.Registry, cfg.Proxy.Logger = reg, log
+	px, err := proxy.New(cfg.Proxy, cfg.Replicas)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.StateFile != "" {
+		res, err := px.LoadSessions(cfg.StateFile)
+		if err != nil {
+			return nil, err
+		}
+		if !res.SavedAt.IsZero() {
+			log.Info("session table reloaded", "path", cfg.StateFile, "saved_at", res.SavedAt.Format(time.RFC3339),
+				"restored", res.Restored, "expired", res.Expired, "on_unknown_replicas", res.Unknown)
+		}
+	}
+	px.CheckNow(ctx)
+	for _, r := range px.Status().Replicas {
+		if !r.Up {
+			log.Warn("replica not answering; routed around and retried every second", "replica", r.Rank,
+				"url", r.URL, "error", r.ScrapeError)
+		}
+	}
+	return px, nil
+}
+
+// printRouteReady prints the one line that says the router is serving.
+func printRouteReady(w io.Writer, cfg routeConfig, st panel.Status) {
+	up := 0
+	for _, r := range st.Replicas {
+		if r.Up {
+			up++
+		}
+	}
+	host, port, _ := net.SplitHostPort(cfg.Addr)
+	url := "http://" + net.JoinHostPort(displayHost(host), port)
+	state := cfg.StateFile
+	if state == "" {
+		state = "not saved"
+	}
+	model := st.Model
+	if model == "" {
+		model = "model names passed through"
+	}
+	fmt.Fprintf(w, "warden: ready at %s (%s of %s replicas up, %s, policy %s; status page %s/, sessions %s)\n",
+		url, strconv.Itoa(up), strconv.Itoa(len(st.Replicas)), model, st.Policy, url, state)
+}
