@@ -11,6 +11,7 @@ package proxy
 // engine's error unchanged.
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -35,10 +36,13 @@ type clients struct {
 	mu    sync.Mutex
 	noted map[string]bool
 	full  bool // maxNoted reached (and said so)
+
+	servedJSON []byte // served as a JSON string
 }
 
 func newClients(served string, strict bool, log *slog.Logger) *clients {
-	return &clients{served: served, strict: strict, log: log, noted: map[string]bool{}}
+	q, _ := json.Marshal(served)
+	return &clients{served: served, strict: strict, log: log, noted: map[string]bool{}, servedJSON: q}
 }
 
 // once reports whether key is new (and records it). Past maxNoted keys it
@@ -94,12 +98,28 @@ func (c *clients) servedModel() gjson.Result {
 	return gjson.Result{Type: gjson.String, Str: c.served, Raw: strconv.Quote(c.served)}
 }
 
-// rewriteModel sets the body's "model" to the served name.
+// rewriteModel sets the body's top-level "model" to the served name by
+// splicing the new value over the old one (gjson stops at the key, which
+// clients send first), in place when it is not longer. A body where the
+// splice cannot be placed is rewritten by sjson.
 func (c *clients) rewriteModel(body []byte) []byte {
-	out, err := sjson.SetBytes(body, "model", c.served)
-	if err != nil {
-		return body
+	m := gjson.GetBytes(body, "model")
+	start, end := m.Index, m.Index+len(m.Raw)
+	if m.Type != gjson.String || start <= 0 || end > len(body) || body[start] != '"' || body[end-1] != '"' {
+		out, err := sjson.SetBytes(body, "model", c.served)
+		if err != nil {
+			return body
+		}
+		return out
 	}
+	val := c.servedJSON
+	if grow := len(val) - (end - start); grow <= 0 {
+		n := copy(body[start:], val)
+		n += copy(body[start+n:], body[end:])
+		return body[:start+n]
+	}
+	out := make([]byte, 0, len(body)+len(val)-(end-start))
+	out = append(append(append(out, body[:start]...), val...), body[end:]...)
 	return out
 }
 

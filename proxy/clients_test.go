@@ -142,3 +142,26 @@ func TestModelsAndHelloAreAnsweredLocally(t *testing.T) {
 		t.Errorf("HEAD /api/hello: %d, engine requests %d", resp.StatusCode, e.count())
 	}
 }
+
+// BenchmarkPrepareModelMapping measures what mapping the model name adds to
+// preparing a ~300 KB Claude Code request: "same" sends the served name
+// (nothing to rewrite), "mapped-*" maps Claude Code's own name to a
+// shorter (in place) or longer served name.
+func BenchmarkPrepareModelMapping(b *testing.B) {
+	body := claudeCodeTurn1("s-1", strings.Repeat("static system prompt ", 15000), "task")
+	for _, tc := range []struct{ name, model string }{{"same", "claude-opus-5-5"}, {"mapped-shorter", "served-model"}, {"mapped-longer", "Qwen/Qwen3-4B-Instruct-2507"}} {
+		b.Run(tc.name, func(b *testing.B) {
+			p, _ := testProxy(b, Config{ServedModel: tc.model}, newFakeEngine(b))
+			r := httptest.NewRequest("POST", "/v1/messages", nil)
+			r.Header.Set("X-Claude-Code-Session-Id", "s-1")
+			buf := make([]byte, len(body))
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				copy(buf, body) // prepare edits its buffer in place
+				if req := p.prepare(r, buf[:len(body)]); req.refuse != "" {
+					b.Fatal(req.refuse)
+				}
+			}
+		})
+	}
+}
