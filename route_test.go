@@ -1,0 +1,297 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/proxy/panel"
+)
+
+// parseRoute runs the route command's flag parsing on args and returns the
+// validated config.
+func parseRoute(t *testing.T, args ...string) (routeConfig, error) {
+	t.Helper()
+	var cfg routeConfig
+	var cfgErr error
+	cmd := routeCommand()
+	cmd.Action = func(c *cli.Context) error { cfg, cfgErr = routeConfigFrom(c); return nil }
+	app := &cli.App{Name: "warden", Commands: []*cli.Command{cmd}, Writer: io.Discard, ErrWriter: io.Discard}
+	if err := app.Run(append([]string{"warden", "route"}, args...)); err != nil {
+		return cfg, err
+	}
+	return cfg, cfgErr
+}
+
+func TestRouteConfig(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "replicas")
+	os.WriteFile(file, []byte("# fleet\nhttp://10.0.0.7:8000#max_num_seqs=64\n\n  http://10.0.0.8:8000/  \n"), 0o600)
+	t.Setenv("XDG_STATE_HOME", dir)
+	cfg, err := parseRoute(t, "--replica", "http://10.0.0.5:8000,http://10.0.0.6:8000", "--replicas-file", file,
+		"--max-num-seqs", "128", "--port", "9100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, b := range cfg.Replicas {
+		got = append(got, fmt.Sprintf("%d %s %d/%d probe=%v", b.Rank, b.URL, b.MaxNumSeqs, b.FallbackMaxNumSeqs, b.Probe))
+	}
+	want := []string{"0 http://10.0.0.5:8000 0/128 probe=true", "1 http://10.0.0.6:8000 0/128 probe=true",
+		"2 http://10.0.0.7:8000 64/128 probe=true", "3 http://10.0.0.8:8000 0/128 probe=true"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("replicas:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if wantState := filepath.Join(dir, "warden", "route-9100.sessions.json"); cfg.StateFile != wantState || cfg.Addr != "127.0.0.1:9100" {
+		t.Errorf("state file %s addr %s, want %s 127.0.0.1:9100", cfg.StateFile, cfg.Addr, wantState)
+	}
+	if cfg, _ := parseRoute(t, "--replica", "http://h:1", "--state-file", "none"); cfg.StateFile != "" {
+		t.Errorf("--state-file none: %q, want no state file", cfg.StateFile)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{nil, "at least one running server"},
+		{[]string{"--replica", "gpu-box:8000"}, "want an http(s) URL"},
+		{[]string{"--replica", "http://h:1", "--replica", "http://H:1/"}, "listed twice"},
+		{[]string{"--replicas-file", filepath.Join(dir, "missing")}, "--replicas-file"},
+		{[]string{"--replica", "http://h:1", "--max-num-seqs", "0"}, "--max-num-seqs must be at least 1"},
+		{[]string{"--replica", "http://h:1", "--policy", "random"}, "unknown policy"},
+		{[]string{"--replica", "http://h:1", "--port", "70000"}, "not a TCP port"},
+		{[]string{"--replica", "http://h:1", "--state-interval", "0s"}, "--state-interval must be positive"},
+	} {
+		if _, err := parseRoute(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("route %v: error %v, want one containing %q", tc.args, err, tc.err)
+		}
+	}
+}
+
+// startRoute runs `warden route` with args on a free port and waits for its
+// "ready at" line.
+func startRoute(t *testing.T, port int, args ...string) *wardenProc {
+	t.Helper()
+	argv := append([]string{"route", "--port", strconv.Itoa(port), "--drain-timeout", "5s"}, args...)
+	cmd := exec.Command(simproc.Binary(t), argv...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &wardenProc{cmd: cmd, url: "http://127.0.0.1:" + strconv.Itoa(port), stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	cmd.Stderr = &lockedWriter{buf: w.stderr}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{}, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "ready at "+w.url) {
+				ready <- struct{}{}
+			}
+		}
+		w.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	select {
+	case <-ready:
+	case err := <-w.done:
+		t.Fatalf("warden route exited before ready: %v\n%s", err, w.stderr)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("warden route not ready after 30s\n%s", w.stderr)
+	}
+	return w
+}
+
+// stop SIGINTs the warden and waits for it to exit 0.
+func (w *wardenProc) stop(t *testing.T) {
+	t.Helper()
+	if err := w.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-w.done:
+		if err != nil {
+			t.Fatalf("warden exited with %v\n%s", err, w.stderr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("warden did not exit after SIGINT\n%s", w.stderr)
+	}
+}
+
+// status reads the warden's /warden/status.
+func (w *wardenProc) status(t *testing.T) panel.Status {
+	t.Helper()
+	resp, err := http.Get(w.url + "/warden/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st panel.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// upURLs maps each replica URL to whether it is up, and rank to URL.
+func upURLs(st panel.Status) (map[string]bool, map[string]string) {
+	up, urlOf := map[string]bool{}, map[string]string{}
+	for _, r := range st.Replicas {
+		up[r.URL], urlOf[strconv.Itoa(r.Rank)] = r.Up, r.URL
+	}
+	return up, urlOf
+}
+
+// waitUntil polls cond every 50 ms until it holds or 30 s pass.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// turn sends one chat turn of a session and returns the replica URL that
+// served it and the route reason.
+func turn(t *testing.T, w *wardenProc, urlOf map[string]string, session string) (string, string) {
+	t.Helper()
+	body := `{"model":"test-model","max_tokens":4,"messages":[{"role":"user","content":"turn of ` + session + `"}]}`
+	req, _ := http.NewRequest(http.MethodPost, w.url+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Session-Id", session)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("session %s: %d %s", session, resp.StatusCode, b)
+	}
+	return urlOf[resp.Header.Get("X-Warden-Replica")], resp.Header.Get("X-Warden-Route")
+}
+
+// adminJSON sends an admin request to the warden and returns the status.
+func adminJSON(t *testing.T, method, url, body string) int {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestRouteFrontsRunningServersThroughChangesAndARestart(t *testing.T) {
+	a := simproc.Start(t, "--max-num-seqs", "8")
+	b := simproc.Start(t, "--max-num-seqs", "64")
+	cPort := simproc.FreePort(t) // down at start
+	cURL := "http://127.0.0.1:" + strconv.Itoa(cPort)
+	state := filepath.Join(t.TempDir(), "sessions.json")
+	port := simproc.FreePort(t)
+	w := startRoute(t, port, "--replica", a.URL+"#max_num_seqs=8", "--replica", b.URL+","+cURL,
+		"--max-num-seqs", "64", "--state-file", state, "--state-interval", "200ms")
+	st := w.status(t)
+	var rows []string
+	for _, r := range st.Replicas {
+		rows = append(rows, fmt.Sprintf("%s up=%v seqs=%d", r.URL, r.Up, r.MaxNumSeqs))
+	}
+	wantRows := []string{a.URL + " up=true seqs=8", b.URL + " up=true seqs=64", cURL + " up=false seqs=64"}
+	if strings.Join(rows, "\n") != strings.Join(wantRows, "\n") || st.Model != "test-model" {
+		t.Fatalf("replicas at start:\n%s\nwant:\n%s\n(model %q)", strings.Join(rows, "\n"), strings.Join(wantRows, "\n"), st.Model)
+	}
+	_, urlOf := upURLs(st)
+	home := map[string]string{}
+	for i := range 6 {
+		s := "first-" + strconv.Itoa(i)
+		u, route := turn(t, w, urlOf, s)
+		if route != "new" || u == cURL {
+			t.Errorf("session %s: %s on %s, want new on a replica that is up", s, route, u)
+		}
+		home[s] = u
+	}
+
+	simproc.StartNoWait(t, "--port", strconv.Itoa(cPort)) // the down replica comes up
+	waitUntil(t, "the replica down at start is in rotation", func() bool { up, _ := upURLs(w.status(t)); return up[cURL] })
+	d := simproc.Start(t)
+	if code := adminJSON(t, http.MethodPost, w.url+"/warden/replicas", `{"url":"`+d.URL+`"}`); code != http.StatusCreated {
+		t.Fatalf("POST /warden/replicas: %d", code)
+	}
+	waitUntil(t, "the added replica is in rotation", func() bool { up, _ := upURLs(w.status(t)); return up[d.URL] })
+	_, urlOf = upURLs(w.status(t))
+	for i := range 4 { // c and d hold no conversation yet: the least loaded
+		s := "second-" + strconv.Itoa(i)
+		u, route := turn(t, w, urlOf, s)
+		if route != "new" || (u != cURL && u != d.URL) {
+			t.Errorf("session %s: %s on %s, want new on %s or %s", s, route, u, cURL, d.URL)
+		}
+		home[s] = u
+	}
+
+	if code := adminJSON(t, http.MethodDelete, w.url+"/warden/replicas?url="+a.URL, ""); code != http.StatusOK {
+		t.Fatalf("DELETE /warden/replicas: %d", code)
+	}
+	if st := w.status(t); st.Sessions != len(home) {
+		t.Errorf("sessions after the removal = %d, want %d", st.Sessions, len(home))
+	}
+	moved := 0
+	for s, was := range home {
+		u, route := turn(t, w, urlOf, s)
+		switch {
+		case was == a.URL && (route != "failover" || u == a.URL):
+			t.Errorf("session %s homed on the removed replica: %s on %s, want failover elsewhere", s, route, u)
+		case was != a.URL && (route != "sticky" || u != was):
+			t.Errorf("session %s: %s on %s, want sticky on %s", s, route, u, was)
+		}
+		if was == a.URL {
+			moved++
+		}
+		home[s] = u
+	}
+	if moved == 0 {
+		t.Errorf("no session was homed on the removed replica %s: %v", a.URL, home)
+	}
+
+	w.stop(t)
+	if out := w.stderr.String(); !strings.Contains(out, "warden summary for test-model") || !strings.Contains(out, "session table saved") {
+		t.Errorf("exit output lacks the summary or the save:\n%s", out)
+	}
+	for _, u := range []string{a.URL, b.URL, cURL, d.URL} { // nothing was stopped
+		if resp, err := http.Get(u + "/health"); err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("replica %s after the router exited: %v %v", u, resp, err)
+		}
+	}
+
+	// The restarted router lists its replicas in another order (other
+	// ranks) and without the removed one: homes follow the URLs.
+	w2 := startRoute(t, port, "--replica", d.URL+","+cURL+","+b.URL, "--state-file", state)
+	_, urlOf = upURLs(w2.status(t))
+	for s, was := range home {
+		if u, route := turn(t, w2, urlOf, s); route != "sticky" || u != was {
+			t.Errorf("after the restart, session %s: %s on %s, want sticky on %s", s, route, u, was)
+		}
+	}
+	w2.stop(t)
+}
