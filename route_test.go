@@ -82,18 +82,25 @@ func TestRouteConfig(t *testing.T) {
 	}
 }
 
-// startRoute runs `warden route` with args on a free port and waits for its
+// startRoute runs `warden route` with args on port and waits for its
 // "ready at" line.
-func startRoute(t *testing.T, port int, args ...string) *wardenProc {
+func startRoute(t testing.TB, port int, args ...string) *wardenProc {
 	t.Helper()
 	argv := append([]string{"route", "--port", strconv.Itoa(port), "--drain-timeout", "5s"}, args...)
+	return startWarden(t, "http://127.0.0.1:"+strconv.Itoa(port), argv...)
+}
+
+// startWarden runs the warden binary with argv in its own process group and
+// waits until it prints "ready at url".
+func startWarden(t testing.TB, url string, argv ...string) *wardenProc {
+	t.Helper()
 	cmd := exec.Command(simproc.Binary(t), argv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &wardenProc{cmd: cmd, url: "http://127.0.0.1:" + strconv.Itoa(port), stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	w := &wardenProc{cmd: cmd, url: url, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
 	cmd.Stderr = &lockedWriter{buf: w.stderr}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -112,15 +119,15 @@ func startRoute(t *testing.T, port int, args ...string) *wardenProc {
 	select {
 	case <-ready:
 	case err := <-w.done:
-		t.Fatalf("warden route exited before ready: %v\n%s", err, w.stderr)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("warden route not ready after 30s\n%s", w.stderr)
+		t.Fatalf("warden %s exited before ready: %v\n%s", argv[0], err, w.stderr)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("warden %s not ready after 60s\n%s", argv[0], w.stderr)
 	}
 	return w
 }
 
 // stop SIGINTs the warden and waits for it to exit 0.
-func (w *wardenProc) stop(t *testing.T) {
+func (w *wardenProc) stop(t testing.TB) {
 	t.Helper()
 	if err := w.cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
@@ -136,7 +143,7 @@ func (w *wardenProc) stop(t *testing.T) {
 }
 
 // status reads the warden's /warden/status.
-func (w *wardenProc) status(t *testing.T) panel.Status {
+func (w *wardenProc) status(t testing.TB) panel.Status {
 	t.Helper()
 	resp, err := http.Get(w.url + "/warden/status")
 	if err != nil {
