@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -253,5 +254,59 @@ func TestSpillUsesEachReplicasOwnCapacity(t *testing.T) {
 		if got != want {
 			t.Errorf("home %d (max_num_seqs %d, 3 in flight): %+v, want %+v", home, snap[home].MaxNumSeqs, got, want)
 		}
+	}
+}
+
+func TestReplicaChangesDuringTrafficLoseNoRequest(t *testing.T) {
+	e0, e1, e2 := newFakeEngine(t), newFakeEngine(t), newFakeEngine(t)
+	p, front := testProxy(t, Config{}, e0, e1, e2)
+	stop := make(chan struct{})
+	errs := make(chan string, 100)
+	var wg sync.WaitGroup
+	for c := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				body := chatBody("c"+strconv.Itoa(c)+"-"+strconv.Itoa(i%5), false, "")
+				resp, err := http.Post(front.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					errs <- resp.Status
+					return
+				}
+			}
+		}()
+	}
+	served := func() uint64 { return p.Status().Totals.Requests }
+	for range 30 { // replica 2 leaves and comes back while turns flow
+		before := served()
+		if _, err := p.RemoveReplica(e2.srv.URL, -1); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "turns served while a replica is out", func() bool { return served() > before+2 })
+		if _, err := p.AddReplica(Backend{URL: e2.srv.URL, MaxNumSeqs: 32}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Errorf("a request failed during replica changes: %s", e)
+	}
+	settled(t, p)
+	if n := len(p.replicaList()); n != 3 || p.lookup(2) == nil {
+		t.Errorf("after the changes: %d replicas, rank 2 present %v", n, p.lookup(2) != nil)
 	}
 }
