@@ -136,10 +136,18 @@ type turnResult struct {
 	Err                    error
 }
 
-// doTurn sends one turn and reads its stream to the end.
-func doTurn(ctx context.Context, hc *http.Client, base string, c *conversation, now func() time.Time) turnResult {
+// doTurn sends one turn and reads its stream to the end. rtt (wall time)
+// models a client far from the server: the request reaches the server rtt
+// after the turn starts, so the whole round trip counts toward the turn's
+// TTFB and duration, as it does for a client measuring over the internet,
+// and the server sees a gap of rtt between a session's turns.
+func doTurn(ctx context.Context, hc *http.Client, base string, c *conversation, rtt time.Duration, now func() time.Time) turnResult {
 	r := turnResult{Start: now()}
-	req, err := c.newRequest(ctx, base)
+	err := sleepCtx(ctx, rtt)
+	var req *http.Request
+	if err == nil {
+		req, err = c.newRequest(ctx, base)
+	}
 	if err == nil {
 		var resp *http.Response
 		resp, err = hc.Do(req)
@@ -151,6 +159,21 @@ func doTurn(ctx context.Context, hc *http.Client, base string, c *conversation, 
 	r.Err = err
 	r.End = now()
 	return r
+}
+
+// sleepCtx waits d (nothing when d <= 0) or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // readStream consumes an SSE response (Anthropic or OpenAI chunks) into r.

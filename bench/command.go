@@ -35,10 +35,12 @@ func flags() []cli.Flag {
 		&cli.DurationFlag{Name: "warmup", Usage: "run each stage's sessions this long before the measured window opens (simulated time; 0 = measure from the synchronized first turns, like the reference)", EnvVars: env("WARMUP")},
 		&cli.DurationFlag{Name: "drain", Value: d.Drain, Usage: "how long in-flight turns may finish after a stage before they are canceled (simulated time)", EnvVars: env("DRAIN")},
 		&cli.DurationFlag{Name: "poll", Value: d.Poll, Usage: "interval of /warden/status or /metrics polls for replicas busy (simulated time)", EnvVars: env("POLL")},
+		&cli.DurationFlag{Name: "client-rtt", Usage: "network round trip of a remote client, added before every turn (simulated time): it counts toward TTFB and turn time and spaces a session's turns at the server; the reference measured over the internet (~250ms)", EnvVars: env("CLIENT_RTT")},
 		&cli.Float64Flag{Name: "time-scale", Value: d.TimeScale, Usage: "simulated seconds per wall second; set it to the simulator's --sim-time-scale", EnvVars: env("TIME_SCALE")},
 		&cli.StringFlag{Name: "ab", Value: "off,sticky", Usage: "two warden policies A,B to compare, switched with POST /warden/policy; \"none\" = no switching", EnvVars: env("AB")},
 		&cli.BoolFlag{Name: "reset-cache", Usage: "reset the engines' prefix caches before every stage run", EnvVars: env("RESET_CACHE")},
 		&cli.BoolFlag{Name: "alternate", Usage: "run stage by stage, A,B then B,A, ... instead of all stages of A, then all of B", EnvVars: env("ALTERNATE")},
+		&cli.BoolFlag{Name: "carry", Usage: "run each variant's stages back to back as one load: sessions carry over from one stage to the next (new ones are added), so stages after the first measure sessions at mixed turns, not a lockstep start; not with --alternate", EnvVars: env("CARRY")},
 		&cli.StringFlag{Name: "admin-token", Usage: "bearer token for POST /warden/policy and /warden/reset_prefix_cache when the warden is not on loopback", EnvVars: env("ADMIN_TOKEN")},
 		&cli.StringFlag{Name: "out", Usage: "results folder (default bench-results/<timestamp>)", EnvVars: env("OUT")},
 		&cli.BoolFlag{Name: "no-progress", Usage: "no progress bars on stderr", EnvVars: env("NO_PROGRESS")},
@@ -78,9 +80,11 @@ func configFrom(c *cli.Context) (Config, error) {
 	cfg.Stages = stages
 	cfg.Stage, cfg.Warmup, cfg.Drain, cfg.Poll = c.Duration("stage"), c.Duration("warmup"), c.Duration("drain"), c.Duration("poll")
 	cfg.TimeScale = c.Float64("time-scale")
+	cfg.RTT = c.Duration("client-rtt")
 	cfg.Variants = parseVariants(c.String("ab"))
 	cfg.ResetCache = c.Bool("reset-cache")
 	cfg.Alternate = c.Bool("alternate")
+	cfg.Carry = c.Bool("carry")
 	cfg.AdminToken = c.String("admin-token")
 	cfg.Out = c.String("out")
 	if cfg.Out == "" {

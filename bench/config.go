@@ -24,12 +24,16 @@ type Config struct {
 	Warmup    time.Duration // per stage before the measured window, simulated (0 = measure from the first turn)
 	Drain     time.Duration // bound on waiting for in-flight turns after a stage, simulated
 	Poll      time.Duration // status/metrics poll interval, simulated
+	RTT       time.Duration // client network round trip added before every turn, simulated (0 = none)
 	TimeScale float64       // simulated seconds per wall second (>= 1 for the sim's --sim-time-scale)
 	// Variants are the warden policies to compare (--ab); empty = run the
 	// stages once against whatever the target does now.
 	Variants   []string
-	ResetCache bool   // reset the engines' prefix caches before every stage run
-	Alternate  bool   // stage-major order, alternating the variant order per stage
+	ResetCache bool // reset the engines' prefix caches before every stage run (with Carry: before every variant)
+	Alternate  bool // stage-major order, alternating the variant order per stage
+	// Carry runs each variant's stages back to back as one load: sessions
+	// carry over from one stage to the next (runSeries). Not with Alternate.
+	Carry      bool
 	AdminToken string // bearer token for the warden's admin endpoints ("" = none; loopback needs none)
 	Out        string
 	Progress   bool
@@ -84,7 +88,9 @@ func (c *Config) Validate() error {
 	check(c.Drain < 0, "--drain must be >= 0")
 	check(c.Warmup < 0, "--warmup must be >= 0")
 	check(c.Poll <= 0, "--poll must be > 0")
+	check(c.RTT < 0 || c.RTT > time.Minute, "--client-rtt must be in [0, 1m]")
 	check(c.TimeScale < 1, "--time-scale must be >= 1")
+	check(c.Carry && c.Alternate, "--carry runs each variant's stages back to back; it cannot be combined with --alternate")
 	check(len(c.Variants) == 1 || len(c.Variants) > 2, "--ab takes two policies A,B (or none), got %d", len(c.Variants))
 	return errors.Join(errs...)
 }

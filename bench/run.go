@@ -72,6 +72,8 @@ type configJSON struct {
 	TimeScale     float64 `json:"time_scale"`
 	ResetCache    bool    `json:"reset_cache"`
 	Alternate     bool    `json:"alternate"`
+	Carry         bool    `json:"carry"`
+	ClientRTT     float64 `json:"client_rtt_s"`
 }
 
 // Runner drives a whole bench: probe, A/B policy switches, stages.
@@ -129,20 +131,46 @@ func (r *Runner) Run(ctx context.Context, abExplicit bool) (*Results, error) {
 	system := systemPrompt(cfg.Seed, cfg.Sizes)
 	deviceID := newDeviceID()
 	current := ""
-	for _, st := range plan(cfg.Stages, cfg.Variants, cfg.Alternate) {
+	for _, group := range groupSteps(plan(cfg.Stages, cfg.Variants, cfg.Alternate), cfg.Carry) {
+		st := group[0]
 		if err := r.prepare(ctx, t, cfg, st, &current); err != nil {
 			return res, err
 		}
-		sr := &stageRun{cfg: &cfg, hc: r.HC, target: t, log: r.Log.With("variant", st.Variant, "sessions", st.Sessions),
+		sr := &stageRun{cfg: &cfg, hc: r.HC, target: t, log: r.Log.With("variant", st.Variant),
 			model: cfg.Model, system: system, deviceID: deviceID, variant: st.Variant, sessions: st.Sessions, now: time.Now}
-		sum, turns := sr.run(ctx, r.progress(st, cfg))
-		res.Stages = append(res.Stages, sum)
-		res.Turns = append(res.Turns, turns...)
+		if cfg.Carry {
+			stages := make([]int, len(group))
+			for i, g := range group {
+				stages[i] = g.Sessions
+			}
+			sums, turns := sr.runSeries(ctx, stages, func(n int) progress { return r.progress(step{n, st.Variant}, cfg) })
+			res.Stages = append(res.Stages, sums...)
+			res.Turns = append(res.Turns, turns...)
+		} else {
+			sum, turns := sr.run(ctx, r.progress(st, cfg))
+			res.Stages = append(res.Stages, sum)
+			res.Turns = append(res.Turns, turns...)
+		}
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
 	}
 	return res, nil
+}
+
+// groupSteps splits the plan into runs of one load each: with carry, the
+// consecutive steps of one variant form one series; otherwise every step is
+// its own.
+func groupSteps(steps []step, carry bool) [][]step {
+	var out [][]step
+	for i, st := range steps {
+		if carry && i > 0 && steps[i-1].Variant == st.Variant {
+			out[len(out)-1] = append(out[len(out)-1], st)
+			continue
+		}
+		out = append(out, []step{st})
+	}
+	return out
 }
 
 // calibrate measures the target tokenizer's characters per token of the
@@ -217,6 +245,7 @@ func (r *Runner) newResults(t *Target, cfg Config) *Results {
 			TurnTokens: cfg.Sizes.TurnTokens, CharsPerToken: cfg.Sizes.CharsPerToken, Turns: cfg.Turns,
 			MaxTokens: cfg.MaxTokens, Stages: cfg.Stages, StageSeconds: cfg.Stage.Seconds(), WarmupSeconds: cfg.Warmup.Seconds(),
 			DrainSeconds: cfg.Drain.Seconds(), TimeScale: cfg.TimeScale, ResetCache: cfg.ResetCache, Alternate: cfg.Alternate,
+			Carry: cfg.Carry, ClientRTT: cfg.RTT.Seconds(),
 		},
 	}
 }

@@ -41,7 +41,8 @@ type stageRun struct {
 	system   string
 	deviceID string
 	variant  string
-	sessions int
+	sessions int  // the stage's concurrency; written under mu in a series
+	series   bool // sessions carry over between stages (runSeries)
 	now      func() time.Time
 
 	stop     chan struct{} // closed at the stage end: no new turns
@@ -71,28 +72,49 @@ func (r *stageRun) sim(d time.Duration) float64 {
 	return d.Seconds() * r.cfg.TimeScale
 }
 
-// worker runs sessions back to back until the stage ends: a finished
-// session is replaced by a new one (closed loop).
-func (r *stageRun) worker(ctx context.Context) {
-	for !r.stopped() && ctx.Err() == nil {
-		r.runSession(ctx, int(r.seq.Add(1)-1))
+// closed reports whether quit is closed (a nil quit never is).
+func closed(quit <-chan struct{}) bool {
+	select {
+	case <-quit:
+		return true
+	default:
+		return false
 	}
 }
 
+// worker runs sessions back to back until the stage ends or quit closes: a
+// finished session is replaced by a new one (closed loop).
+func (r *stageRun) worker(ctx context.Context, quit <-chan struct{}) {
+	for !r.stopped() && !closed(quit) && ctx.Err() == nil {
+		r.runSession(ctx, int(r.seq.Add(1)-1), quit)
+	}
+}
+
+// sessionText returns the k-th session's user messages. In a series the
+// stream depends on k alone (both variants of an A/B get the same sessions
+// in the same order); otherwise on the stage's concurrency and k.
+func (r *stageRun) sessionText(k int) *sessionText {
+	if r.series {
+		return newSessionText(r.cfg.Seed, r.cfg.Sizes, "series", k)
+	}
+	return newSessionText(r.cfg.Seed, r.cfg.Sizes, r.sessions, k)
+}
+
 // runSession plays one session: first message, then cfg.Turns follow-ups,
-// each carrying the assistant's previous reply exactly as received.
-func (r *stageRun) runSession(ctx context.Context, k int) {
-	text := newSessionText(r.cfg.Seed, r.cfg.Sizes, r.sessions, k)
+// each carrying the assistant's previous reply exactly as received. It
+// gives up before the next turn when the stage ends or quit closes.
+func (r *stageRun) runSession(ctx context.Context, k int, quit <-chan struct{}) {
+	text := r.sessionText(k)
 	id := newUUID()
 	conv := newConversation(r.cfg.API, r.model, r.system, id, r.deviceID, r.cfg.MaxTokens)
 	home := ""
 	for turn := 1; turn <= 1+r.cfg.Turns; turn++ {
-		if r.stopped() {
+		if r.stopped() || closed(quit) {
 			return
 		}
 		conv.add("user", text.next())
 		r.inflight.Add(1)
-		res := doTurn(ctx, r.hc, r.target.URL, conv, r.now)
+		res := doTurn(ctx, r.hc, r.target.URL, conv, r.cfg.wall(r.cfg.RTT), r.now)
 		r.inflight.Add(-1)
 		r.completed.Add(1)
 		if turn == 1 {
@@ -118,20 +140,22 @@ func (r *stageRun) backoff() {
 	}
 }
 
-// window returns the measured window; zero times during the warm-up.
-func (r *stageRun) window() (start, end time.Time) {
+// window returns the measured window (during the warm-up: the one it will
+// be) and the stage's concurrency.
+func (r *stageRun) window() (start, end time.Time, sessions int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.start, r.end
+	if r.start.IsZero() {
+		start = r.launched.Add(r.cfg.wall(r.cfg.Warmup))
+		return start, start.Add(r.cfg.wall(r.cfg.Stage)), r.sessions
+	}
+	return r.start, r.end, r.sessions
 }
 
 func (r *stageRun) record(k int, id string, turn int, res turnResult, home string, last bool) {
-	start, end := r.window()
-	if start.IsZero() { // a turn that ended during the warm-up
-		start, end = r.launched.Add(r.cfg.wall(r.cfg.Warmup)), r.launched.Add(r.cfg.wall(r.cfg.Warmup+r.cfg.Stage))
-	}
+	start, end, sessions := r.window()
 	rec := TurnRecord{
-		Variant: r.variant, Sessions: r.sessions, Session: k, SessionID: id, Turn: turn,
+		Variant: r.variant, Sessions: sessions, Session: k, SessionID: id, Turn: turn,
 		StartS:       r.sim(res.Start.Sub(start)),
 		TTFBS:        -1,
 		DurationS:    r.sim(res.End.Sub(res.Start)),
@@ -162,7 +186,9 @@ func (r *stageRun) record(k int, id string, turn int, res turnResult, home strin
 // cfg.Drain after the stage end, then they are canceled.
 func (r *stageRun) run(ctx context.Context, bar progress) (StageSummary, []TurnRecord) {
 	r.stop = make(chan struct{})
+	r.mu.Lock()
 	r.launched = r.now()
+	r.mu.Unlock()
 	warmEnd := r.launched.Add(r.cfg.wall(r.cfg.Warmup))
 	runCtx, cancel := context.WithDeadline(ctx, warmEnd.Add(r.cfg.wall(r.cfg.Stage+r.cfg.Drain)))
 	defer cancel()
@@ -174,7 +200,7 @@ func (r *stageRun) run(ctx context.Context, bar progress) (StageSummary, []TurnR
 	var wg sync.WaitGroup
 	for i := 0; i < r.sessions; i++ {
 		wg.Add(1)
-		go func() { defer wg.Done(); r.worker(runCtx) }()
+		go func() { defer wg.Done(); r.worker(runCtx, nil) }()
 	}
 	if r.cfg.Warmup > 0 {
 		bar.describe("warming up")

@@ -92,4 +92,14 @@ done
 
 # shellcheck disable=SC2086
 "$warden" bench --url "$url" --ab off,sticky --time-scale "$time_scale" --out "$out" $bench_args
+
+# Engine facts for the record: each replica's /version (the simulator reports
+# sim.lag_seconds there: simulated time lost because the CPU fell behind).
+if command -v jq >/dev/null; then
+  for u in $(curl -fsS "$url/warden/status" | jq -r '.replicas[].url'); do
+    curl -fsS "$u/version" || echo '{}'
+  done | jq -s '.' >"$out/engines.json" || true
+  jq -r '.[] | select(.sim) | "bench-ab: engine busy \(.sim.busy_seconds|floor) s, lag \(.sim.lag_seconds*1000|floor/1000) s (simulated)"' \
+    "$out/engines.json" >&2 || true
+fi
 echo "bench-ab: results in $out (warden log: $out/warden.err)" >&2

@@ -10,6 +10,13 @@ import (
 // bf16 on vLLM 0.26 (shared/calibration-a4000.md §3).
 const DefaultProfile = "a4000-qwen3-4b-2507-bf16-vllm026"
 
+// ReferenceProfile is the reference rig fitted to the reference measurement
+// (product.md): DefaultProfile with the two calibration knobs of
+// calibration-a4000.md §4 set to the fit, a KV cache of 40,000 tokens per
+// replica and 310 GB/s of effective decode bandwidth (docs/calibration.md).
+// scripts/bench-ab.sh runs it.
+const ReferenceProfile = "a4000-qwen3-4b-2507-bf16-vllm026-fit"
+
 const gib = 1 << 30
 
 // Profile is a hardware + model description: the KV capacity formula inputs
@@ -29,6 +36,9 @@ type Profile struct {
 	B                 float64 // seconds per prefill token per context position
 	C                 float64 // seconds per decoding sequence
 	DefaultMaxNumSeqs int     // used when --max-num-seqs is not given
+	// FitKVTokens, when > 0, is the KV capacity in tokens whatever the memory
+	// utilisation (a calibration fit; --sim-kv-tokens still overrides it).
+	FitKVTokens int
 }
 
 // Profiles are the known hardware profiles by name.
@@ -38,6 +48,13 @@ var Profiles = map[string]Profile{
 		Overhead256GiB: 0.72, Overhead32GiB: 0.45, CUDAGraphGiB: 0,
 		KVBytesPerToken: 147456, WeightBytes: 8.05e9, DecodeGBps: 360,
 		T0: 1.2e-3, A: 130e-6, B: 9.3e-9, C: 0.15e-3, DefaultMaxNumSeqs: 32,
+	},
+	ReferenceProfile: {
+		Name: ReferenceProfile, CUDATotalGiB: 15.61, WeightsGiB: 7.61,
+		Overhead256GiB: 0.72, Overhead32GiB: 0.45, CUDAGraphGiB: 0,
+		KVBytesPerToken: 147456, WeightBytes: 8.05e9, DecodeGBps: 310,
+		T0: 1.2e-3, A: 130e-6, B: 9.3e-9, C: 0.15e-3, DefaultMaxNumSeqs: 32,
+		FitKVTokens: 40000,
 	},
 }
 
@@ -61,8 +78,12 @@ func (p Profile) overheadGiB(maxNumSeqs int) float64 {
 
 // KVTokens is the KV capacity in tokens for a memory utilisation,
 // max_num_seqs and block size: floor((total*util - weights - overhead -
-// graphs) / bytes_per_token / block) * block, never below 0.
+// graphs) / bytes_per_token / block) * block, never below 0; or the
+// profile's FitKVTokens rounded down to whole blocks when set.
 func (p Profile) KVTokens(util float64, maxNumSeqs, blockSize int) int {
+	if p.FitKVTokens > 0 {
+		return p.FitKVTokens / blockSize * blockSize
+	}
 	avail := p.CUDATotalGiB*util - p.WeightsGiB - p.overheadGiB(maxNumSeqs) - p.CUDAGraphGiB
 	if avail <= 0 {
 		return 0
