@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -119,6 +120,8 @@ type attempt struct {
 	retry  bool // never reached the engine: try another replica
 	status int
 	tap    *tap
+	timer  *time.Timer // the response-header timeout; stopped when headers arrive
+	cause  string      // why the attempt failed, for the failure streak
 }
 
 type attemptKey struct{}
@@ -128,6 +131,10 @@ type attemptKey struct{}
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl placement, start time.Time) bool {
 	rep := pl.rep
 	at := &attempt{rep: rep, req: req}
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	at.timer = time.AfterFunc(p.cfg.ResponseHeaderTimeout, func() { cancel(errHeaderTimeout) })
+	defer at.timer.Stop()
 	p.metrics.inFlight.Inc()
 	defer func() {
 		if !at.retry {
@@ -136,12 +143,16 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 		rep.inflight.Add(-1) // after accounting: in-flight 0 means counted
 		p.metrics.inFlight.Dec()
 	}()
-	out := r.Clone(context.WithValue(r.Context(), attemptKey{}, at))
+	out := r.Clone(context.WithValue(ctx, attemptKey{}, at))
 	out.Body = io.NopCloser(bytes.NewReader(req.body))
 	out.ContentLength = int64(len(req.body))
 	out.GetBody = nil
 	out.Header.Del(PinHeader)
 	out.Header.Del("Accept-Encoding") // the tap reads plain bytes
+	if p.cfg.APIKey != "" {           // the warden's key is not the engines' business
+		out.Header.Del("Authorization")
+		out.Header.Del("X-Api-Key")
+	}
 	h := w.Header()
 	h.Set(PinHeader, strconv.Itoa(rep.rank))
 	h.Set(RouteHeader, string(pl.d.Reason))
@@ -154,6 +165,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 }
 
 func (p *Proxy) reverseProxy(r *replica, tr http.RoundTripper) *httputil.ReverseProxy {
+	r.clock = p.clock // the failure cooldown runs on the proxy's clock
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(r.target)
@@ -173,13 +185,21 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	if at == nil {
 		return nil
 	}
+	at.timer.Stop()
 	at.status = resp.StatusCode
 	if resp.StatusCode >= 500 {
 		at.rep.errors.Add(1)
+		at.cause = resp.Status
+		nameReplicaInError(resp, at.rep.rank)
 	}
 	if resp.StatusCode == http.StatusOK && at.req.kind != apiNone {
-		strip := at.req.strip && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
-		at.tap = newTap(resp.Body, at.req.kind, at.req.stream, strip)
+		sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+		at.tap = newTap(resp.Body, at.req.kind, at.req.stream, at.req.strip && sse)
+		ctx, rank, kind := resp.Request.Context(), at.rep.rank, at.req.kind
+		at.tap.alive = func() bool { return ctx.Err() == nil }
+		if sse {
+			at.tap.fail = func(err error) []byte { return streamErrorEvent(kind, streamBrokeOff(rank, err)) }
+		}
 		resp.Body = at.tap
 	}
 	return nil
@@ -192,6 +212,14 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	at, _ := r.Context().Value(attemptKey{}).(*attempt)
 	if at == nil {
 		writeError(w, http.StatusBadGateway, err.Error())
+		return
+	}
+	if errors.Is(context.Cause(r.Context()), errHeaderTimeout) {
+		at.rep.errors.Add(1)
+		at.status, at.cause = http.StatusGatewayTimeout, errHeaderTimeout.Error()
+		at.rep.log.Warn("engine sent no response headers in time", "timeout", p.cfg.ResponseHeaderTimeout.String())
+		writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("replica %d: no response headers within %s (--response-header-timeout)",
+			at.rep.rank, p.cfg.ResponseHeaderTimeout))
 		return
 	}
 	if r.Context().Err() != nil {
@@ -207,7 +235,7 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	at.rep.errors.Add(1)
-	at.status = http.StatusBadGateway
+	at.status, at.cause = http.StatusBadGateway, err.Error()
 	at.rep.log.Warn("proxy error", "error", err)
 	writeError(w, http.StatusBadGateway, "replica "+strconv.Itoa(at.rep.rank)+": "+err.Error())
 }
@@ -217,7 +245,13 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 func (p *Proxy) account(at *attempt, req *request, pl placement, start time.Time) {
 	rep := at.rep
 	rank := strconv.Itoa(rep.rank)
+	if at.tap != nil && at.tap.failed != nil {
+		rep.errors.Add(1)
+		at.status, at.cause = http.StatusBadGateway, at.tap.failed.Error()
+		rep.log.Warn("engine stream broke off", "error", at.tap.failed)
+	}
 	if at.status != 499 {
+		rep.noteRequest(at.status >= 500, at.cause, p.clock(), p.cfg.FailCooldown)
 		rep.count(pl.d.Reason)
 		p.metrics.requests.WithLabelValues(rank, string(pl.d.Reason)).Inc()
 	}

@@ -37,6 +37,14 @@ type Config struct {
 	Registry          *prometheus.Registry
 	Clock             func() time.Time // nil = time.Now; drives session TTL, series buckets, balancer refresh
 	Seed              uint64           // tie-break randomness; 0 = random
+
+	// Faults and exposure (faults.go).
+	APIKey string // clients must send it (Authorization: Bearer or x-api-key) on /v1/*; "" = no key
+	// ResponseHeaderTimeout bounds the wait for an engine's response headers
+	// (a stream's come at once, a non-streaming answer's when it is complete);
+	// then the client gets 504 naming the replica. 0 = 10m.
+	ResponseHeaderTimeout time.Duration
+	FailCooldown          time.Duration // out of rotation after reqFailsDown failed requests at least this long; 0 = 10s
 }
 
 func (c *Config) defaults() error {
@@ -57,6 +65,12 @@ func (c *Config) defaults() error {
 	}
 	if c.SessionTTL <= 0 {
 		c.SessionTTL = time.Hour
+	}
+	if c.ResponseHeaderTimeout <= 0 {
+		c.ResponseHeaderTimeout = 10 * time.Minute
+	}
+	if c.FailCooldown <= 0 {
+		c.FailCooldown = 10 * time.Second
 	}
 	if c.ScrapeInterval <= 0 {
 		c.ScrapeInterval = time.Second
@@ -214,6 +228,10 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 // replica only when it provably never reached an engine.
 func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	if msg := badContentType(r); msg != "" {
+		writeError(w, http.StatusUnsupportedMediaType, msg)
+		return
+	}
 	body, ok := p.readBody(w, r)
 	if !ok {
 		return

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Backend is one engine replica the proxy forwards to.
@@ -55,6 +56,9 @@ type replica struct {
 	reason      string
 	restarts    int
 	healthFails int
+	reqFails    int       // consecutive failed requests (faults.go)
+	downUntil   time.Time // out of rotation at least until then after reqFails tripped
+	clock       func() time.Time
 	eng         engineState
 }
 
@@ -96,9 +100,9 @@ func (r *replica) healthy() bool {
 func (r *replica) noteHealth(ok bool, err error) {
 	r.mu.Lock()
 	was := r.healthFails < healthFailsDown
-	if ok {
-		r.healthFails = 0
-	} else {
+	if ok && (r.clock == nil || !r.clock().Before(r.downUntil)) {
+		r.healthFails, r.reqFails = 0, 0
+	} else if !ok {
 		r.healthFails++
 	}
 	now := r.healthFails < healthFailsDown

@@ -49,17 +49,83 @@ type tap struct {
 	event     []byte // strip mode: lines of the current event
 	eof       error
 	overflow  bool
+
+	// Set by the proxy for SSE responses: when the engine's body breaks
+	// off (not EOF, the client still there), the stream ends with
+	// fail(err) instead of a cut connection. failed records the error.
+	fail    func(err error) []byte
+	alive   func() bool // the client is still there; nil = yes
+	failed  error
+	tailing bool
+	tail    []byte // the error event still to hand out
+	last    [2]byte
 }
 
 func newTap(rc io.ReadCloser, kind apiKind, stream, strip bool) *tap {
 	return &tap{rc: rc, kind: kind, stream: stream, strip: strip && stream}
 }
 
-// Read passes the engine's bytes through, parsing usage on the way.
+// Read passes the engine's bytes through, parsing usage on the way. A
+// stream that breaks off ends with the error event (see fail).
 func (t *tap) Read(p []byte) (int, error) {
-	if t.strip {
-		return t.readStripped(p)
+	if t.tailing {
+		return t.readTail(p)
 	}
+	var n int
+	var err error
+	if t.strip {
+		n, err = t.readStripped(p)
+	} else {
+		n, err = t.readPlain(p)
+	}
+	t.remember(p[:n])
+	if err == nil || err == io.EOF || (t.alive != nil && !t.alive()) {
+		return n, err
+	}
+	t.failed = err
+	if t.fail == nil {
+		return n, err
+	}
+	t.tailing, t.tail = true, append(t.separator(), t.fail(err)...)
+	if n > 0 {
+		return n, nil
+	}
+	return t.readTail(p)
+}
+
+// remember keeps the last two bytes handed out, to end a partial event
+// before the error event.
+func (t *tap) remember(b []byte) {
+	switch {
+	case len(b) >= 2:
+		t.last = [2]byte{b[len(b)-2], b[len(b)-1]}
+	case len(b) == 1:
+		t.last = [2]byte{t.last[1], b[0]}
+	}
+}
+
+// separator is what ends the bytes handed out so far as a whole event: no
+// extra blank line when one just ended (an empty event breaks clients).
+func (t *tap) separator() []byte {
+	switch {
+	case t.last == [2]byte{} || t.last == [2]byte{'\n', '\n'}:
+		return nil
+	case t.last[1] == '\n':
+		return []byte("\n")
+	}
+	return []byte("\n\n")
+}
+
+func (t *tap) readTail(p []byte) (int, error) {
+	n := copy(p, t.tail)
+	t.tail = t.tail[n:]
+	if len(t.tail) == 0 {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (t *tap) readPlain(p []byte) (int, error) {
 	n, err := t.rc.Read(p)
 	if n > 0 {
 		t.first()

@@ -1,0 +1,156 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// This file holds the proxy's answers to faults and hostile input: a stream
+// that breaks off, an engine that does not answer or answers 5xx, requests
+// without the API key or with a body that is not JSON.
+
+// reqFailsDown is how many consecutive failed requests (5xx, no headers in
+// time, a broken stream, a transport error) take a replica out of rotation
+// for Config.FailCooldown; a good health check after that brings it back.
+const reqFailsDown = 3
+
+// errHeaderTimeout is the cause of an attempt cancelled because the engine
+// sent no response headers within Config.ResponseHeaderTimeout.
+var errHeaderTimeout = errors.New("no response headers in time")
+
+// maxNamedErrorBody bounds the engine error bodies the proxy rewrites to name
+// the replica; longer ones pass through unchanged.
+const maxNamedErrorBody = 64 << 10
+
+// noteRequest records one finished attempt's outcome. After reqFailsDown
+// failures in a row the replica leaves rotation until now+cooldown has
+// passed and a health check succeeds.
+func (r *replica) noteRequest(failed bool, cause string, now time.Time, cooldown time.Duration) {
+	r.mu.Lock()
+	if !failed {
+		r.reqFails = 0
+		r.mu.Unlock()
+		return
+	}
+	r.reqFails++
+	trip := r.reqFails >= reqFailsDown && r.healthFails < healthFailsDown
+	if trip {
+		r.healthFails, r.downUntil = healthFailsDown, now.Add(cooldown)
+	}
+	n := r.reqFails
+	r.mu.Unlock()
+	if trip {
+		r.log.Warn("replica out of rotation after consecutive failed requests",
+			"failed_requests", n, "cooldown", cooldown.String(), "error", cause)
+	}
+}
+
+// streamErrorEvent is the SSE event that ends a stream the engine broke
+// off, in the format of the request's API, so that SDKs raise it as an
+// error.
+func streamErrorEvent(kind apiKind, msg string) []byte {
+	m, _ := json.Marshal(msg)
+	switch kind {
+	case apiAnthropic:
+		return fmt.Appendf(nil, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":%s}}\n\n", m)
+	case apiResponses:
+		return fmt.Appendf(nil, "event: error\ndata: {\"type\":\"error\",\"code\":\"warden_error\",\"message\":%s,\"param\":null}\n\n", m)
+	}
+	return fmt.Appendf(nil, "data: {\"error\":{\"message\":%s,\"type\":\"warden_error\",\"code\":502}}\n\n", m)
+}
+
+// streamBrokeOff is the message of a stream's closing error event.
+func streamBrokeOff(rank int, err error) string {
+	return fmt.Sprintf("replica %d: the engine's stream broke off (%v); the answer is incomplete", rank, err)
+}
+
+// nameReplicaInError prefixes the message of an engine's JSON error body
+// with "replica N: " so that a client sees where it failed. Bodies that are
+// large, not JSON or without a known message field pass unchanged.
+func nameReplicaInError(resp *http.Response, rank int) {
+	if resp.ContentLength > maxNamedErrorBody || !strings.Contains(resp.Header.Get("Content-Type"), "json") {
+		return
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxNamedErrorBody+1))
+	rest := resp.Body
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(b), rest), rest}
+	if err != nil || len(b) > maxNamedErrorBody {
+		return
+	}
+	for _, path := range []string{"error.message", "message"} {
+		v := gjson.GetBytes(b, path)
+		if v.Type != gjson.String {
+			continue
+		}
+		out, err := sjson.SetBytes(b, path, "replica "+strconv.Itoa(rank)+": "+v.Str)
+		if err != nil {
+			return
+		}
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{bytes.NewReader(out), rest}
+		resp.ContentLength = int64(len(out))
+		resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
+		return
+	}
+}
+
+// requireKey answers 401 unless the request carries Config.APIKey as
+// "Authorization: Bearer KEY" or "x-api-key: KEY" (no key configured: all
+// pass). The key is never logged or echoed.
+func (p *Proxy) requireKey(h http.HandlerFunc) http.HandlerFunc {
+	if p.cfg.APIKey == "" {
+		return h
+	}
+	key := []byte(p.cfg.APIKey)
+	return func(w http.ResponseWriter, r *http.Request) {
+		got, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !bearer {
+			got = r.Header.Get("X-Api-Key")
+		}
+		if subtle.ConstantTimeCompare([]byte(got), key) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="warden"`)
+			writeError(w, http.StatusUnauthorized,
+				"missing or wrong API key: send it as Authorization: Bearer <key> or x-api-key: <key> (the warden's --api-key)")
+			return
+		}
+		h(w, r)
+	}
+}
+
+// jsonOnly reports whether the path takes a JSON body (vLLM answers other
+// content types with 415 there).
+func jsonOnly(path string) bool {
+	return kindOf(path) != apiNone || path == "/v1/messages/count_tokens" || path == "/v1/embeddings"
+}
+
+// badContentType returns a message when r posts a body with a content type
+// that is not JSON to an endpoint that only takes JSON; "" when fine. A
+// missing content type is let through.
+func badContentType(r *http.Request) string {
+	ct := r.Header.Get("Content-Type")
+	if r.Method != http.MethodPost || ct == "" || !jsonOnly(r.URL.Path) {
+		return ""
+	}
+	media, _, err := mime.ParseMediaType(ct)
+	if err == nil && (media == "application/json" || strings.HasSuffix(media, "+json")) {
+		return ""
+	}
+	return fmt.Sprintf("unsupported content type %q: %s takes application/json", ct, r.URL.Path)
+}

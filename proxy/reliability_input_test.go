@@ -1,0 +1,177 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// badInput is one hostile or broken request and what the warden must
+// answer.
+type badInput struct {
+	name        string
+	method      string
+	path        string
+	body        string
+	header      map[string]string
+	wantStatus  int
+	wantMessage string // substring of the answer
+}
+
+func badInputs() []badInput {
+	chat := "/v1/chat/completions"
+	json := map[string]string{"Content-Type": "application/json"}
+	long := strings.Repeat("s", 200_000) // a 200 KB session id
+	return []badInput{
+		{"not JSON", "POST", chat, "hello there", json, 400, "invalid JSON"},
+		{"malformed JSON", "POST", chat, `{"model":"test-model","messages":[`, json, 400, "invalid JSON"},
+		{"JSON array", "POST", chat, `[1,2,3]`, json, 400, ""},
+		{"empty body", "POST", chat, "", json, 400, ""},
+		{"deeply nested JSON", "POST", chat, strings.Repeat("[", 100_000), json, 400, "invalid JSON"},
+		{"NUL bytes", "POST", chat, "{\x00\x00}", json, 400, "invalid JSON"},
+		{"wrong content type", "POST", chat, simChat("ct"), map[string]string{"Content-Type": "text/plain"}, 415, "application/json"},
+		{"form content type", "POST", "/v1/messages", `{}`, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415, "application/json"},
+		{"body over the limit", "POST", chat, `{"model":"test-model","pad":"` + strings.Repeat("x", 300_000) + `"}`, json, 413, "limit"},
+		{"huge header", "POST", chat, simChat("h"), map[string]string{"Content-Type": "application/json", "X-Junk": strings.Repeat("j", 2<<20)}, 431, ""},
+		{"invalid UTF-8 in the prompt", "POST", chat, "{\"model\":\"test-model\",\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":\"a\xff\xfe\xfdb\"}]}", json, 200, ""},
+		{"invalid UTF-8 session id", "POST", chat, simChat("u"), map[string]string{"Content-Type": "application/json", "X-Claude-Code-Session-Id": "id-\xff\xfe"}, 200, ""},
+		{"absurdly long session id header", "POST", chat, simChat("l"), map[string]string{"Content-Type": "application/json", "X-Session-Id": long}, 200, ""},
+		{"absurdly long session id body", "POST", chat, `{"model":"test-model","max_tokens":2,"prompt_cache_key":"` + long + `","messages":[{"role":"user","content":"x"}]}`, json, 200, ""},
+		{"unknown model", "POST", chat, `{"model":"nope","max_tokens":2,"messages":[{"role":"user","content":"x"}]}`, json, 404, "does not exist"},
+		{"unknown /v1 path", "POST", "/v1/nothing/here", `{}`, json, 404, ""},
+		{"unknown path", "GET", "/nothing/here", "", nil, 404, ""},
+		{"bad pin", "POST", chat, simChat("p"), map[string]string{"Content-Type": "application/json", PinHeader: "99"}, 503, "X-Warden-Replica"},
+		{"non-numeric pin", "POST", chat, simChat("p"), map[string]string{"Content-Type": "application/json", PinHeader: "one"}, 400, "X-Warden-Replica"},
+		{"admin without a JSON body", "POST", "/warden/policy", "sticky", nil, 400, "policy"},
+		{"admin unknown policy", "POST", "/warden/policy", `{"policy":"nope"}`, nil, 400, "nope"},
+	}
+}
+
+func TestBadInputGetsAClearAnswerAndNothingLeaks(t *testing.T) {
+	_, bs := simSet(t, fast, fast)
+	var logs bytes.Buffer
+	p, front := testProxyBackends(t, Config{MaxBodyBytes: 256 << 10, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, bs)
+	client := &http.Client{}
+	defer client.CloseIdleConnections()
+	before := goroutines()
+	for _, in := range badInputs() {
+		req, err := http.NewRequest(in.method, front.URL+in.path, strings.NewReader(in.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range in.header {
+			req.Header[k] = []string{v} // as written, invalid bytes included
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Errorf("%s: %v", in.name, err)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != in.wantStatus || !strings.Contains(string(b), in.wantMessage) {
+			t.Errorf("%s: status %d, want %d with %q: %.300s", in.name, resp.StatusCode, in.wantStatus, in.wantMessage, b)
+		}
+		if resp.StatusCode >= 400 && len(bytes.TrimSpace(b)) == 0 {
+			t.Errorf("%s: status %d without a message", in.name, resp.StatusCode)
+		}
+		t.Logf("%-32s -> %d %.120s", in.name, resp.StatusCode, bytes.TrimSpace(b))
+	}
+	settled(t, p)
+	// Still serving, nothing in flight, no key kept longer than the cap.
+	if resp, body := post(t, front.URL+"/v1/chat/completions", simChat("after")); resp.StatusCode != 200 {
+		t.Fatalf("after the bad input: status %d: %s", resp.StatusCode, body)
+	}
+	p.mu.Lock()
+	for k := range p.sessions.m {
+		if len(k) > maxKeyLen {
+			t.Errorf("a session key of %d bytes is kept", len(k))
+		}
+	}
+	p.mu.Unlock()
+	client.CloseIdleConnections()
+	http.DefaultClient.CloseIdleConnections()
+	waitFor(t, "goroutines to settle", func() bool { return goroutines() <= before+2 })
+	if strings.Contains(logs.String(), strings.Repeat("s", 1000)) {
+		t.Error("a 200 KB session id reached the log")
+	}
+}
+
+func TestAdminNeedsLoopbackOrTheToken(t *testing.T) {
+	p, err := New(Config{AdminToken: "adm1n", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		[]Backend{{Rank: 0, URL: "http://127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		remote, auth string
+		want         int
+	}{
+		{"127.0.0.1:5000", "", 200},
+		{"[::1]:5000", "", 200},
+		{"192.0.2.7:5000", "", 403},
+		{"192.0.2.7:5000", "Bearer wrong", 403},
+		{"192.0.2.7:5000", "Bearer adm1n", 200},
+		{"127.0.0.1:5000", "Bearer wrong", 403}, // a wrong token is refused even from loopback
+		{"[2001:db8::1]:5000", "", 403},
+		{"garbage", "", 403},
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/warden/policy", strings.NewReader(`{"policy":"sticky"}`))
+		req.RemoteAddr = c.remote
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		w := httptest.NewRecorder()
+		p.Handler().ServeHTTP(w, req)
+		if w.Code != c.want {
+			t.Errorf("from %s with %q: status %d, want %d: %s", c.remote, c.auth, w.Code, c.want, w.Body)
+		}
+	}
+}
+
+func TestAPIKeyIsEnforcedAndNotForwarded(t *testing.T) {
+	e := newFakeEngine(t)
+	_, front := testProxy(t, Config{APIKey: "k3y-s3cret"}, e)
+	for _, c := range []struct {
+		name, header, value string
+		want                int
+	}{
+		{"none", "", "", 401},
+		{"wrong bearer", "Authorization", "Bearer nope", 401},
+		{"wrong x-api-key", "X-Api-Key", "nope", 401},
+		{"not bearer", "Authorization", "k3y-s3cret", 401},
+		{"bearer", "Authorization", "Bearer k3y-s3cret", 200},
+		{"x-api-key", "X-Api-Key", "k3y-s3cret", 200},
+	} {
+		var kv []string
+		if c.header != "" {
+			kv = []string{c.header, c.value}
+		}
+		resp, body := post(t, front.URL+"/v1/chat/completions", chatBody("s", false, ""), kv...)
+		if resp.StatusCode != c.want {
+			t.Errorf("%s: status %d, want %d: %s", c.name, resp.StatusCode, c.want, body)
+		}
+		if c.want == 401 && (!strings.Contains(gjson.Get(body, "error.message").Str, "API key") || strings.Contains(body, "k3y")) {
+			t.Errorf("%s: 401 body %s", c.name, body)
+		}
+	}
+	if e.count() != 2 {
+		t.Fatalf("engine saw %d requests, want the 2 with the key", e.count())
+	}
+	for _, h := range e.heads {
+		if h.Get("Authorization") != "" || h.Get("X-Api-Key") != "" {
+			t.Errorf("the warden's key was forwarded to the engine: %v", h)
+		}
+	}
+	resp, err := http.Get(front.URL + "/health")
+	if err != nil || resp.StatusCode != 200 {
+		t.Errorf("/health must not need the key: %v %v", resp.StatusCode, err)
+	}
+	resp.Body.Close()
+}

@@ -1,0 +1,251 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/lmwarden/warden/internal/simproc"
+)
+
+// Reliability tests against real simulator processes: engines killed,
+// stopped or failing, and clients that go away. The bad-input, load and
+// exposure tests are in reliability_input_test.go and load_test.go.
+
+// simSet starts one simulator per argument list (rank = index), in
+// parallel, and returns them with their backends.
+func simSet(t *testing.T, perSim ...[]string) ([]*simproc.Proc, []Backend) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts simulator processes")
+	}
+	simproc.Binary(t)
+	procs := make([]*simproc.Proc, len(perSim))
+	var wg sync.WaitGroup
+	for i, extra := range perSim {
+		args := append([]string{"--enable-prompt-tokens-details", "--max-num-seqs", "32"}, extra...)
+		wg.Add(1)
+		go func() { defer wg.Done(); procs[i] = simproc.StartNoWait(t, args...) }()
+	}
+	wg.Wait()
+	bs := make([]Backend, len(procs))
+	for i, p := range procs {
+		if err := p.WaitHealthy(30 * time.Second); err != nil {
+			t.Fatalf("sim %d: %v\n%s", i, err, p.Output())
+		}
+		bs[i] = Backend{Rank: i, URL: p.URL, MaxNumSeqs: 32}
+	}
+	return procs, bs
+}
+
+// fast and slow are simulator speeds: slow streams for seconds, so a test
+// can act while the stream is open.
+var (
+	fast = []string{"--sim-time-scale", "200"}
+	slow = []string{"--sim-time-scale", "1"}
+)
+
+func streamBody(session string, maxTokens int) string {
+	return fmt.Sprintf(`{"model":"test-model","stream":true,"max_tokens":%d,"prompt_cache_key":%q,`+
+		`"messages":[{"role":"user","content":"tell a long story about %s"}]}`, maxTokens, session, session)
+}
+
+// openStream posts a streaming chat request and returns the response and a
+// reader positioned after the first data event.
+func openStream(t *testing.T, ctx context.Context, url, body string, kv ...string) (*http.Response, *bufio.Reader) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(kv); i += 2 {
+		req.Header.Set(kv[i], kv[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("stream: status %d: %s", resp.StatusCode, b)
+	}
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("stream ended before its first event: %v", err)
+		}
+		if strings.HasPrefix(line, "data: {") {
+			return resp, br
+		}
+	}
+}
+
+func TestEngineKilledMidStreamEndsWithAnErrorEventAndSessionsFailOver(t *testing.T) {
+	procs, bs := simSet(t, slow, fast)
+	p, front := testProxyBackends(t, Config{}, bs)
+	// The victim stream is pinned to replica 0, its session lives there.
+	resp, rest := openStream(t, context.Background(), front.URL, streamBody("victim", 4000), PinHeader, "0")
+	if resp.Header.Get(PinHeader) != "0" {
+		t.Fatalf("stream went to replica %s", resp.Header.Get(PinHeader))
+	}
+	procs[0].Kill() // SIGKILL to the engine's process group, mid-stream
+	tail, err := io.ReadAll(rest)
+	if err != nil {
+		t.Fatalf("the client's stream was cut instead of ended with an error event: %v\n%s", err, tail)
+	}
+	last := lastEvent(string(tail))
+	msg := gjson.Get(last, "error.message").Str
+	t.Logf("stream tail after the kill: %q", tail)
+	if !strings.Contains(msg, "replica 0") || strings.Contains(string(tail), "[DONE]") {
+		t.Fatalf("stream tail does not end with an error event naming replica 0:\n%s", tail)
+	}
+	// Other requests keep flowing, and a session whose home was replica 0
+	// fails over to replica 1.
+	for i := range 20 {
+		r, body := post(t, front.URL+"/v1/chat/completions", simChat(fmt.Sprintf("other-%d", i)))
+		if r.StatusCode != http.StatusOK || r.Header.Get(PinHeader) != "1" {
+			t.Fatalf("request %d after the kill: status %d replica %s: %s", i, r.StatusCode, r.Header.Get(PinHeader), body)
+		}
+	}
+	r, body := post(t, front.URL+"/v1/chat/completions", simChat("victim"))
+	if r.StatusCode != http.StatusOK || r.Header.Get(RouteHeader) != string(ReasonFailover) {
+		t.Errorf("the dead replica's session: status %d route %q: %s", r.StatusCode, r.Header.Get(RouteHeader), body)
+	}
+	settled(t, p)
+	st := p.Status()
+	if st.Replicas[0].Up || st.Replicas[0].Errors == 0 || st.Replicas[1].Requests < 21 {
+		t.Errorf("after the kill: replica 0 up=%v errors=%d; replica 1 requests %d",
+			st.Replicas[0].Up, st.Replicas[0].Errors, st.Replicas[1].Requests)
+	}
+}
+
+// simChat is a short non-streaming chat turn for the simulator.
+func simChat(session string) string {
+	return fmt.Sprintf(`{"model":"test-model","max_tokens":4,"prompt_cache_key":%q,"messages":[{"role":"user","content":"hi %s"}]}`,
+		session, session)
+}
+
+// goroutines is the number of goroutines now.
+func goroutines() int { return runtime.NumGoroutine() }
+
+// lastEvent returns the data of the last SSE event in s.
+func lastEvent(s string) string {
+	var last string
+	for _, l := range strings.Split(s, "\n") {
+		if d, ok := strings.CutPrefix(l, "data: "); ok {
+			last = d
+		}
+	}
+	return last
+}
+
+func TestEngineDiesBeforeHeadersGets502NamingTheReplica(t *testing.T) {
+	_, bs := simSet(t, append([]string{"--sim-die-after", "1"}, fast...))
+	p, front := testProxyBackends(t, Config{}, bs)
+	resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"))
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(gjson.Get(body, "error.message").Str, "replica 0") {
+		t.Errorf("status %d: %s", resp.StatusCode, body)
+	}
+	settled(t, p)
+}
+
+func TestEngineAnswering500sIsNamedThenTakenOutAndBackWhenHealthy(t *testing.T) {
+	_, bs := simSet(t, append([]string{"--sim-http-error", "500"}, fast...), fast)
+	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	p, front := testProxyBackends(t, Config{Clock: clock.now, FailCooldown: time.Minute}, bs)
+	for i := range reqFailsDown {
+		resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"), PinHeader, "0")
+		msg := gjson.Get(body, "error.message").Str
+		if resp.StatusCode != http.StatusInternalServerError || !strings.HasPrefix(msg, "replica 0: simulated failure") {
+			t.Fatalf("failure %d: status %d, body %s", i, resp.StatusCode, body)
+		}
+	}
+	settled(t, p)
+	if st := p.Status(); st.Replicas[0].Up || st.Replicas[0].Errors != reqFailsDown {
+		t.Fatalf("after %d failures: replica 0 up=%v errors=%d", reqFailsDown, st.Replicas[0].Up, st.Replicas[0].Errors)
+	}
+	for i := range 10 {
+		resp, _ := post(t, front.URL+"/v1/chat/completions", simChat(fmt.Sprintf("n%d", i)))
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(PinHeader) != "1" {
+			t.Fatalf("request %d while replica 0 is out: status %d replica %s", i, resp.StatusCode, resp.Header.Get(PinHeader))
+		}
+	}
+	p.CheckNow(context.Background()) // healthy, but still within the cooldown
+	if p.Status().Replicas[0].Up {
+		t.Fatal("back in rotation before the cooldown ended")
+	}
+	clock.add(time.Minute)
+	p.CheckNow(context.Background())
+	if !p.Status().Replicas[0].Up {
+		t.Fatal("not back in rotation after the cooldown and a good health check")
+	}
+}
+
+func TestHungEngineTimesOutNamedAndIsBackAfterItRecovers(t *testing.T) {
+	procs, bs := simSet(t, fast, fast)
+	p, front := testProxyBackends(t, Config{ResponseHeaderTimeout: 300 * time.Millisecond,
+		FailCooldown: time.Millisecond, ScrapeInterval: 50 * time.Millisecond}, bs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+	pid := procs[0].Cmd.Process.Pid
+	if err := syscall.Kill(-pid, syscall.SIGSTOP); err != nil { // a real hang: the process is frozen
+		t.Fatal(err)
+	}
+	defer syscall.Kill(-pid, syscall.SIGCONT)
+	for range reqFailsDown {
+		resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"), PinHeader, "0")
+		if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(body, "replica 0: no response headers within 300ms") {
+			t.Fatalf("hung engine: status %d: %s", resp.StatusCode, body)
+		}
+	}
+	waitFor(t, "the hung replica out of rotation", func() bool { return !p.Status().Replicas[0].Up })
+	for i := range 5 {
+		resp, _ := post(t, front.URL+"/v1/chat/completions", simChat(fmt.Sprintf("n%d", i)))
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(PinHeader) != "1" {
+			t.Fatalf("request %d while replica 0 hangs: status %d replica %s", i, resp.StatusCode, resp.Header.Get(PinHeader))
+		}
+	}
+	if err := syscall.Kill(-pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the recovered replica back in rotation", func() bool { return p.Status().Replicas[0].Up })
+	resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"), PinHeader, "0")
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("after recovery: status %d: %s", resp.StatusCode, body)
+	}
+}
+
+func TestClientDisconnectMidStreamCancelsTheEngineWork(t *testing.T) {
+	procs, bs := simSet(t, slow)
+	p, front := testProxyBackends(t, Config{}, bs)
+	before := goroutines()
+	ctx, cancel := context.WithCancel(context.Background())
+	openStream(t, ctx, front.URL, streamBody("leaver", 4000))
+	if running := procs[0].Metrics(t)["vllm:num_requests_running"]; running != 1 {
+		t.Fatalf("engine running %v during the stream, want 1", running)
+	}
+	cancel() // the client goes away mid-stream
+	waitFor(t, "the engine's running count to drop", func() bool {
+		return procs[0].Metrics(t)["vllm:num_requests_running"] == 0
+	})
+	settled(t, p)
+	http.DefaultClient.CloseIdleConnections()
+	waitFor(t, "goroutines to settle", func() bool { return goroutines() <= before })
+	if st := p.Status(); st.Replicas[0].Errors != 0 || !st.Replicas[0].Up {
+		t.Errorf("a client cancel counted against the replica: errors %d up %v", st.Replicas[0].Errors, st.Replicas[0].Up)
+	}
+}
