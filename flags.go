@@ -38,6 +38,10 @@ func routerFlags() []cli.Flag {
 			Usage: "answer 404 (like vLLM) to a request for a model name other than the served one, instead of serving every name with the one model"},
 		&cli.StringFlag{Name: "admin-token", EnvVars: envVars("ADMIN_TOKEN"),
 			Usage: "bearer token for admin endpoints from non-loopback callers (policy switch, cache reset, replicas)"},
+		&cli.StringFlag{Name: "api-key", EnvVars: envVars("API_KEY"),
+			Usage: "require this key from clients on /v1/* (Authorization: Bearer KEY or x-api-key: KEY; 401 otherwise); never logged, not forwarded to engines"},
+		&cli.DurationFlag{Name: "response-header-timeout", Value: 10 * time.Minute, EnvVars: envVars("RESPONSE_HEADER_TIMEOUT"),
+			Usage: "how long to wait for an engine's response headers (a non-streaming answer sends them when complete); then 504 naming the replica"},
 		&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, EnvVars: envVars("DRAIN_TIMEOUT"),
 			Usage: "on SIGINT/SIGTERM, how long in-flight requests may finish before the warden stops"},
 	}
@@ -53,6 +57,9 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 	if c.Int("spill-threshold") < 0 {
 		return proxy.Config{}, "", fmt.Errorf("--spill-threshold must be >= 0 (0 means auto)")
 	}
+	if c.Duration("response-header-timeout") <= 0 {
+		return proxy.Config{}, "", fmt.Errorf("--response-header-timeout must be positive, got %v", c.Duration("response-header-timeout"))
+	}
 	policy := c.String("policy")
 	if !c.Bool("affinity") {
 		policy = proxy.PolicyOff
@@ -63,7 +70,8 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 	cfg := proxy.Config{
 		ServedModel: servedName, Policy: policy, SpillThreshold: c.Int("spill-threshold"),
 		SessionHeaders: c.StringSlice("session-header"), KeepBillingHeader: c.Bool("keep-billing-header"),
-		AdminToken: c.String("admin-token"), StrictModel: c.Bool("strict-model"),
+		AdminToken: c.String("admin-token"), APIKey: c.String("api-key"),
+		ResponseHeaderTimeout: c.Duration("response-header-timeout"), StrictModel: c.Bool("strict-model"),
 	}
 	return cfg, net.JoinHostPort(c.String("host"), strconv.Itoa(port)), nil
 }
