@@ -1,0 +1,233 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	psnet "github.com/shirou/gopsutil/v4/net"
+	"github.com/shirou/gopsutil/v4/process"
+
+	"github.com/lmwarden/warden/proxy/panel"
+)
+
+// Reliability of a whole `warden serve` on the simulator: an engine
+// SIGKILLed mid-stream is restarted and the counters survive; only the
+// warden's port faces the network; keys stay out of logs.
+
+// status reads the warden's status JSON.
+func status(t *testing.T, url string) panel.Status {
+	t.Helper()
+	resp, err := http.Get(url + "/warden/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st panel.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// enginePID finds the engine process listening on port among the warden's
+// descendants.
+func enginePID(t *testing.T, w *wardenProc, port int) int32 {
+	t.Helper()
+	for _, pid := range descendants(t, int32(w.cmd.Process.Pid)) {
+		p, err := process.NewProcess(pid)
+		if err != nil {
+			continue
+		}
+		args, _ := p.CmdlineSlice()
+		if i := slices.Index(args, "--port"); i >= 0 && i+1 < len(args) && args[i+1] == strconv.Itoa(port) {
+			return pid
+		}
+	}
+	t.Fatalf("no engine process with --port %d", port)
+	return 0
+}
+
+// pollUntil polls cond every 50 ms until it holds or 60 s pass.
+func pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+const shortChat = `{"model":"demo","max_tokens":4,"messages":[{"role":"user","content":"hello there"}]}`
+
+func TestServeEngineKilledMidStreamIsRestartedAndCountersSurvive(t *testing.T) {
+	w := startServe(t, "--dp", "2", "--", "--sim-time-scale", "1")
+	for range 4 {
+		if resp, body := post(t, w.url+"/v1/chat/completions", shortChat, map[string]string{"X-Warden-Replica": "0"}); resp.StatusCode != 200 {
+			t.Fatalf("warm-up: %s %s", resp.Status, body)
+		}
+	}
+	before := status(t, w.url).Replicas[0]
+	req, _ := http.NewRequest(http.MethodPost, w.url+"/v1/chat/completions", strings.NewReader(
+		`{"model":"demo","stream":true,"max_tokens":4000,"messages":[{"role":"user","content":"a long story"}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Warden-Replica", "0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("stream: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil { // the first event is out: mid-stream from here
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(int(enginePID(t, w, before.Port)), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	tail, err := io.ReadAll(br)
+	if err != nil || !strings.Contains(string(tail), `"error"`) || !strings.Contains(string(tail), "replica 0") {
+		t.Fatalf("the stream did not end with an error event naming replica 0 (%v):\n%s", err, tail)
+	}
+	for i := range 10 {
+		if resp, body := post(t, w.url+"/v1/chat/completions", shortChat, nil); resp.StatusCode != 200 {
+			t.Fatalf("request %d after the kill: %s %s", i, resp.Status, body)
+		}
+	}
+	pollUntil(t, "replica 0 restarted and back", func() bool {
+		r := status(t, w.url).Replicas[0]
+		return r.Up && r.Restarts == 1
+	})
+	if resp, body := post(t, w.url+"/v1/chat/completions", shortChat, map[string]string{"X-Warden-Replica": "0"}); resp.StatusCode != 200 {
+		t.Fatalf("after the restart: %s %s", resp.Status, body)
+	}
+	after := status(t, w.url).Replicas[0]
+	if after.Requests < before.Requests+2 || after.PromptTokens <= before.PromptTokens || after.Errors == 0 {
+		t.Errorf("counters did not survive the restart: before %d requests %d prompt tokens, after %d requests %d prompt tokens, %d errors",
+			before.Requests, before.PromptTokens, after.Requests, after.PromptTokens, after.Errors)
+	}
+	t.Logf("replica 0: %d requests, %d prompt tokens before; %d requests, %d prompt tokens, %d errors, %d restarts after",
+		before.Requests, before.PromptTokens, after.Requests, after.PromptTokens, after.Errors, after.Restarts)
+}
+
+// nonLoopbackIP is an IPv4 address of this machine that is not loopback,
+// or nil.
+func nonLoopbackIP() net.IP {
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			return n.IP
+		}
+	}
+	return nil
+}
+
+func TestServeExposesOnlyItsPortAndKeepsKeysOutOfLogs(t *testing.T) {
+	const key, admin = "sk-warden-Key-4e1f9", "adm-Token-77c2"
+	logDir := t.TempDir()
+	w := startServe(t, "--dp", "2", "--host", "0.0.0.0", "--api-key", key, "--admin-token", admin, "--log-dir", logDir)
+	st := status(t, w.url)
+	for _, r := range st.Replicas {
+		pid := enginePID(t, w, r.Port)
+		conns, err := psnet.ConnectionsPid("tcp", pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		listening := 0
+		for _, c := range conns {
+			if c.Status == "LISTEN" {
+				listening++
+				if c.Laddr.IP != "127.0.0.1" {
+					t.Errorf("engine %d listens on %s:%d", r.Rank, c.Laddr.IP, c.Laddr.Port)
+				}
+			}
+		}
+		if listening == 0 || !strings.HasPrefix(r.URL, "http://127.0.0.1:") {
+			t.Errorf("engine %d: %d listening sockets, URL %s", r.Rank, listening, r.URL)
+		}
+	}
+	port := w.url[strings.LastIndex(w.url, ":")+1:]
+	ip := nonLoopbackIP()
+	if ip == nil {
+		t.Log("no non-loopback address: the remote-caller checks are covered by proxy.TestAdminNeedsLoopbackOrTheToken only")
+	} else {
+		for _, r := range st.Replicas {
+			if c, err := net.DialTimeout("tcp", net.JoinHostPort(ip.String(), strconv.Itoa(r.Port)), 2*time.Second); err == nil {
+				c.Close()
+				t.Errorf("engine %d answers on %s", r.Rank, ip)
+			}
+		}
+		t.Logf("engines refuse %s; admin checked from %s", ip, ip)
+		remote := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}}).DialContext}}
+		url := "http://" + net.JoinHostPort(ip.String(), port)
+		for _, c := range []struct {
+			auth string
+			want int
+		}{{"", 403}, {"Bearer nope", 403}, {"Bearer " + admin, 200}} {
+			req, _ := http.NewRequest(http.MethodPost, url+"/warden/policy", strings.NewReader(`{"policy":"sticky"}`))
+			if c.auth != "" {
+				req.Header.Set("Authorization", c.auth)
+			}
+			resp, err := remote.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != c.want {
+				t.Errorf("admin from %s with %q: %d, want %d", ip, c.auth, resp.StatusCode, c.want)
+			}
+		}
+	}
+	resp, _ := post(t, w.url+"/warden/policy", `{"policy":"sticky"}`, nil)
+	if resp.StatusCode != 200 {
+		t.Errorf("admin from loopback without a token: %d", resp.StatusCode)
+	}
+	for _, c := range []struct {
+		path string
+		hdr  map[string]string
+		want int
+	}{
+		{"/v1/chat/completions", nil, 401},
+		{"/v1/chat/completions", map[string]string{"Authorization": "Bearer " + key + "x"}, 401},
+		{"/v1/chat/completions", map[string]string{"Authorization": "Bearer " + key}, 200},
+		{"/v1/messages", map[string]string{"x-api-key": key, "anthropic-version": "2023-06-01"}, 200},
+	} {
+		resp, body := post(t, w.url+c.path, shortChat, c.hdr)
+		if resp.StatusCode != c.want {
+			t.Errorf("%s with %v: %d, want %d: %s", c.path, c.hdr, resp.StatusCode, c.want, body)
+		}
+	}
+	if err := w.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("warden did not exit after SIGINT")
+	}
+	logs := w.stderr.String()
+	files, _ := filepath.Glob(filepath.Join(logDir, "*"))
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		logs += string(b)
+	}
+	if len(files) == 0 || !strings.Contains(logs, "warden summary") {
+		t.Fatalf("no logs captured (%d files)", len(files))
+	}
+	for _, secret := range []string{key, admin} {
+		if strings.Contains(logs, secret) {
+			t.Errorf("a key appears in the logs: %q", secret)
+		}
+	}
+}
