@@ -103,6 +103,9 @@ func configFrom(c *cli.Context) (serveConfig, error) {
 	case cfg.Engine != "vllm" && cfg.Engine != "sim":
 		return cfg, fmt.Errorf("--engine must be vllm or sim, not %q", cfg.Engine)
 	}
+	if err := launch.CheckExtra(cfg.Extra); err != nil {
+		return cfg, err
+	}
 	var err error
 	if cfg.Proxy, _, err = routerConfigFrom(c, cfg.ServedName); err != nil {
 		return cfg, err

@@ -1,0 +1,23 @@
+package launch
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestCheckExtraRejectsFlagsTheWardenOwns(t *testing.T) {
+	for _, extra := range [][]string{
+		{"--host", "0.0.0.0"}, {"--host=0.0.0.0"}, {"--max-model-len", "8192", "--port", "9000"},
+		{"--uds", "/tmp/s"}, {"--served-model-name", "x"}, {"--max-num-seqs=64"}, {"-tp", "2"},
+	} {
+		err := CheckExtra(extra)
+		if err == nil || !strings.Contains(err.Error(), "set by the warden") {
+			t.Errorf("%q: got %v", extra, err)
+		}
+	}
+	for _, extra := range [][]string{nil, {"--max-model-len", "8192"}, {"--sim-time-scale", "10"}, {"--hostname-is-not-host"}} {
+		if err := CheckExtra(extra); err != nil {
+			t.Errorf("%q: %v", extra, err)
+		}
+	}
+}
