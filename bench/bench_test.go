@@ -25,6 +25,7 @@ func smallConfig(url string, stages ...int) Config {
 	cfg.Drain = 5 * time.Second
 	cfg.Poll = 20 * time.Millisecond
 	cfg.Variants = nil
+	cfg.Carry = false // every stage a fresh start; series_test.go covers carry
 	cfg.Progress = false
 	return cfg
 }

@@ -32,7 +32,8 @@ type Config struct {
 	ResetCache bool // reset the engines' prefix caches before every stage run (with Carry: before every variant)
 	Alternate  bool // stage-major order, alternating the variant order per stage
 	// Carry runs each variant's stages back to back as one load: sessions
-	// carry over from one stage to the next (runSeries). Not with Alternate.
+	// carry over from one stage to the next (runSeries). Ignored with
+	// Alternate, whose stage runs are each a fresh start.
 	Carry      bool
 	AdminToken string // bearer token for the warden's admin endpoints ("" = none; loopback needs none)
 	Out        string
@@ -57,6 +58,7 @@ func DefaultConfig() Config {
 		Poll:      time.Second,
 		TimeScale: 1,
 		Variants:  []string{"off", "sticky"},
+		Carry:     true,
 		Progress:  true,
 	}
 }
@@ -90,10 +92,12 @@ func (c *Config) Validate() error {
 	check(c.Poll <= 0, "--poll must be > 0")
 	check(c.RTT < 0 || c.RTT > time.Minute, "--client-rtt must be in [0, 1m]")
 	check(c.TimeScale < 1, "--time-scale must be >= 1")
-	check(c.Carry && c.Alternate, "--carry runs each variant's stages back to back; it cannot be combined with --alternate")
 	check(len(c.Variants) == 1 || len(c.Variants) > 2, "--ab takes two policies A,B (or none), got %d", len(c.Variants))
 	return errors.Join(errs...)
 }
+
+// carry reports whether stages run as one continuous load per variant.
+func (c *Config) carry() bool { return c.Carry && !c.Alternate }
 
 // wall converts a simulated duration to wall-clock time.
 func (c *Config) wall(d time.Duration) time.Duration {

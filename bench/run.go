@@ -131,14 +131,14 @@ func (r *Runner) Run(ctx context.Context, abExplicit bool) (*Results, error) {
 	system := systemPrompt(cfg.Seed, cfg.Sizes)
 	deviceID := newDeviceID()
 	current := ""
-	for _, group := range groupSteps(plan(cfg.Stages, cfg.Variants, cfg.Alternate), cfg.Carry) {
+	for _, group := range groupSteps(plan(cfg.Stages, cfg.Variants, cfg.Alternate), cfg.carry()) {
 		st := group[0]
 		if err := r.prepare(ctx, t, cfg, st, &current); err != nil {
 			return res, err
 		}
 		sr := &stageRun{cfg: &cfg, hc: r.HC, target: t, log: r.Log.With("variant", st.Variant),
 			model: cfg.Model, system: system, deviceID: deviceID, variant: st.Variant, sessions: st.Sessions, now: time.Now}
-		if cfg.Carry {
+		if cfg.carry() {
 			stages := make([]int, len(group))
 			for i, g := range group {
 				stages[i] = g.Sessions
@@ -245,7 +245,7 @@ func (r *Runner) newResults(t *Target, cfg Config) *Results {
 			TurnTokens: cfg.Sizes.TurnTokens, CharsPerToken: cfg.Sizes.CharsPerToken, Turns: cfg.Turns,
 			MaxTokens: cfg.MaxTokens, Stages: cfg.Stages, StageSeconds: cfg.Stage.Seconds(), WarmupSeconds: cfg.Warmup.Seconds(),
 			DrainSeconds: cfg.Drain.Seconds(), TimeScale: cfg.TimeScale, ResetCache: cfg.ResetCache, Alternate: cfg.Alternate,
-			Carry: cfg.Carry, ClientRTT: cfg.RTT.Seconds(),
+			Carry: cfg.carry(), ClientRTT: cfg.RTT.Seconds(),
 		},
 	}
 }

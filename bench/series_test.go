@@ -2,7 +2,6 @@ package bench
 
 import (
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -129,10 +128,17 @@ func TestGroupSteps(t *testing.T) {
 	}
 }
 
-func TestCarryWithAlternateRejected(t *testing.T) {
-	cfg := carryConfig("http://127.0.0.1:1", 1, 2)
+func TestCarryIgnoredWithAlternate(t *testing.T) {
+	f, srv := newFake(t, true)
+	cfg := carryConfig(srv.URL, 1, 2)
+	cfg.Variants = []string{"off", "sticky"}
 	cfg.Alternate = true
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--alternate") {
-		t.Errorf("carry + alternate: err %v, want one naming --alternate", err)
+	cfg.ResetCache = true
+	res := runBench(t, cfg, true)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.resets != 4 || len(res.Stages) != 4 || res.Config.Carry {
+		t.Errorf("alternate with carry: %d resets, %d stage runs, carry recorded %v; want 4 fresh stage runs",
+			f.resets, len(res.Stages), res.Config.Carry)
 	}
 }

@@ -4,10 +4,11 @@
 #   scripts/bench-ab.sh                                   # simulator, reference profile, 4 replicas
 #   scripts/bench-ab.sh Qwen/Qwen3-4B-Instruct-2507 -- --max-model-len 40000   # real GPUs (vLLM)
 #
-# Without a model the warden runs the built-in simulator (`--engine sim`, whose
-# default profile is the reference rig: RTX A4000 + Qwen3-4B) at time scale
-# BENCH_SCALE; the bench reads every time and rate back in simulated seconds,
-# so a 5-stage x 3-minute x 2-variant run takes ~3.5 minutes at scale 10.
+# Without a model the warden runs the built-in simulator (`--engine sim`) on the
+# reference rig's fitted profile (RTX A4000 + Qwen3-4B, docs/calibration.md) at
+# time scale BENCH_SCALE, and the bench adds the reference client's internet
+# round trip (BENCH_RTT); the bench reads every time and rate back in simulated
+# seconds, so a 5-stage x 3-minute x 2-variant run takes ~3.5 minutes at scale 10.
 # With a model the warden starts vLLM on the GPUs and the bench runs in real
 # time. Arguments after -- go to the engines verbatim.
 #
@@ -19,6 +20,8 @@
 #   BENCH_DP          data-parallel replicas                      (default 4)
 #   BENCH_SCALE       simulator time scale (sim only)             (default 10)
 #   BENCH_STREAM      simulator --stream-interval (sim only)      (default 4)
+#   BENCH_PROFILE     simulator --sim-profile (sim only)          (default a4000-qwen3-4b-2507-bf16-vllm026-fit)
+#   BENCH_RTT         bench --client-rtt (sim only)               (default 250ms, the reference's remote client)
 #   BENCH_SERVE_ARGS  extra `warden serve` flags (set but empty: none) (default "--max-num-seqs 32", the reference's)
 #   BENCH_ARGS        extra `warden bench` flags, e.g. "--stages 4,8 --stage 1m --reset-cache --alternate"
 #   BENCH_OUT         results folder                              (default bench-results/ab-<time>)
@@ -27,7 +30,7 @@
 #   WARDEN_BIN        warden binary                               (default: built from this checkout)
 set -euo pipefail
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 case "${1:-}" in -h|--help) usage 0 ;; esac
 
 model=""
@@ -38,6 +41,8 @@ engine_args=("$@")
 dp=${BENCH_DP:-4}
 scale=${BENCH_SCALE:-10}
 stream=${BENCH_STREAM:-4}
+profile=${BENCH_PROFILE:-a4000-qwen3-4b-2507-bf16-vllm026-fit}
+rtt=${BENCH_RTT:-250ms}
 serve_args=${BENCH_SERVE_ARGS---max-num-seqs 32}
 bench_args=${BENCH_ARGS:-}
 port=${WARDEN_PORT:-8000}
@@ -57,8 +62,9 @@ url="http://127.0.0.1:$port"
 if [ -z "$model" ]; then
   # Simulator: the reference model name, the sim's time scale after --.
   serve=(serve --model Qwen/Qwen3-4B-Instruct-2507 --dp "$dp" --engine sim --port "$port")
-  engine_args=(--sim-time-scale "$scale" --stream-interval "$stream" "${engine_args[@]}")
+  engine_args=(--sim-time-scale "$scale" --stream-interval "$stream" --sim-profile "$profile" "${engine_args[@]}")
   time_scale=$scale
+  bench_args="--client-rtt $rtt $bench_args"
 else
   serve=(serve --model "$model" --dp "$dp" --port "$port")
   time_scale=1
