@@ -219,7 +219,7 @@ func TestRouteFrontsRunningServersThroughChangesAndARestart(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "sessions.json")
 	port := simproc.FreePort(t)
 	w := startRoute(t, port, "--replica", a.URL+"#max_num_seqs=8", "--replica", b.URL+","+cURL,
-		"--max-num-seqs", "64", "--state-file", state, "--state-interval", "200ms")
+		"--max-num-seqs", "64", "--state-file", state, "--state-interval", "200ms", "--policy", "sticky")
 	st := w.status(t)
 	var rows []string
 	for _, r := range st.Replicas {
@@ -293,7 +293,7 @@ func TestRouteFrontsRunningServersThroughChangesAndARestart(t *testing.T) {
 
 	// The restarted router lists its replicas in another order (other
 	// ranks) and without the removed one: homes follow the URLs.
-	w2 := startRoute(t, port, "--replica", d.URL+","+cURL+","+b.URL, "--state-file", state)
+	w2 := startRoute(t, port, "--replica", d.URL+","+cURL+","+b.URL, "--state-file", state, "--policy", "sticky")
 	_, urlOf = upURLs(w2.status(t))
 	for s, was := range home {
 		if u, route := turn(t, w2, urlOf, s); route != "sticky" || u != was {

@@ -85,7 +85,7 @@ func homes(t *testing.T, front string, sessions []string) (map[string]string, ma
 
 func TestReplicasAddedAndRemovedAtRunTimeKeepTheSessionTable(t *testing.T) {
 	e0, e1, e2 := newFakeEngine(t), newFakeEngine(t), newFakeEngine(t)
-	p, front := testProxy(t, Config{}, e0, e1)
+	p, front := testProxy(t, Config{Policy: PolicySticky}, e0, e1)
 	sessions := []string{"a", "b", "c", "d", "e", "f"}
 	home, _ := homes(t, front.URL, sessions)
 
@@ -179,7 +179,7 @@ func closedURL(t *testing.T) string {
 
 func TestProbedReplicaEntersRotationOnlyOnceItAnswers(t *testing.T) {
 	e0 := newFakeEngine(t)
-	p, front := testProxyBackends(t, Config{}, []Backend{
+	p, front := testProxyBackends(t, Config{Policy: PolicySticky}, []Backend{
 		{Rank: 0, URL: e0.srv.URL, Probe: true, FallbackMaxNumSeqs: 32},
 		{Rank: 1, URL: closedURL(t), Probe: true, FallbackMaxNumSeqs: 32},
 	})
@@ -259,7 +259,7 @@ func TestSpillUsesEachReplicasOwnCapacity(t *testing.T) {
 
 func TestReplicaChangesDuringTrafficLoseNoRequest(t *testing.T) {
 	e0, e1, e2 := newFakeEngine(t), newFakeEngine(t), newFakeEngine(t)
-	p, front := testProxy(t, Config{}, e0, e1, e2)
+	p, front := testProxy(t, Config{Policy: PolicySticky}, e0, e1, e2)
 	stop := make(chan struct{})
 	errs := make(chan string, 100)
 	var wg sync.WaitGroup

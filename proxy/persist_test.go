@@ -14,7 +14,7 @@ import (
 func TestSessionTableSurvivesARestartKeyedByURL(t *testing.T) {
 	e0, e1, e2 := newFakeEngine(t), newFakeEngine(t), newFakeEngine(t)
 	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
-	p, front := testProxy(t, Config{Clock: clk.now, SessionTTL: time.Hour}, e0, e1, e2)
+	p, front := testProxy(t, Config{Policy: PolicySticky, Clock: clk.now, SessionTTL: time.Hour}, e0, e1, e2)
 	sessions := []string{"a", "b", "c", "d", "e", "f", "old"}
 	home, _ := homes(t, front.URL, sessions[len(sessions)-1:])
 	clk.add(50 * time.Minute) // "old" is 50 minutes idle at save time
@@ -35,7 +35,7 @@ func TestSessionTableSurvivesARestartKeyedByURL(t *testing.T) {
 	// ranks), has lost e2, and starts 20 minutes later: "old" is then past
 	// its TTL.
 	clk.add(20 * time.Minute)
-	q, front2 := testProxy(t, Config{Clock: clk.now, SessionTTL: time.Hour}, e1, e0)
+	q, front2 := testProxy(t, Config{Policy: PolicySticky, Clock: clk.now, SessionTTL: time.Hour}, e1, e0)
 	res, err := q.LoadSessions(path)
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +71,7 @@ func must[A, B any](a A, _ B) A { return a }
 func TestSavedSessionsKeepOrderContextAndUsage(t *testing.T) {
 	e0 := newFakeEngine(t)
 	clk := &fakeClock{t: time.Unix(2_000_000, 0)}
-	p, front := testProxy(t, Config{Clock: clk.now}, e0)
+	p, front := testProxy(t, Config{Policy: PolicySticky, Clock: clk.now}, e0)
 	for _, s := range []string{"first", "second", "third"} {
 		post(t, front.URL+"/v1/chat/completions", chatBody(s, false, ""))
 		clk.add(time.Second)
@@ -97,7 +97,7 @@ func TestSavedSessionsKeepOrderContextAndUsage(t *testing.T) {
 		t.Errorf("saved order %v, want least recently used first", keys)
 	}
 
-	q, _ := testProxy(t, Config{Clock: clk.now, MaxSessions: 2}, e0)
+	q, _ := testProxy(t, Config{Policy: PolicySticky, Clock: clk.now, MaxSessions: 2}, e0)
 	if _, err := q.LoadSessions(path); err != nil {
 		t.Fatal(err)
 	}
