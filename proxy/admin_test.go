@@ -17,7 +17,7 @@ func TestPolicyEndpoint(t *testing.T) {
 	p, front := testProxy(t, Config{}, e)
 	post(t, front.URL+"/v1/chat/completions", chatBody("kept", false, ""))
 	resp, body := post(t, front.URL+"/warden/policy", `{"policy":"off"}`)
-	if resp.StatusCode != 200 || !strings.Contains(body, `"previous": "sticky"`) {
+	if resp.StatusCode != 200 || !strings.Contains(body, `"previous": "adaptive"`) {
 		t.Fatalf("switch: %d %s", resp.StatusCode, body)
 	}
 	g, err := http.Get(front.URL + "/warden/policy")
@@ -106,7 +106,7 @@ func TestOwnEndpoints(t *testing.T) {
 	if code, _ := get("/health"); code != 200 {
 		t.Errorf("/health with a healthy replica: %d", code)
 	}
-	if code, body := get("/warden/status"); code != 200 || !strings.Contains(body, `"policy": "sticky"`) {
+	if code, body := get("/warden/status"); code != 200 || !strings.Contains(body, `"policy": "adaptive"`) {
 		t.Errorf("/warden/status: %d %s", code, body)
 	}
 	if code, body := get("/"); code != 200 || !strings.Contains(body, "<html") {

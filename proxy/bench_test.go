@@ -90,7 +90,7 @@ func BenchmarkPlace(b *testing.B) {
 	}
 	i := 0
 	for b.Loop() {
-		pl := p.place(keys[i%len(keys)], false, 0, nil)
+		pl := p.place(keys[i%len(keys)], false, 0, nil, 0, 0)
 		pl.rep.inflight.Add(-1)
 		i++
 	}

@@ -140,6 +140,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 		if !at.retry {
 			p.account(at, req, pl, start)
 		}
+		p.routeEnd(pl, at, start)
 		rep.inflight.Add(-1) // after accounting: in-flight 0 means counted
 		p.metrics.inFlight.Dec()
 	}()

@@ -20,6 +20,8 @@ const (
 	ReasonOff      Reason = "off"      // a non-affinity balancer placed it
 	ReasonHash     Reason = "hash"     // session hash to a replica
 	ReasonNone     Reason = "none"     // no replica can take it
+	ReasonWait     Reason = "wait"     // no replica has room: the proxy holds it and asks again (adaptive)
+	ReasonMove     Reason = "move"     // re-homed where it is expected to be served sooner (adaptive)
 )
 
 // Policy names accepted by Config.Policy and POST /warden/policy.
@@ -29,6 +31,7 @@ const (
 	PolicyOffV2         = "off-v2"         // vLLM's newer DP balancer variant
 	PolicyLeastInFlight = "least-inflight" // exact, fresh least-in-flight (accidentally sticky at low load)
 	PolicyHash          = "hash"           // session hash to a replica (failed in practice; for comparison)
+	PolicyAdaptive      = "adaptive"       // the default: KV-aware admission, stay-or-move by cost (policy_adaptive.go)
 )
 
 // ReplicaView is one replica as a placement sees it: a copy, taken in the
@@ -48,6 +51,14 @@ type ReplicaView struct {
 	// What vLLM's DP balancer sees: running/waiting as of the last periodic
 	// stats refresh (about every 100 ms), and requests sent here since then.
 	StaleRunning, StaleWaiting, SentSince int
+
+	// The adaptive policy's estimates (routeState.fill), in tokens and in
+	// seconds of the proxy's clock; zero when unknown.
+	WorkingSet         int     // KV the conversations active here need: shared prefix once + their contexts
+	Active             int     // conversations active here (in flight or just finished)
+	TurnSeconds        float64 // mean request duration here
+	WaitSeconds        float64 // mean time to first byte here
+	PrefillSecPerToken float64 // measured prefill cost per computed prompt token
 }
 
 // Available is the one eligibility predicate every policy uses.
@@ -60,12 +71,26 @@ type SessionView struct {
 	Home   int    // its home rank when Known
 	Pinned bool   // the client pinned the request to Pin
 	Pin    int
+
+	// The adaptive policy's view (routeState.sessionView).
+	Tokens         int     // expected prompt tokens of this request
+	Footprint      int     // KV tokens the conversation keeps beyond the shared prefix
+	ResidentOn     int     // rank that probably still holds its prefix; -1 none
+	TurnsSinceMove int     // turns since it last moved (large if never)
+	Waited         float64 // seconds this request has already waited at the proxy
+	Held           int     // requests held at the proxy now (ReasonWait)
+	NoWait         bool    // the proxy will not hold this request (any longer)
 }
 
 // PlaceConfig is the placement configuration.
 type PlaceConfig struct {
 	Policy         string
 	SpillThreshold int // in-flight above which a sticky turn spills; 0 = auto
+
+	// Adaptive policy knobs; zero values take the defaults.
+	AdmitWait    float64 // seconds a new conversation may wait for room; 0 = DefaultAdmitTurns turn times, <0 = never wait
+	MoveCooldown int     // turns a moved conversation stays put; 0 = DefaultMoveCooldown
+	Fill         float64 // fraction of KV capacity a working set may use; 0 = DefaultFill
 }
 
 // SpillFor returns the spill threshold for a replica: the configured one, or
@@ -99,6 +124,7 @@ var policies = map[string]PolicyFunc{
 	PolicyOffV2:         pickOffV2,
 	PolicyLeastInFlight: pickLeastInFlight,
 	PolicyHash:          pickHash,
+	PolicyAdaptive:      pickAdaptive,
 }
 
 // Policies lists the policy names, sorted.

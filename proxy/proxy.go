@@ -23,7 +23,7 @@ import (
 type Config struct {
 	ServedModel       string        // the one model name /v1/models answers with and every request's model is mapped to; "" = ask a replica, no mapping
 	StrictModel       bool          // refuse (404, like vLLM) a model name other than ServedModel instead of mapping it
-	Policy            string        // placement policy (Policies()); "" = "sticky"
+	Policy            string        // placement policy (Policies()); "" = "adaptive"
 	SpillThreshold    int           // in-flight above which a sticky turn spills; 0 = auto max(1, max_num_seqs/4)
 	SessionHeaders    []string      // extra request headers that carry a session id
 	KeepBillingHeader bool          // forward Claude Code's billing system block instead of removing it
@@ -49,7 +49,7 @@ type Config struct {
 
 func (c *Config) defaults() error {
 	if c.Policy == "" {
-		c.Policy = PolicySticky
+		c.Policy = PolicyAdaptive
 	}
 	if err := ValidPolicy(c.Policy); err != nil {
 		return err
@@ -115,7 +115,10 @@ type Proxy struct {
 	knownTurns  uint64 // turns of sessions that already had a home
 	homeTurns   uint64 // ... served on that home
 	peak        peakState
-	dyn         dynState // adding and removing replicas (dynamic.go)
+	dyn         dynState      // adding and removing replicas (dynamic.go)
+	route       *routeState   // the adaptive policy's estimates (policy_state.go)
+	held        int           // requests held at the proxy for room (ReasonWait)
+	wake        chan struct{} // closed and replaced when a request ends while some are held
 }
 
 // New builds a proxy over the backends (at least one, unique ranks).
@@ -129,7 +132,8 @@ func New(cfg Config, backends []Backend) (*Proxy, error) {
 	p := &Proxy{cfg: cfg, log: cfg.Logger, clock: cfg.Clock,
 		checkTimeout: 2 * time.Second, policy: cfg.Policy,
 		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
-		sessions: newSessionTable(cfg.SessionTTL, cfg.MaxSessions)}
+		sessions: newSessionTable(cfg.SessionTTL, cfg.MaxSessions),
+		route:    newRouteState(cfg.MaxSessions), wake: make(chan struct{})}
 	p.since = p.clock()
 	p.clients = newClients(cfg.ServedModel, cfg.StrictModel, p.log)
 	p.series = newSeries(10*time.Second, time.Hour)
@@ -248,8 +252,12 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 	}
 	var tried []int
 	for range p.replicaList() {
-		pl := p.place(req.key, pinned, pin, tried)
+		pl := p.placeOrHold(r, req, pinned, pin, tried)
 		if pl.d.Rank < 0 {
+			if pl.d.Reason == ReasonWait { // client went away while held
+				w.WriteHeader(499)
+				return
+			}
 			break
 		}
 		if !p.forward(w, r, req, pl, start) {
@@ -266,16 +274,17 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 
 // placement is one decision plus what the accounting needs about it.
 type placement struct {
-	d     Decision
-	rep   *replica // the chosen replica (it may be removed while the request runs)
-	known bool     // the session had a home before this request
-	home  int      // its home after the decision
+	d      Decision
+	rep    *replica     // the chosen replica (it may be removed while the request runs)
+	known  bool         // the session had a home before this request
+	home   int          // its home after the decision
+	ticket *routeTicket // the adaptive policy's record of this request
 }
 
 // place decides and increments the chosen replica's in-flight count in one
 // critical section, so that a burst cannot herd onto one replica. Replicas
 // in skip are treated as unavailable (a retry).
-func (p *Proxy) place(key SessionKey, pinned bool, pin int, skip []int) placement {
+func (p *Proxy) place(key SessionKey, pinned bool, pin int, skip []int, bodyBytes int, waited time.Duration) placement {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.clock()
@@ -301,6 +310,7 @@ func (p *Proxy) place(key SessionKey, pinned bool, pin int, skip []int) placemen
 	if s != nil {
 		sv.Known, sv.Home = true, s.home
 	}
+	p.adaptiveView(snap, &sv, bodyBytes, waited, now)
 	d := Pick(snap, sv, PlaceConfig{Policy: p.policy, SpillThreshold: p.cfg.SpillThreshold}, p.rng)
 	pl := placement{d: d, known: s != nil}
 	if d.Rank < 0 {
@@ -314,12 +324,13 @@ func (p *Proxy) place(key SessionKey, pinned bool, pin int, skip []int) placemen
 	case key.Key == "":
 	case s == nil:
 		s = p.sessions.insert(key.Key, d.Rank, now)
-	case d.Reason == ReasonFailover:
+	case d.Reason == ReasonFailover || d.Reason == ReasonMove:
 		p.sessions.rehome(s, d.Rank)
 	}
 	if s != nil {
 		pl.home = s.home
 	}
+	pl.ticket = p.route.begin(key.Key, bodyBytes, d.Rank, d.Reason, now)
 	return pl
 }
 

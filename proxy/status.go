@@ -59,7 +59,9 @@ func (p *Proxy) Status() panel.Status {
 }
 
 // affinity reports whether a policy keeps conversations on a replica.
-func affinity(policy string) bool { return policy == PolicySticky || policy == PolicyHash }
+func affinity(policy string) bool {
+	return policy == PolicySticky || policy == PolicyHash || policy == PolicyAdaptive
+}
 
 func addTotals(t *panel.Totals, r panel.Replica) {
 	t.Requests += r.Requests

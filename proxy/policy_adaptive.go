@@ -1,0 +1,243 @@
+package proxy
+
+// The adaptive policy (PolicyAdaptive, the default). It keeps each
+// conversation's working set, not just its key, in view:
+//
+//   - Room. A replica has room for a conversation when the KV its active
+//     conversations need (ReplicaView.WorkingSet: their contexts beyond the
+//     shared prefix, which counts once, estimated from the engines' usage
+//     reports) plus this one's footprint stays within a fill fraction of its
+//     KV capacity. Beyond that, conversations evict each other's prefixes
+//     and every turn is prefilled again (the overload of the reference
+//     measurement).
+//   - Admission. A new conversation goes to the replica with the most room.
+//     When no replica has room it waits at the proxy (ReasonWait; the proxy
+//     asks again when a request ends) for at most AdmitWait, then goes to the
+//     least overcommitted replica: a bounded first-turn wait instead of
+//     evicting the working sets of running conversations.
+//   - Stay or move. A known conversation stays home while its home is not
+//     overcommitted. On an overcommitted home it moves to a replica with room
+//     when the expected queue wait at home exceeds the expected wait there
+//     plus the re-prefill its move costs (nothing when its prefix is
+//     probably gone from home anyway). A move re-homes it, and a moved
+//     conversation stays put for MoveCooldown turns (hysteresis).
+//   - Failover as the seed rule; without KV capacity (an engine that does
+//     not export vllm:cache_config_info) it degrades to the sticky rule.
+
+// Adaptive policy defaults (PlaceConfig zero values).
+const (
+	DefaultAdmitTurns   = 5.0  // AdmitWait = this many mean turn times when 0
+	DefaultMoveCooldown = 3    // turns a moved conversation stays put
+	DefaultFill         = 1.0  // fraction of KV capacity a working set may use
+	moveMargin          = 1.25 // a move must win by this factor (hysteresis on cost)
+)
+
+// maxOverflow: when the conversations that want KV (active and held) need
+// more than 1+maxOverflow times the replicas' room, a held conversation
+// would wait most of a conversation's life: holding stops, and the engines
+// share the overload as under the sticky rule.
+var maxOverflow = 0.5
+
+// overflow is the fraction by which the active and held conversations'
+// working sets exceed the available replicas' room (held ones counted
+// with this conversation's footprint).
+func overflow(snap []ReplicaView, s SessionView, fill float64) float64 {
+	demand, capacity := float64((s.Held+1)*s.Footprint), 0.0
+	for _, r := range snap {
+		if r.Available() && r.KVCapacity > 0 {
+			demand += float64(r.WorkingSet)
+			capacity += fill * float64(r.KVCapacity)
+		}
+	}
+	if capacity == 0 {
+		return 0
+	}
+	return demand/capacity - 1
+}
+
+// admitTurns is DefaultAdmitTurns (a variable for the replay harness).
+var admitTurns = DefaultAdmitTurns
+
+// fillOf returns the configured fill fraction or the default.
+func (c PlaceConfig) fillOf() float64 {
+	if c.Fill > 0 && c.Fill <= 4 {
+		return c.Fill
+	}
+	return DefaultFill
+}
+
+// admitWait is the bound on a new conversation's wait at the proxy in
+// seconds: the configured one, or DefaultAdmitTurns mean turn times.
+func (c PlaceConfig) admitWait(snap []ReplicaView) float64 {
+	if c.AdmitWait != 0 {
+		return max(c.AdmitWait, 0)
+	}
+	sum, n := 0.0, 0
+	for _, r := range snap {
+		if r.Available() && r.TurnSeconds > 0 {
+			sum += r.TurnSeconds
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return admitTurns * sum / float64(n)
+}
+
+// room is the KV a replica has left for one more conversation (tokens; can
+// be negative). ok is false when the capacity is unknown.
+func room(r ReplicaView, fill float64) (int, bool) {
+	if r.KVCapacity <= 0 {
+		return 0, false
+	}
+	return int(fill*float64(r.KVCapacity)) - r.WorkingSet, true
+}
+
+func pickAdaptive(snap []ReplicaView, s SessionView, cfg PlaceConfig, rng Rand) Decision {
+	if !capacityKnown(snap) {
+		return pickSticky(snap, s, cfg, rng)
+	}
+	home := -1
+	if s.Known {
+		home = indexOf(snap, s.Home)
+	}
+	if home >= 0 && snap[home].Available() {
+		return stayOrMove(snap, home, s, cfg, rng)
+	}
+	reason := ReasonNew
+	if s.Known {
+		reason = ReasonFailover
+	}
+	fill := cfg.fillOf()
+	if i := leastLoadedWith(snap, -1, s.Footprint, fill, rng); i >= 0 {
+		return Decision{Rank: snap[i].Rank, Reason: reason}
+	}
+	if !s.Known && s.Key != "" && !s.NoWait && shouldWait(snap, s, cfg) {
+		return Decision{Rank: -1, Reason: ReasonWait}
+	}
+	// Overload beyond what holding can fix: the engines share it as under
+	// the seed rule.
+	if i := leastLoaded(snap, -1, rng); i >= 0 {
+		return Decision{Rank: snap[i].Rank, Reason: reason}
+	}
+	return none
+}
+
+// leastLoadedWith is leastLoaded (the seed rule's load order) among the
+// available replicas other than skip that have room for footprint tokens;
+// -1 if none has.
+func leastLoadedWith(snap []ReplicaView, skip, footprint int, fill float64, rng Rand) int {
+	var ties []int
+	var best [2]int
+	for i, r := range snap {
+		if left, ok := room(r, fill); i == skip || !r.Available() || (ok && left < footprint) {
+			continue
+		}
+		a, b := load(r)
+		cur := [2]int{a, b}
+		switch {
+		case ties == nil || less(cur, best):
+			best, ties = cur, append(ties[:0], i)
+		case cur == best:
+			ties = append(ties, i)
+		}
+	}
+	return pickTie(ties, rng)
+}
+
+// shouldWait: a new conversation without room waits while its wait is
+// under the bound and something is in flight (an end can make room). Before
+// any turn time is known the bound is open: the first ends set it.
+func shouldWait(snap []ReplicaView, s SessionView, cfg PlaceConfig) bool {
+	busy := false
+	for _, r := range snap {
+		busy = busy || (r.Available() && r.InFlight > 0)
+	}
+	if !busy {
+		return false
+	}
+	if overflow(snap, s, cfg.fillOf()) > maxOverflow {
+		return false
+	}
+	bound := cfg.admitWait(snap)
+	return s.Waited < bound || (bound == 0 && cfg.AdmitWait == 0)
+}
+
+// capacityKnown: some available replica exports its KV capacity.
+func capacityKnown(snap []ReplicaView) bool {
+	for _, r := range snap {
+		if r.Available() && r.KVCapacity > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// stayOrMove keeps a conversation home unless its home is overcommitted
+// and moving wins on expected time (see the file comment).
+func stayOrMove(snap []ReplicaView, home int, s SessionView, cfg PlaceConfig, rng Rand) Decision {
+	h := snap[home]
+	fill := cfg.fillOf()
+	stay := Decision{Rank: h.Rank, Reason: ReasonSticky}
+	left, ok := room(h, fill)
+	if !ok || left >= 0 || s.TurnsSinceMove < cfg.cooldown() {
+		return spillOr(snap, home, cfg, rng, stay)
+	}
+	i := leastLoadedWith(snap, home, s.Footprint, fill, rng)
+	if i < 0 {
+		return spillOr(snap, home, cfg, rng, stay)
+	}
+	r := snap[i]
+	reprefill := 0.0
+	if s.ResidentOn == h.Rank {
+		reprefill = float64(s.Footprint) * prefillRate(h, r)
+	}
+	if waitAt(h) > moveMargin*(waitAt(r)+reprefill) {
+		return Decision{Rank: r.Rank, Reason: ReasonMove}
+	}
+	return spillOr(snap, home, cfg, rng, stay)
+}
+
+// spillOr applies the seed rule's break condition: a home over the spill
+// threshold sends this one request to the least-loaded other replica when
+// that one has fewer in flight; otherwise d.
+func spillOr(snap []ReplicaView, home int, cfg PlaceConfig, rng Rand, d Decision) Decision {
+	h := snap[home]
+	if h.InFlight > cfg.SpillFor(h) {
+		if i := leastLoaded(snap, home, rng); i >= 0 && snap[i].InFlight < h.InFlight {
+			return Decision{Rank: snap[i].Rank, Reason: ReasonSpill}
+		}
+	}
+	return d
+}
+
+func (c PlaceConfig) cooldown() int {
+	if c.MoveCooldown > 0 {
+		return c.MoveCooldown
+	}
+	return DefaultMoveCooldown
+}
+
+// waitAt is the expected queue wait of one more request on r: the measured
+// time to first byte there, scaled by how far its working set is over its
+// capacity (turns queue for KV to free up).
+func waitAt(r ReplicaView) float64 {
+	w := r.WaitSeconds
+	if r.KVCapacity > 0 && r.WorkingSet > r.KVCapacity {
+		w *= float64(r.WorkingSet) / float64(r.KVCapacity)
+	}
+	return w
+}
+
+// prefillRate is the measured seconds per prefilled token (either replica's
+// measurement; a large value when none is known, so that moves need proof).
+func prefillRate(a, b ReplicaView) float64 {
+	switch {
+	case b.PrefillSecPerToken > 0:
+		return b.PrefillSecPerToken
+	case a.PrefillSecPerToken > 0:
+		return a.PrefillSecPerToken
+	}
+	return 1
+}

@@ -1,0 +1,167 @@
+package proxy
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// kv4 is four healthy replicas of 40k tokens of KV, 10 s turns.
+func kv4(ws ...int) []ReplicaView {
+	s := idle4()
+	for i := range s {
+		s[i].KVCapacity, s[i].TurnSeconds, s[i].WaitSeconds = 40000, 10, 1
+		if i < len(ws) {
+			s[i].WorkingSet = ws[i]
+		}
+	}
+	return s
+}
+
+func TestPickAdaptive(t *testing.T) {
+	cfg := PlaceConfig{Policy: PolicyAdaptive}
+	fresh := SessionView{Key: "s", Footprint: 10000, ResidentOn: -1, TurnsSinceMove: 1 << 30}
+	known := func(home, resident, sinceMove int) SessionView {
+		return SessionView{Key: "s", Known: true, Home: home, Footprint: 10000, ResidentOn: resident, TurnsSinceMove: sinceMove}
+	}
+	busy := func(s []ReplicaView) []ReplicaView {
+		for i := range s {
+			s[i].InFlight = 4
+		}
+		return s
+	}
+	tests := []struct {
+		name string
+		snap []ReplicaView
+		sess SessionView
+		cfg  PlaceConfig
+		want Decision
+	}{
+		{"a new conversation goes to the least-loaded replica with room",
+			with(kv4(35000, 20000, 10000, 32000), func(s []ReplicaView) { s[2].InFlight = 3; s[3].InFlight = 1 }),
+			fresh, cfg, Decision{1, ReasonNew}},
+		{"a replica without room is skipped even when it is idle",
+			with(kv4(35000, 38000, 30000, 31000), func(s []ReplicaView) { s[0].InFlight = 0; s[2].InFlight = 2; s[3].InFlight = 1 }),
+			fresh, cfg, Decision{2, ReasonNew}},
+		{"no room anywhere: the new conversation waits at the proxy",
+			busy(kv4(35000, 38000, 36000, 39000)), fresh, cfg, Decision{-1, ReasonWait}},
+		{"no room but waited past the bound (5 turns of 10 s): least loaded",
+			with(busy(kv4(35000, 38000, 36000, 39000)), func(s []ReplicaView) { s[2].InFlight = 1 }),
+			SessionView{Key: "s", Footprint: 10000, Waited: 51}, cfg, Decision{2, ReasonNew}},
+		{"no room and the proxy will not hold it any longer",
+			busy(kv4(35000, 38000, 36000, 39000)), SessionView{Key: "s", Footprint: 10000, NoWait: true}, cfg, Decision{0, ReasonNew}},
+		{"overload beyond what holding fixes (demand > 1.5 x room): no wait",
+			busy(kv4(60000, 60000, 60000, 60000)), fresh, cfg, Decision{0, ReasonNew}},
+		{"nothing in flight anywhere: waiting cannot make room",
+			kv4(35000, 38000, 36000, 39000), fresh, cfg, Decision{0, ReasonNew}},
+		{"a request without a session never waits",
+			busy(kv4(35000, 38000, 36000, 39000)), SessionView{Footprint: 10000}, cfg, Decision{0, ReasonNew}},
+		{"AdmitWait < 0 turns holding off",
+			busy(kv4(35000, 38000, 36000, 39000)), fresh, PlaceConfig{Policy: PolicyAdaptive, AdmitWait: -1}, Decision{0, ReasonNew}},
+		{"a known conversation stays home while home has room",
+			kv4(30000, 0, 0, 0), known(0, 0, 1<<30), cfg, Decision{0, ReasonSticky}},
+		{"an overcommitted home with a long queue: the conversation moves where it fits",
+			with(kv4(60000, 10000, 39000, 39000), func(s []ReplicaView) { s[0].WaitSeconds = 20; s[1].PrefillSecPerToken = 1e-4 }),
+			known(0, -1, 1<<30), cfg, Decision{1, ReasonMove}},
+		{"its prefix still resident at home: the re-prefill cost keeps it there",
+			with(kv4(44000, 10000, 39000, 39000), func(s []ReplicaView) { s[0].WaitSeconds = 2; s[1].PrefillSecPerToken = 1e-3 }),
+			known(0, 0, 1<<30), cfg, Decision{0, ReasonSticky}},
+		{"hysteresis: moved two turns ago, it stays put",
+			with(kv4(60000, 10000, 39000, 39000), func(s []ReplicaView) { s[0].WaitSeconds = 20 }),
+			known(0, -1, 2), cfg, Decision{0, ReasonSticky}},
+		{"home over the spill threshold spills this request (seed rule)",
+			with(kv4(30000, 0, 0, 0), func(s []ReplicaView) { s[0].InFlight = 9; s[1].InFlight = 1; s[2].InFlight = 2; s[3].InFlight = 3 }),
+			known(0, 0, 1<<30), cfg, Decision{1, ReasonSpill}},
+		{"an unhealthy home fails over to a replica with room",
+			with(kv4(0, 39000, 10000, 20000), func(s []ReplicaView) { s[0].Healthy = false }),
+			known(0, 0, 1<<30), cfg, Decision{2, ReasonFailover}},
+		{"without KV capacity the sticky rule applies",
+			with(idle4(), func(s []ReplicaView) { s[0].InFlight = 1 }), fresh, cfg, Decision{1, ReasonNew}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, Pick(tc.snap, tc.sess, tc.cfg, fixedRand(0))); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRouteStateResidency(t *testing.T) {
+	rs := newRouteState(0)
+	t0 := time.Unix(0, 0)
+	snap := []ReplicaView{{Rank: 0, Healthy: true, KVCapacity: 30000}}
+	// Three conversations of 12k tokens (2k shared) finish on replica 0 in
+	// the order a, b, c: with 30k of KV only the two most recent fit.
+	for i, k := range []string{"a", "b", "c"} {
+		tk := rs.begin(k, 48000, 0, ReasonNew, t0)
+		rs.end(tk, Usage{Known: true, Prompt: 11800, Cached: 2000, Completion: 200}, 1, t0.Add(time.Duration(i+1)*time.Second))
+	}
+	for k, want := range map[string]int{"a": -1, "b": 0, "c": 0} {
+		sv := SessionView{Key: k}
+		rs.sessionView(&sv, 48000, snap)
+		if sv.ResidentOn != want || sv.Footprint != 10000 {
+			t.Errorf("%s: resident on %d, footprint %d; want %d, 10000", k, sv.ResidentOn, sv.Footprint, want)
+		}
+	}
+	// One in flight: its footprint counts in the working set until it ends.
+	tk := rs.begin("d", 48000, 0, ReasonNew, t0.Add(10*time.Second))
+	rs.fill(snap, t0.Add(10*time.Second))
+	if got := snap[0].WorkingSet; got < 10000 || snap[0].Active != 1 {
+		t.Errorf("working set with one in flight = %d (active %d)", got, snap[0].Active)
+	}
+	rs.end(tk, Usage{}, -1, t0.Add(20*time.Second))
+	rs.fill(snap, t0.Add(time.Hour))
+	if snap[0].Active != 0 {
+		t.Errorf("active long after the end = %d", snap[0].Active)
+	}
+	rs.end(tk, Usage{}, -1, t0) // idempotent
+	if rs.rep(0).inflight != 0 || rs.rep(0).flyTok != 0 {
+		t.Errorf("in flight after double end: %d / %d", rs.rep(0).inflight, rs.rep(0).flyTok)
+	}
+}
+
+func TestRouteStateBound(t *testing.T) {
+	rs := newRouteState(3)
+	for i := range 10 {
+		tk := rs.begin(fmt.Sprint(i), 1000, i%2, ReasonNew, time.Unix(0, 0))
+		rs.end(tk, Usage{}, -1, time.Unix(1, 0))
+	}
+	if len(rs.sess) != 3 {
+		t.Errorf("remembered %d conversations, bound 3", len(rs.sess))
+	}
+}
+
+// BenchmarkPickAdaptive measures one decision with its snapshot work
+// (routeState.fill + sessionView + Pick) at 8 replicas and 10k sessions.
+func BenchmarkPickAdaptive(b *testing.B) {
+	rs := newRouteState(0)
+	rng := rand.New(rand.NewPCG(1, 2))
+	t0 := time.Unix(0, 0)
+	for i := range 10000 {
+		tk := rs.begin(fmt.Sprint(i), 48000, i%8, ReasonNew, t0)
+		rs.end(tk, Usage{Known: true, Prompt: 12000, Cached: 3500, Completion: 256}, 0.5, t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	for i := range 32 { // 4 in flight per replica
+		rs.begin(fmt.Sprint(i), 48000, i%8, ReasonSticky, t0.Add(11*time.Second))
+	}
+	snap := make([]ReplicaView, 8)
+	for i := range snap {
+		snap[i] = ReplicaView{Rank: i, Healthy: true, MaxNumSeqs: 32, KVCapacity: 40000, InFlight: 4}
+	}
+	now := t0.Add(12 * time.Second)
+	cfg := PlaceConfig{Policy: PolicyAdaptive}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		rs.fill(snap, now)
+		sv := SessionView{Key: fmt.Sprint(i % 10000), Known: true, Home: i % 8}
+		rs.sessionView(&sv, 48000, snap)
+		if d := Pick(snap, sv, cfg, rng); d.Rank < 0 && d.Reason != ReasonWait {
+			b.Fatal(d)
+		}
+	}
+}

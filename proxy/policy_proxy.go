@@ -1,0 +1,98 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// The proxy's side of the adaptive policy: feeding routeState and holding
+// requests that the policy told to wait (ReasonWait) until a request ends.
+
+// maxHold bounds one request's wait at the proxy whatever the policy says
+// (a safety net: the policy's own bound is a few turn times).
+const maxHold = 10 * time.Minute
+
+// adaptiveView completes the snapshot and session view with routeState's
+// estimates. The caller holds p.mu.
+func (p *Proxy) adaptiveView(snap []ReplicaView, sv *SessionView, bodyBytes int, waited time.Duration, now time.Time) {
+	p.route.fill(snap, now)
+	p.route.sessionView(sv, bodyBytes, snap)
+	sv.Waited = waited.Seconds()
+	sv.Held = p.held
+	sv.NoWait = waited > maxHold
+}
+
+// routeEnd tells routeState that a placed request ended (or never reached
+// its engine) and wakes the requests held for room.
+func (p *Proxy) routeEnd(pl placement, at *attempt, start time.Time) {
+	if pl.ticket == nil {
+		return
+	}
+	var u Usage
+	ttfb := -1.0
+	if at != nil && at.tap != nil && !at.retry {
+		u = at.tap.usage
+		if !at.tap.firstByte.IsZero() {
+			ttfb = at.tap.firstByte.Sub(start).Seconds()
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.route.end(pl.ticket, u, ttfb, p.clock())
+	p.wakeHeld()
+}
+
+// wakeHeld wakes every held request to ask again. The caller holds p.mu.
+func (p *Proxy) wakeHeld() {
+	if p.held > 0 {
+		close(p.wake)
+		p.wake = make(chan struct{})
+	}
+}
+
+// hold waits until a request ends somewhere, the recheck interval passes or
+// ctx ends; it reports false when ctx ended (the client went away).
+func (p *Proxy) hold(ctx context.Context, wake <-chan struct{}) bool {
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-wake:
+	case <-t.C:
+	}
+	return true
+}
+
+// placeOrHold places the request; when the policy says wait it holds the
+// request (counted in p.held) and asks again whenever a request ends, until
+// it is placed or the client goes away (then it returns the wait decision).
+func (p *Proxy) placeOrHold(r *http.Request, req *request, pinned bool, pin int, skip []int) placement {
+	start := p.clock()
+	held := false
+	defer func() {
+		if held {
+			p.mu.Lock()
+			p.held--
+			p.mu.Unlock()
+		}
+	}()
+	for {
+		waited := p.clock().Sub(start)
+		pl := p.place(req.key, pinned, pin, skip, len(req.body), waited)
+		if pl.d.Reason != ReasonWait {
+			return pl
+		}
+		p.mu.Lock()
+		if !held {
+			held = true
+			p.held++
+		}
+		wake := p.wake
+		p.mu.Unlock()
+		if !p.hold(r.Context(), wake) {
+			return pl
+		}
+	}
+}

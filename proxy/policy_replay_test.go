@@ -1,0 +1,582 @@
+package proxy
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lmwarden/warden/sim"
+)
+
+// The replay harness: the simulator's scheduler and step-time model (the
+// same code `warden sim serve` runs) on a virtual clock, closed-loop agent
+// sessions like the bench's, and the proxy's placement path (routeState +
+// Pick) in between. No HTTP, no wall clock: a 3-minute stage at 32 sessions
+// replays in about a second, deterministically, so policies can be compared
+// on the same load and their internals (per-replica queue waits, sessions,
+// preemptions, re-prefilled tokens) read directly.
+
+// replayLoad is one stage of the bench's workload.
+type replayLoad struct {
+	replicas, sessions int
+	system, first      int                    // tokens: shared system prompt, unique first message
+	turn, out, turns   int                    // new user tokens per follow-up, output per turn, follow-ups
+	firstOf            func(k int) (int, int) // optional per-session (first tokens, follow-ups)
+	stage              float64                // measured seconds from the synchronized start
+	stages             []int                  // carry mode: one pool of sessions grown at each stage (bench --carry); nil = one stage of `sessions`
+	rtt                float64                // client round trip (bench --client-rtt), sim seconds
+	profile            string                 // sim profile; "" = sim.DefaultProfile
+	kvTokens           int                    // per replica; 0 = the reference profile's
+	scrape, refresh    float64                // proxy scrape and balancer refresh periods (sim seconds)
+	cfg                func(c *PlaceConfig)   // policy knobs
+	policy             string
+	debug              func(string, ...any)
+	grace              float64
+	keep               *replay // runAll: where run leaves its per-stage results
+	jitter             int     // first-message tokens vary by up to this much (the reference measured 7.2-7.5k)
+	seed               uint64
+}
+
+func refLoad(policy string, sessions int) replayLoad {
+	return replayLoad{replicas: 4, sessions: sessions, system: 3500, first: 7300, turn: 400, out: 256, turns: 5,
+		stage: 180, scrape: 10, refresh: 1, policy: policy, jitter: 150}
+}
+
+// replayResult is the bench's row plus the internals.
+type replayResult struct {
+	p50, p95, p95all, outPerMin, hitPct float64
+	turns, late, waited                 int
+	preempt                             int64
+	reprefill                           int64     // prompt tokens computed again (not new this turn)
+	repWait, repSess                    []float64 // per replica: mean TTFB, mean active sessions homed
+	moves                               int
+}
+
+func (r replayResult) String() string {
+	return fmt.Sprintf("p50 %6.2f p95 %6.2f (all %6.2f) out/min %6.0f hit %5.1f%% turns %d late %d waited %d preempt %d reprefill %dk moves %d wait/rep %v sess/rep %v",
+		r.p50, r.p95, r.p95all, r.outPerMin, r.hitPct, r.turns, r.late, r.waited, r.preempt, r.reprefill/1000, r.moves,
+		roundAll(r.repWait), roundAll(r.repSess))
+}
+
+func roundAll(xs []float64) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = math.Round(x*10) / 10
+	}
+	return out
+}
+
+type rEngine struct {
+	sched   *sim.Scheduler
+	busy    bool
+	end     float64
+	batch   sim.Batch
+	scraped ReplicaView // running, waiting, KV as of the last scrape
+	stale   [2]int      // balancer's running, waiting
+	sent    int
+	fly     int
+}
+
+type rSession struct {
+	id, k        int
+	key          string
+	ctx          []uint32
+	turn, turns  int
+	turnTok      int
+	next         uint32
+	homeKnown    bool
+	home         int
+	lastComputed int // tokens new in the current request
+}
+
+type rReq struct {
+	s      *rSession
+	seq    *sim.Seq
+	rank   int
+	submit float64
+	first  float64
+	ticket *routeTicket
+	arrive float64
+	newTok int
+	reason Reason
+}
+
+type replay struct {
+	load     replayLoad
+	prof     sim.Profile
+	eng      []*rEngine
+	rs       *routeState
+	rng      *rand.Rand
+	t        float64
+	held     []*rReq // waiting at the proxy
+	reqs     map[*sim.Seq]*rReq
+	res      replayResult
+	ttfb     []float64
+	all      []float64
+	homes    map[int]int
+	sessAcc  []float64
+	samples  int
+	nextID   uint64
+	stopped  bool
+	policy   PlaceConfig
+	sysToks  []uint32
+	tok      uint32
+	sessions int
+	repCount []int
+	debug    func(string, ...any)
+	jrng     *rand.Rand
+	results  []replayResult
+	stageIdx int
+	workers  int
+	arrivals []*rReq
+	winStart float64
+	hq       [3]int64
+}
+
+func (l replayLoad) run() replayResult {
+	if l.profile == "" {
+		l.profile = sim.DefaultProfile
+	}
+	prof := sim.Profiles[l.profile]
+	kv := l.kvTokens
+	if kv == 0 {
+		kv = prof.KVTokens(0.92, 32, 16)
+		if prof.FitKVTokens > 0 {
+			kv = prof.FitKVTokens
+		}
+	}
+	if l.stages == nil {
+		l.stages = []int{l.sessions}
+	}
+	p := &replay{}
+	if l.keep != nil {
+		p = l.keep
+	}
+	*p = replay{load: l, prof: prof, rs: newRouteState(0), rng: rand.New(rand.NewPCG(1, 2)),
+		reqs: map[*sim.Seq]*rReq{}, homes: map[int]int{}, policy: PlaceConfig{Policy: l.policy}}
+	if l.cfg != nil {
+		l.cfg(&p.policy)
+	}
+	p.debug = l.debug
+	p.jrng = rand.New(rand.NewPCG(l.seed, 7))
+	if l.grace != 0 {
+		p.rs.grace = max(l.grace, 0)
+	}
+	for range l.replicas {
+		s := sim.NewScheduler(sim.SchedConfig{MaxNumSeqs: 32, MaxBatchedTokens: 2048, MaxModelLen: kv, BlockSize: 16,
+			ReserveFullISL: true, PrefixStats: sim.StatsAdmission}, sim.NewBlockPool(kv/16+1))
+		p.eng = append(p.eng, &rEngine{sched: s})
+	}
+	p.res.repWait = make([]float64, l.replicas)
+	p.res.repSess = make([]float64, l.replicas)
+	p.sysToks = p.fresh(l.system)
+	p.load = l
+	p.loop()
+	return p.results[len(p.results)-1]
+}
+
+// runAll replays every stage of a carry load.
+func (l replayLoad) runAll() []replayResult {
+	p := &replay{}
+	l.keep = p
+	l.run()
+	return p.results
+}
+
+// fresh returns n tokens never used before in this replay.
+func (p *replay) fresh(n int) []uint32 {
+	t := make([]uint32, n)
+	for i := range t {
+		p.tok++
+		t[i] = p.tok
+	}
+	return t
+}
+
+func (p *replay) startSession(worker int) {
+	id := p.sessions
+	p.sessions++
+	first, turns := p.load.first, p.load.turns
+	if p.load.jitter > 0 {
+		first += p.jrng.IntN(2*p.load.jitter+1) - p.load.jitter
+	}
+	if p.load.firstOf != nil {
+		first, turns = p.load.firstOf(id)
+	}
+	s := &rSession{id: id, k: worker, key: fmt.Sprintf("s%d", id), turns: turns, turnTok: p.load.turn}
+	s.ctx = append(slices.Clone(p.sysToks), p.fresh(first)...)
+	s.lastComputed = first
+	p.send(s)
+}
+
+func (p *replay) now() time.Time {
+	return time.Unix(0, 0).Add(time.Duration(p.t * float64(time.Second)))
+}
+
+// bodyBytes mimics an Anthropic request body of n prompt tokens.
+func bodyBytes(n int) int { return n*4 + 200 }
+
+// send hands a session's next request to the proxy.
+func (p *replay) send(s *rSession) {
+	q := &rReq{s: s, submit: p.t, newTok: s.lastComputed, arrive: p.t + p.load.rtt}
+	if p.load.rtt <= 0 {
+		p.route(q)
+		return
+	}
+	p.arrivals = append(p.arrivals, q)
+}
+
+// route is proxy.place + forward: snapshot, decision, accounting.
+func (p *replay) route(q *rReq) bool {
+	snap := make([]ReplicaView, len(p.eng))
+	for i, e := range p.eng {
+		snap[i] = e.scraped
+		snap[i].Rank, snap[i].Healthy, snap[i].InFlight, snap[i].MaxNumSeqs = i, true, e.fly, 32
+		snap[i].KVCapacity = (e.sched.Pool().NumBlocks() - 1) * 16
+		snap[i].ActiveSessions = p.homes[i]
+		snap[i].StaleRunning, snap[i].StaleWaiting, snap[i].SentSince = e.stale[0], e.stale[1], e.sent
+	}
+	now := p.now()
+	p.rs.fill(snap, now)
+	sv := SessionView{Key: q.s.key, Known: q.s.homeKnown, Home: q.s.home, Waited: p.t - q.arrive, Held: len(p.held)}
+	p.rs.sessionView(&sv, bodyBytes(len(q.s.ctx)), snap)
+	d := Pick(snap, sv, p.policy, p.rng)
+	if d.Reason == ReasonWait {
+		if p.debug != nil && !slices.Contains(p.held, q) {
+			p.debug("t=%.1f wait %+v snap %+v", p.t, sv, snap)
+		}
+		if !slices.Contains(p.held, q) {
+			p.held = append(p.held, q)
+			p.res.waited++
+		}
+		return false
+	}
+	if d.Rank < 0 {
+		panic("replay: no replica")
+	}
+	s := q.s
+	switch {
+	case !s.homeKnown:
+		s.homeKnown, s.home = true, d.Rank
+		p.homes[d.Rank]++
+	case d.Reason == ReasonFailover || d.Reason == ReasonMove:
+		p.homes[s.home]--
+		s.home = d.Rank
+		p.homes[d.Rank]++
+		p.res.moves++
+	}
+	e := p.eng[d.Rank]
+	e.fly++
+	e.sent++
+	q.rank, q.reason = d.Rank, d.Reason
+	q.ticket = p.rs.begin(s.key, bodyBytes(len(s.ctx)), d.Rank, d.Reason, now)
+	p.nextID++
+	q.seq = sim.NewSeq(p.nextID, slices.Clone(s.ctx), p.load.out, 16)
+	p.reqs[q.seq] = q
+	e.sched.Add(q.seq)
+	return true
+}
+
+// retryHeld asks again for every request held at the proxy, oldest first.
+func (p *replay) retryHeld() {
+	held := p.held
+	p.held = nil
+	for _, q := range held {
+		if !p.route(q) && !slices.Contains(p.held, q) {
+			p.held = append(p.held, q)
+		}
+	}
+}
+
+func (p *replay) scrape() {
+	for _, e := range p.eng {
+		e.scraped = ReplicaView{Running: float64(e.sched.NumRunning()), Waiting: float64(e.sched.NumWaiting()),
+			KVUsed: e.sched.Pool().Usage()}
+	}
+}
+
+func (p *replay) refresh() {
+	for _, e := range p.eng {
+		run := min(e.fly, 32)
+		e.stale, e.sent = [2]int{run, e.fly - run}, 0
+	}
+}
+
+// loop runs the event loop: each stage for load.stage seconds (growing the
+// pool of sessions to the stage's count at its start), then a drain.
+func (p *replay) loop() {
+	nextScrape, nextRefresh, nextSample := 0.0, 0.0, 0.0
+	stageEnd := 0.0
+	p.stageIdx = -1
+	for {
+		if !p.stopped && p.t >= stageEnd {
+			if p.stageIdx >= 0 {
+				p.closeStage()
+			}
+			p.stageIdx++
+			if p.stageIdx == len(p.load.stages) {
+				p.stopped = true
+			} else {
+				p.openStage()
+				stageEnd = p.t + p.load.stage
+			}
+		}
+		for _, e := range p.eng {
+			if !e.busy && !e.sched.Idle() {
+				e.batch = e.sched.Schedule()
+				e.end, e.busy = p.t+p.prof.StepSeconds(e.batch.Cost(), 0), true
+			}
+		}
+		next := math.Inf(1)
+		for _, e := range p.eng {
+			if e.busy {
+				next = min(next, e.end)
+			}
+		}
+		for _, q := range p.arrivals {
+			next = min(next, q.arrive)
+		}
+		if math.IsInf(next, 1) && len(p.held) == 0 && p.stopped {
+			break
+		}
+		if p.stopped && p.t > stageEnd+600 {
+			break
+		}
+		next = min(next, nextScrape, nextRefresh)
+		if !p.stopped {
+			next = min(next, stageEnd, nextSample)
+		}
+		if len(p.held) > 0 {
+			next = min(next, p.t+0.5) // the proxy's wait timer
+		}
+		p.t = max(p.t, next)
+		if p.t >= nextScrape {
+			p.scrape()
+			nextScrape = p.t + p.load.scrape
+		}
+		if p.t >= nextRefresh {
+			p.refresh()
+			nextRefresh = p.t + p.load.refresh
+		}
+		if p.t >= nextSample && !p.stopped {
+			for r := range p.eng {
+				p.res.repSess[r] += float64(p.homes[r])
+			}
+			p.samples++
+			nextSample = p.t + 1
+		}
+		for _, e := range p.eng {
+			if e.busy && e.end <= p.t {
+				e.busy = false
+				p.complete(e)
+			}
+		}
+		p.arrive()
+		p.retryHeld()
+	}
+}
+
+// arrive routes the requests whose client round trip is over.
+func (p *replay) arrive() {
+	var keep []*rReq
+	for _, q := range p.arrivals {
+		if q.arrive <= p.t {
+			p.route(q)
+		} else {
+			keep = append(keep, q)
+		}
+	}
+	p.arrivals = keep
+}
+
+// openStage resets the per-stage accumulators and grows the session pool.
+func (p *replay) openStage() {
+	p.res = replayResult{repWait: make([]float64, len(p.eng)), repSess: make([]float64, len(p.eng))}
+	p.ttfb, p.all, p.samples, p.repCount = nil, nil, 0, nil
+	p.winStart = p.t
+	p.hq = p.counters()
+	for p.workers < p.load.stages[p.stageIdx] {
+		p.startSession(p.workers)
+		p.workers++
+	}
+}
+
+func (p *replay) counters() [3]int64 {
+	var c [3]int64
+	for _, e := range p.eng {
+		c[0] += e.sched.Counters.PrefixHits
+		c[1] += e.sched.Counters.PrefixQueries
+		c[2] += e.sched.Counters.Preemptions
+	}
+	return c
+}
+
+// closeStage computes the stage's row.
+func (p *replay) closeStage() {
+	c := p.counters()
+	p.res.hitPct = 100 * float64(c[0]-p.hq[0]) / math.Max(1, float64(c[1]-p.hq[1]))
+	p.res.preempt = c[2] - p.hq[2]
+	for _, q := range p.held {
+		p.all = append(p.all, p.t-q.submit)
+	}
+	p.results = append(p.results, p.finish())
+}
+
+// complete applies a finished step: first tokens, finished turns, next turns.
+func (p *replay) complete(e *rEngine) {
+	emitted, finished := e.sched.Complete(e.batch, func(q *sim.Seq) uint32 {
+		p.tok++
+		return p.tok
+	})
+	for _, q := range emitted {
+		if r := p.reqs[q]; r != nil && q.Output == 1 {
+			r.first = p.t
+		}
+	}
+	for _, q := range finished {
+		r := p.reqs[q]
+		delete(p.reqs, q)
+		p.eng[r.rank].fly--
+		p.finishTurn(r)
+	}
+}
+
+func (p *replay) finishTurn(r *rReq) {
+	q, s := r.seq, r.s
+	cached := max(q.CachedTokens, 0)
+	u := Usage{Known: true, Prompt: uint64(q.NumPrompt), Cached: uint64(cached), Completion: uint64(q.Output)}
+	p.rs.end(r.ticket, u, r.first-r.arrive, p.now())
+	if !p.stopped {
+		p.res.turns++
+		p.ttfb = append(p.ttfb, r.first-r.submit)
+		p.all = append(p.all, r.first-r.submit)
+		p.res.outPerMin += float64(q.Output)
+		p.res.reprefill += int64(max(0, q.NumPrompt-cached-r.newTok))
+		p.res.repWait[r.rank] += r.first - r.submit
+		p.repN(r.rank)
+	} else {
+		p.res.late++
+	}
+	s.ctx = append(s.ctx, q.Tokens[q.NumPrompt:]...)
+	if p.stopped {
+		return
+	}
+	if s.turn == s.turns {
+		p.startSession(s.k)
+		return
+	}
+	s.turn++
+	s.ctx = append(s.ctx, p.fresh(s.turnTok)...)
+	s.lastComputed = s.turnTok + q.Output
+	p.send(s)
+}
+
+func (p *replay) repN(rank int) {
+	if p.repCount == nil {
+		p.repCount = make([]int, len(p.eng))
+	}
+	p.repCount[rank]++
+}
+
+func (p *replay) finish() replayResult {
+	r := p.res
+	slices.Sort(p.ttfb)
+	if len(p.ttfb) > 0 {
+		r.p50, r.p95 = quantileF(p.ttfb, 0.5), quantileF(p.ttfb, 0.95)
+	}
+	slices.Sort(p.all)
+	if len(p.all) > 0 {
+		r.p95all = quantileF(p.all, 0.95)
+	}
+	r.outPerMin = r.outPerMin * 60 / p.load.stage
+	for i := range r.repWait {
+		if p.repCount != nil && p.repCount[i] > 0 {
+			r.repWait[i] /= float64(p.repCount[i])
+		}
+		r.repSess[i] /= math.Max(1, float64(p.samples))
+	}
+	return r
+}
+
+func quantileF(xs []float64, q float64) float64 {
+	pos := q * float64(len(xs)-1)
+	lo := int(math.Floor(pos))
+	hi := min(lo+1, len(xs)-1)
+	return xs[lo] + (pos-float64(lo))*(xs[hi]-xs[lo])
+}
+
+// calLoad is the calibrated reference (docs/calibration.md): the -fit
+// profile, one pool of sessions carried over stages 4..32, 250 ms client
+// round trip.
+func calLoad(policy string) replayLoad {
+	l := refLoad(policy, 0)
+	l.stages, l.rtt, l.profile = []int{4, 8, 16, 24, 32}, 0.25, sim.ReferenceProfile
+	return l
+}
+
+// exploring runs the tables behind docs/router.md (WARDEN_REPLAY=1).
+func exploring(t *testing.T) {
+	if os.Getenv("WARDEN_REPLAY") == "" {
+		t.Skip("set WARDEN_REPLAY=1 to print the replay tables")
+	}
+}
+
+func TestReplayExplore(t *testing.T) {
+	exploring(t)
+	for _, pol := range []string{PolicyOff, PolicySticky, PolicyAdaptive} {
+		for seed := range uint64(2) {
+			l := calLoad(pol)
+			l.seed = seed
+			for i, r := range l.runAll() {
+				t.Logf("%2d %-8s %v", l.stages[i], pol, r)
+			}
+		}
+	}
+}
+
+func TestReplaySweep(t *testing.T) {
+	exploring(t)
+	defer func(a, m float64) { admitTurns, maxOverflow = a, m }(admitTurns, maxOverflow)
+	for _, fill := range []float64{1.0, 1.1} {
+		for _, turns := range []float64{2, 5} {
+			for _, mo := range []float64{0.5, 1.0} {
+				for _, grace := range []float64{-1, 0.05} {
+					l := calLoad(PolicyAdaptive)
+					l.grace = grace
+					l.cfg = func(c *PlaceConfig) { c.Fill = fill }
+					admitTurns, maxOverflow = turns, mo
+					for i, r := range l.runAll() {
+						if l.stages[i] >= 16 {
+							t.Logf("%2d fill %.2f turns %.0f mo %.1f grace %.2f %v", l.stages[i], fill, turns, mo, grace, r)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestReplayAdmission: on the physical profile (45.8k tokens of KV per
+// replica) at 24 sessions from a synchronized start, holding new
+// conversations until their working set fits keeps prefixes resident:
+// more hits and output than sticky and off, a lower median TTFB, and no
+// worse at 8 sessions where everything fits.
+func TestReplayAdmission(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays 3 x 2 stages")
+	}
+	run := func(pol string, n int) replayResult { return refLoad(pol, n).run() }
+	ad, st, off := run(PolicyAdaptive, 24), run(PolicySticky, 24), run(PolicyOff, 24)
+	t.Logf("24 sessions\nadaptive %v\nsticky   %v\noff      %v", ad, st, off)
+	if ad.hitPct < st.hitPct+15 || ad.outPerMin < 1.1*max(st.outPerMin, off.outPerMin) || ad.p50 > min(st.p50, off.p50) {
+		t.Errorf("24 sessions: adaptive does not beat sticky and off on hits, output and p50")
+	}
+	ad, st = run(PolicyAdaptive, 8), run(PolicySticky, 8)
+	if ad.hitPct < st.hitPct-1 || ad.outPerMin < 0.97*st.outPerMin {
+		t.Errorf("8 sessions: adaptive %v\nworse than sticky %v", ad, st)
+	}
+}

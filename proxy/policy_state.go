@@ -1,0 +1,384 @@
+package proxy
+
+import "time"
+
+// routeState is what the adaptive policy remembers between decisions: per
+// replica, an LRU estimate of which conversations' prefixes its KV cache
+// still holds (from the prompt and completion sizes the engines reported),
+// the tokens its active conversations need, and measured turn times; per
+// conversation, its context size, where its prefix lives and when it last
+// moved. It is fed by the proxy (begin, firstByte, end) and read into the
+// placement snapshot (fill, sessionView), so that the policy itself stays a
+// pure function. Not safe for concurrent use: the proxy guards it with
+// Proxy.mu. Times come from the caller's clock (the injected one).
+type routeState struct {
+	reps  map[int]*repRoute
+	sess  map[string]*routeSess
+	max   int // conversations remembered (LRU over all beyond)
+	head  *routeSess
+	tail  *routeSess
+	tpb   ewma    // prompt tokens per body byte (usage / request size)
+	grace float64 // a finished conversation stays active this many turn times
+}
+
+// repRoute is one replica's part of routeState.
+type repRoute struct {
+	lru      rlist // conversations whose prefix this replica served last, most recent first
+	inflight int   // our requests here
+	flyTok   int   // KV footprint of the conversations in flight here
+	turn     ewma  // seconds from placement to the end of a request
+	wait     ewma  // seconds from placement to the first byte
+	shared   ewma  // tokens a first turn found cached (the shared system prompt)
+	prefill  ewma  // seconds per computed prompt token, from quiet first bytes
+}
+
+// routeSess is one conversation in routeState.
+type routeSess struct {
+	key      string
+	rank     int // replica that served it last (holds its prefix), -1 none
+	tokens   int // context after its last turn: prompt + completion (or an estimate)
+	shared   int // of which the first turn found cached (shared with others)
+	inflight int
+	lastEnd  time.Time
+	turns    int
+	movedAt  int // turns when it last moved; -1 never
+	flyFoot  int // footprint added to its replica's flyTok while in flight
+
+	prev, next   *routeSess // per-replica LRU (repRoute.lru)
+	gprev, gnext *routeSess // global LRU (bound)
+}
+
+// rlist is an intrusive list over routeSess.prev/next.
+type rlist struct{ head, tail *routeSess }
+
+func (l *rlist) pushFront(s *routeSess) {
+	s.prev, s.next = nil, l.head
+	if l.head != nil {
+		l.head.prev = s
+	}
+	l.head = s
+	if l.tail == nil {
+		l.tail = s
+	}
+}
+
+func (l *rlist) unlink(s *routeSess) {
+	if s.prev != nil {
+		s.prev.next = s.next
+	} else if l.head == s {
+		l.head = s.next
+	}
+	if s.next != nil {
+		s.next.prev = s.prev
+	} else if l.tail == s {
+		l.tail = s.prev
+	}
+	s.prev, s.next = nil, nil
+}
+
+// ewma is an exponentially weighted mean; zero until the first sample.
+type ewma struct {
+	v float64
+	n int
+}
+
+func (e *ewma) add(x, alpha float64) {
+	if e.n == 0 {
+		e.v = x
+	} else {
+		e.v += alpha * (x - e.v)
+	}
+	e.n++
+}
+
+// Defaults of the adaptive policy's state.
+const (
+	defaultGrace       = 0.05 // turn times a finished conversation keeps its room (a client's round trip)
+	defaultTokPerByte  = 0.22 // before the first usage report (JSON + ~4 chars per token)
+	minBodyForEstimate = 64
+)
+
+func newRouteState(max int) *routeState {
+	if max <= 0 {
+		max = 100_000
+	}
+	return &routeState{reps: map[int]*repRoute{}, sess: map[string]*routeSess{}, max: max,
+		grace: defaultGrace}
+}
+
+func (rs *routeState) rep(rank int) *repRoute {
+	r := rs.reps[rank]
+	if r == nil {
+		r = &repRoute{}
+		rs.reps[rank] = r
+	}
+	return r
+}
+
+// tokensFor estimates a request's prompt tokens from its body size.
+func (rs *routeState) tokensFor(bodyBytes int) int {
+	tpb := defaultTokPerByte
+	if rs.tpb.n > 0 {
+		tpb = rs.tpb.v
+	}
+	return int(float64(bodyBytes) * tpb)
+}
+
+// footprint is the KV a conversation of tokens keeps on a replica beyond
+// the shared prefix.
+func (r *repRoute) footprint(s *routeSess, tokens int) int {
+	shared := s.shared
+	if s.turns == 0 || shared == 0 {
+		shared = int(r.shared.v)
+	}
+	return max(tokens-shared, tokens/8)
+}
+
+// routeTicket is one placed request, from begin to end.
+type routeTicket struct {
+	s      *routeSess // nil for a request without a session
+	rank   int
+	start  time.Time
+	bytes  int
+	foot   int
+	quiet  bool // nothing else was in flight on the replica when it was placed
+	closed bool
+}
+
+// get returns the conversation's entry, creating it; nil for key "".
+func (rs *routeState) get(key string) *routeSess {
+	if key == "" {
+		return nil
+	}
+	if s := rs.sess[key]; s != nil {
+		rs.gfront(s)
+		return s
+	}
+	for len(rs.sess) >= rs.max && rs.tail != nil {
+		rs.drop(rs.tail)
+	}
+	s := &routeSess{key: key, rank: -1, movedAt: -1}
+	rs.sess[key] = s
+	rs.gfront(s)
+	return s
+}
+
+func (rs *routeState) gfront(s *routeSess) {
+	if rs.head == s {
+		return
+	}
+	if s.gprev != nil || s.gnext != nil || rs.tail == s {
+		rs.gunlink(s)
+	}
+	s.gprev, s.gnext = nil, rs.head
+	if rs.head != nil {
+		rs.head.gprev = s
+	}
+	rs.head = s
+	if rs.tail == nil {
+		rs.tail = s
+	}
+}
+
+func (rs *routeState) gunlink(s *routeSess) {
+	if s.gprev != nil {
+		s.gprev.gnext = s.gnext
+	} else if rs.head == s {
+		rs.head = s.gnext
+	}
+	if s.gnext != nil {
+		s.gnext.gprev = s.gprev
+	} else if rs.tail == s {
+		rs.tail = s.gprev
+	}
+	s.gprev, s.gnext = nil, nil
+}
+
+// drop forgets a conversation (bound reached).
+func (rs *routeState) drop(s *routeSess) {
+	rs.gunlink(s)
+	if s.rank >= 0 {
+		rs.rep(s.rank).lru.unlink(s)
+	}
+	s.rank = -1
+	delete(rs.sess, s.key)
+}
+
+// forget removes a replica's state (the replica was removed).
+func (rs *routeState) forget(rank int) {
+	r := rs.reps[rank]
+	if r == nil {
+		return
+	}
+	for s := r.lru.head; s != nil; {
+		next := s.next
+		s.prev, s.next, s.rank = nil, nil, -1
+		s = next
+	}
+	delete(rs.reps, rank)
+}
+
+// begin records a request placed on rank with a body of bodyBytes. A
+// conversation placed away from the replica that held its prefix now has it
+// computed there (a move, a spill or a failover).
+func (rs *routeState) begin(key string, bodyBytes, rank int, reason Reason, now time.Time) *routeTicket {
+	r := rs.rep(rank)
+	t := &routeTicket{rank: rank, start: now, bytes: bodyBytes, quiet: r.inflight == 0}
+	s := rs.get(key)
+	est := rs.tokensFor(bodyBytes)
+	if s == nil {
+		t.foot = est
+	} else {
+		t.s = s
+		est = max(est, s.tokens)
+		if s.rank != rank {
+			if s.rank >= 0 {
+				rs.rep(s.rank).lru.unlink(s)
+			}
+			s.rank = rank
+		} else {
+			r.lru.unlink(s)
+		}
+		r.lru.pushFront(s)
+		s.inflight++
+		if reason == ReasonMove {
+			s.movedAt = s.turns
+		}
+		t.foot = r.footprint(s, est)
+	}
+	r.inflight++
+	r.flyTok += t.foot
+	return t
+}
+
+// end records a request's end: its usage (if the engine reported one) and
+// its time to first byte in seconds (< 0 if none). Idempotent.
+func (rs *routeState) end(t *routeTicket, u Usage, ttfb float64, now time.Time) {
+	if t == nil || t.closed {
+		return
+	}
+	t.closed = true
+	r := rs.rep(t.rank)
+	r.inflight--
+	r.flyTok -= t.foot
+	const alpha = 0.1
+	r.turn.add(now.Sub(t.start).Seconds(), alpha)
+	if ttfb >= 0 {
+		r.wait.add(ttfb, alpha)
+	}
+	if u.Known && u.Prompt > 0 {
+		if t.bytes >= minBodyForEstimate {
+			rs.tpb.add(float64(u.Prompt)/float64(t.bytes), alpha)
+		}
+		computed := float64(u.Prompt - min(u.Cached, u.Prompt))
+		if t.quiet && ttfb >= 0 && computed >= 512 {
+			r.prefill.add(ttfb/computed, alpha)
+		}
+	}
+	s := t.s
+	if s == nil || rs.sess[s.key] != s {
+		return // no session, or forgotten meanwhile
+	}
+	s.inflight--
+	s.lastEnd = now
+	if u.Known && u.Prompt > 0 {
+		if s.turns == 0 {
+			s.shared = int(u.Cached)
+			r.shared.add(float64(u.Cached), alpha)
+		}
+		s.tokens = int(u.Prompt + u.Completion)
+	}
+	s.turns++
+	if s.rank == t.rank { // still its prefix's replica: most recently used now
+		r.lru.unlink(s)
+		r.lru.pushFront(s)
+	}
+}
+
+// maxWalk bounds the LRU walks of fill and sessionView.
+const maxWalk = 4096
+
+// fill completes the snapshot's adaptive fields from the state.
+func (rs *routeState) fill(snap []ReplicaView, now time.Time) {
+	for i := range snap {
+		r := rs.reps[snap[i].Rank]
+		if r == nil {
+			continue
+		}
+		ws, active := int(r.shared.v)+r.flyTok, 0
+		recent := rs.grace * r.turn.v
+		n := 0
+		for s := r.lru.head; s != nil && n < maxWalk; s = s.next {
+			n++
+			if s.inflight > 0 {
+				active++
+				continue
+			}
+			if now.Sub(s.lastEnd).Seconds() > recent {
+				break
+			}
+			active++
+			ws += r.footprint(s, s.tokens)
+		}
+		snap[i].WorkingSet, snap[i].Active = ws, active
+		snap[i].TurnSeconds, snap[i].WaitSeconds, snap[i].PrefillSecPerToken = r.turn.v, r.wait.v, r.prefill.v
+	}
+}
+
+// sessionView completes sv's adaptive fields: the request's estimated
+// tokens, the conversation's KV footprint, the replica that probably still
+// holds its prefix (by the LRU estimate against snap's KV capacities) and
+// the turns since it last moved.
+func (rs *routeState) sessionView(sv *SessionView, bodyBytes int, snap []ReplicaView) {
+	sv.ResidentOn, sv.TurnsSinceMove = -1, 1<<30
+	sv.Tokens = rs.tokensFor(bodyBytes)
+	s := rs.sess[sv.Key]
+	if s == nil {
+		sv.Footprint = sv.Tokens
+		if r := rs.bestShared(); r > 0 {
+			sv.Footprint = max(sv.Tokens-r, sv.Tokens/8)
+		}
+		return
+	}
+	sv.Tokens = max(sv.Tokens, s.tokens)
+	if s.movedAt >= 0 {
+		sv.TurnsSinceMove = s.turns - s.movedAt
+	}
+	sv.Footprint = sv.Tokens
+	if s.rank < 0 {
+		return
+	}
+	r := rs.rep(s.rank)
+	sv.Footprint = r.footprint(s, sv.Tokens)
+	i := indexOf(snap, s.rank)
+	if i < 0 || snap[i].KVCapacity <= 0 {
+		return
+	}
+	if s.inflight > 0 {
+		sv.ResidentOn = s.rank
+		return
+	}
+	used := int(r.shared.v) + r.flyTok + r.footprint(s, s.tokens)
+	n := 0
+	for o := r.lru.head; o != nil && o != s && n < maxWalk; o = o.next {
+		n++
+		if o.inflight == 0 {
+			used += r.footprint(o, o.tokens)
+		}
+		if used > snap[i].KVCapacity {
+			return
+		}
+	}
+	if used <= snap[i].KVCapacity {
+		sv.ResidentOn = s.rank
+	}
+}
+
+// bestShared is the largest shared-prefix estimate over replicas (0 none).
+func (rs *routeState) bestShared() int {
+	b := 0
+	for _, r := range rs.reps {
+		b = max(b, int(r.shared.v))
+	}
+	return b
+}
