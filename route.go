@@ -41,7 +41,7 @@ func routeFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "replica", EnvVars: envVars("REPLICA"),
 			Usage: "a running vLLM (or warden) server to route to: URL, or URL#max_num_seqs=N when the server does not say its own; repeat or separate with commas"},
 		&cli.StringFlag{Name: "replicas-file", EnvVars: envVars("REPLICAS_FILE"),
-			Usage: "file listing replicas, one URL[#max_num_seqs=N] per line (blank lines and lines starting with # skipped)"},
+			Usage: "file listing replicas, one URL[#max_num_seqs=N] per line (blank lines and lines starting with # skipped); re-read on SIGHUP"},
 		&cli.IntFlag{Name: "max-num-seqs", Value: proxy.DefaultMaxNumSeqs, EnvVars: envVars("MAX_NUM_SEQS"),
 			Usage: "max_num_seqs assumed for a replica without #max_num_seqs=N whose server does not say its own; the spill threshold derives from it"},
 		&cli.StringFlag{Name: "served-model-name", EnvVars: envVars("SERVED_MODEL_NAME"),
@@ -61,7 +61,7 @@ func routeCommand() *cli.Command {
 			"the replica that has its prefix cached, exactly as `warden serve` does for the engines it launches; it\n" +
 			"launches and stops nothing. Replicas that are down are retried and routed around; replicas can be added\n" +
 			"and removed at run time (POST/DELETE /warden/replicas); the session table survives a restart (--state-file).\n" +
-			"A replica can itself be a `warden serve` on another host.",
+			"SIGHUP re-reads --replicas-file. A replica can itself be a `warden serve` on another host.",
 		Flags:  routeFlags(),
 		Action: func(c *cli.Context) error { return runRoute(c) },
 	}
@@ -221,6 +221,7 @@ func runRoute(c *cli.Context) error {
 	if cfg.StateFile != "" {
 		go px.PersistSessions(runCtx, cfg.StateFile, cfg.StateInterval)
 	}
+	go reloadOnHangup(runCtx, c, px, log)
 	printRouteReady(c.App.Writer, cfg, px.Status())
 
 	select {
@@ -298,4 +299,61 @@ func printRouteReady(w io.Writer, cfg routeConfig, st panel.Status) {
 	}
 	fmt.Fprintf(w, "warden: ready at %s (%s of %s replicas up, %s, policy %s; status page %s/, sessions %s)\n",
 		url, strconv.Itoa(up), strconv.Itoa(len(st.Replicas)), model, st.Policy, url, state)
+}
+
+// reloadOnHangup re-reads the replica list (--replica and --replicas-file)
+// on each SIGHUP until ctx is done and makes the proxy's replicas match it.
+func reloadOnHangup(ctx context.Context, c *cli.Context, px *proxy.Proxy, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		cfg, err := routeConfigFrom(c)
+		if err != nil {
+			log.Error("SIGHUP: replica list not reloaded", "error", err)
+			continue
+		}
+		added, removed := syncReplicas(px, cfg.Replicas, log)
+		log.Info("SIGHUP: replica list reloaded", "added", added, "removed", removed, "replicas", len(cfg.Replicas))
+	}
+}
+
+// syncReplicas adds the wanted replicas the proxy lacks and removes those
+// not wanted (replicas added over HTTP included: after a reload the list
+// is the truth). Sessions homed on a removed replica fail over on their
+// next turn.
+func syncReplicas(px *proxy.Proxy, want []proxy.Backend, log *slog.Logger) (added, removed int) {
+	wanted := map[string]bool{}
+	for _, b := range want {
+		wanted[b.URL] = true
+	}
+	have := map[string]bool{}
+	for _, r := range px.Status().Replicas {
+		b, err := proxy.ParseReplica(r.URL)
+		if err != nil {
+			continue
+		}
+		have[b.URL] = true
+		if !wanted[b.URL] {
+			if _, err := px.RemoveReplica(b.URL, -1); err == nil {
+				removed++
+			}
+		}
+	}
+	for _, b := range want {
+		if have[b.URL] {
+			continue
+		}
+		if _, err := px.AddReplica(b); err != nil {
+			log.Warn("replica not added", "url", b.URL, "error", err)
+			continue
+		}
+		added++
+	}
+	return added, removed
 }

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/proxy/panel"
 )
 
@@ -301,4 +304,36 @@ func TestRouteFrontsRunningServersThroughChangesAndARestart(t *testing.T) {
 		}
 	}
 	w2.stop(t)
+}
+
+func TestSyncReplicasMakesTheProxyMatchTheList(t *testing.T) {
+	var urls []string
+	for range 3 {
+		srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		t.Cleanup(srv.Close)
+		urls = append(urls, srv.URL)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	first, err := parseReplicas(urls[:2], 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px, err := proxy.New(proxy.Config{Logger: log}, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, _ := parseReplicas([]string{urls[2], urls[1] + "/"}, 32)
+	if added, removed := syncReplicas(px, next, log); added != 1 || removed != 1 {
+		t.Errorf("added %d removed %d, want 1 and 1", added, removed)
+	}
+	var got []string
+	for _, r := range px.Status().Replicas {
+		got = append(got, strconv.Itoa(r.Rank)+" "+r.URL)
+	}
+	if want := []string{"1 " + urls[1], "2 " + urls[2]}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("replicas after the reload %v, want %v (kept ones keep their rank)", got, want)
+	}
+	if added, removed := syncReplicas(px, next, log); added != 0 || removed != 0 {
+		t.Errorf("a second identical reload added %d removed %d, want nothing", added, removed)
+	}
 }
