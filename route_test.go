@@ -214,96 +214,128 @@ func adminJSON(t *testing.T, method, url, body string) int {
 	return resp.StatusCode
 }
 
+// routeFleet is a `warden route` in front of simulator processes started
+// outside it, and where each test session lives.
+type routeFleet struct {
+	w, w2   *wardenProc
+	a, b, d *simproc.Proc
+	cURL    string
+	cPort   int
+	port    int
+	state   string
+	home    map[string]string // session -> replica URL
+	urlOf   map[string]string // rank -> replica URL
+}
+
 func TestRouteFrontsRunningServersThroughChangesAndARestart(t *testing.T) {
-	a := simproc.Start(t, "--max-num-seqs", "8")
-	b := simproc.Start(t, "--max-num-seqs", "64")
-	cPort := simproc.FreePort(t) // down at start
-	cURL := "http://127.0.0.1:" + strconv.Itoa(cPort)
-	state := filepath.Join(t.TempDir(), "sessions.json")
-	port := simproc.FreePort(t)
-	w := startRoute(t, port, "--replica", a.URL+"#max_num_seqs=8", "--replica", b.URL+","+cURL,
-		"--max-num-seqs", "64", "--state-file", state, "--state-interval", "200ms", "--policy", "sticky")
-	st := w.status(t)
+	f := &routeFleet{home: map[string]string{}}
+	f.startWithOneDown(t)
+	f.downComesUpAndOneIsAdded(t)
+	f.removeOne(t)
+	f.restart(t)
+}
+
+// startWithOneDown: replicas a (max_num_seqs 8, given), b and c (down);
+// six conversations land on a and b.
+func (f *routeFleet) startWithOneDown(t *testing.T) {
+	f.a = simproc.Start(t, "--max-num-seqs", "8")
+	f.b = simproc.Start(t, "--max-num-seqs", "64")
+	f.cPort = simproc.FreePort(t)
+	f.cURL = "http://127.0.0.1:" + strconv.Itoa(f.cPort)
+	f.state = filepath.Join(t.TempDir(), "sessions.json")
+	f.port = simproc.FreePort(t)
+	f.w = startRoute(t, f.port, "--replica", f.a.URL+"#max_num_seqs=8", "--replica", f.b.URL+","+f.cURL,
+		"--max-num-seqs", "64", "--state-file", f.state, "--state-interval", "200ms", "--policy", "sticky")
+	st := f.w.status(t)
 	var rows []string
 	for _, r := range st.Replicas {
 		rows = append(rows, fmt.Sprintf("%s up=%v seqs=%d", r.URL, r.Up, r.MaxNumSeqs))
 	}
-	wantRows := []string{a.URL + " up=true seqs=8", b.URL + " up=true seqs=64", cURL + " up=false seqs=64"}
+	wantRows := []string{f.a.URL + " up=true seqs=8", f.b.URL + " up=true seqs=64", f.cURL + " up=false seqs=64"}
 	if strings.Join(rows, "\n") != strings.Join(wantRows, "\n") || st.Model != "test-model" {
 		t.Fatalf("replicas at start:\n%s\nwant:\n%s\n(model %q)", strings.Join(rows, "\n"), strings.Join(wantRows, "\n"), st.Model)
 	}
-	_, urlOf := upURLs(st)
-	home := map[string]string{}
+	_, f.urlOf = upURLs(st)
 	for i := range 6 {
 		s := "first-" + strconv.Itoa(i)
-		u, route := turn(t, w, urlOf, s)
-		if route != "new" || u == cURL {
+		u, route := turn(t, f.w, f.urlOf, s)
+		if route != "new" || u == f.cURL {
 			t.Errorf("session %s: %s on %s, want new on a replica that is up", s, route, u)
 		}
-		home[s] = u
+		f.home[s] = u
 	}
+}
 
-	simproc.StartNoWait(t, "--port", strconv.Itoa(cPort)) // the down replica comes up
-	waitUntil(t, "the replica down at start is in rotation", func() bool { up, _ := upURLs(w.status(t)); return up[cURL] })
-	d := simproc.Start(t)
-	if code := adminJSON(t, http.MethodPost, w.url+"/warden/replicas", `{"url":"`+d.URL+`"}`); code != http.StatusCreated {
+// downComesUpAndOneIsAdded: c starts answering and enters rotation; d is
+// added over HTTP; new conversations go to the two empty replicas.
+func (f *routeFleet) downComesUpAndOneIsAdded(t *testing.T) {
+	simproc.StartNoWait(t, "--port", strconv.Itoa(f.cPort))
+	waitUntil(t, "the replica down at start is in rotation", func() bool { up, _ := upURLs(f.w.status(t)); return up[f.cURL] })
+	f.d = simproc.Start(t)
+	if code := adminJSON(t, http.MethodPost, f.w.url+"/warden/replicas", `{"url":"`+f.d.URL+`"}`); code != http.StatusCreated {
 		t.Fatalf("POST /warden/replicas: %d", code)
 	}
-	waitUntil(t, "the added replica is in rotation", func() bool { up, _ := upURLs(w.status(t)); return up[d.URL] })
-	_, urlOf = upURLs(w.status(t))
-	for i := range 4 { // c and d hold no conversation yet: the least loaded
+	waitUntil(t, "the added replica is in rotation", func() bool { up, _ := upURLs(f.w.status(t)); return up[f.d.URL] })
+	_, f.urlOf = upURLs(f.w.status(t))
+	for i := range 4 {
 		s := "second-" + strconv.Itoa(i)
-		u, route := turn(t, w, urlOf, s)
-		if route != "new" || (u != cURL && u != d.URL) {
-			t.Errorf("session %s: %s on %s, want new on %s or %s", s, route, u, cURL, d.URL)
+		u, route := turn(t, f.w, f.urlOf, s)
+		if route != "new" || (u != f.cURL && u != f.d.URL) {
+			t.Errorf("session %s: %s on %s, want new on %s or %s", s, route, u, f.cURL, f.d.URL)
 		}
-		home[s] = u
+		f.home[s] = u
 	}
+}
 
-	if code := adminJSON(t, http.MethodDelete, w.url+"/warden/replicas?url="+a.URL, ""); code != http.StatusOK {
+// removeOne: a is removed over HTTP; its conversations fail over on their
+// next turn, the others stay.
+func (f *routeFleet) removeOne(t *testing.T) {
+	if code := adminJSON(t, http.MethodDelete, f.w.url+"/warden/replicas?url="+f.a.URL, ""); code != http.StatusOK {
 		t.Fatalf("DELETE /warden/replicas: %d", code)
 	}
-	if st := w.status(t); st.Sessions != len(home) {
-		t.Errorf("sessions after the removal = %d, want %d", st.Sessions, len(home))
+	if st := f.w.status(t); st.Sessions != len(f.home) {
+		t.Errorf("sessions after the removal = %d, want %d", st.Sessions, len(f.home))
 	}
 	moved := 0
-	for s, was := range home {
-		u, route := turn(t, w, urlOf, s)
+	for s, was := range f.home {
+		u, route := turn(t, f.w, f.urlOf, s)
 		switch {
-		case was == a.URL && (route != "failover" || u == a.URL):
+		case was == f.a.URL && (route != "failover" || u == f.a.URL):
 			t.Errorf("session %s homed on the removed replica: %s on %s, want failover elsewhere", s, route, u)
-		case was != a.URL && (route != "sticky" || u != was):
+		case was != f.a.URL && (route != "sticky" || u != was):
 			t.Errorf("session %s: %s on %s, want sticky on %s", s, route, u, was)
 		}
-		if was == a.URL {
+		if was == f.a.URL {
 			moved++
 		}
-		home[s] = u
+		f.home[s] = u
 	}
 	if moved == 0 {
-		t.Errorf("no session was homed on the removed replica %s: %v", a.URL, home)
+		t.Errorf("no session was homed on the removed replica %s: %v", f.a.URL, f.home)
 	}
+}
 
-	w.stop(t)
-	if out := w.stderr.String(); !strings.Contains(out, "warden summary for test-model") || !strings.Contains(out, "session table saved") {
+// restart: SIGINT (summary, table saved, no replica stopped), then a new
+// router that lists its replicas in another order (other ranks) and
+// without the removed one: every conversation stays on its URL.
+func (f *routeFleet) restart(t *testing.T) {
+	f.w.stop(t)
+	if out := f.w.stderr.String(); !strings.Contains(out, "warden summary for test-model") || !strings.Contains(out, "session table saved") {
 		t.Errorf("exit output lacks the summary or the save:\n%s", out)
 	}
-	for _, u := range []string{a.URL, b.URL, cURL, d.URL} { // nothing was stopped
+	for _, u := range []string{f.a.URL, f.b.URL, f.cURL, f.d.URL} {
 		if resp, err := http.Get(u + "/health"); err != nil || resp.StatusCode != http.StatusOK {
 			t.Errorf("replica %s after the router exited: %v %v", u, resp, err)
 		}
 	}
-
-	// The restarted router lists its replicas in another order (other
-	// ranks) and without the removed one: homes follow the URLs.
-	w2 := startRoute(t, port, "--replica", d.URL+","+cURL+","+b.URL, "--state-file", state, "--policy", "sticky")
-	_, urlOf = upURLs(w2.status(t))
-	for s, was := range home {
-		if u, route := turn(t, w2, urlOf, s); route != "sticky" || u != was {
+	f.w2 = startRoute(t, f.port, "--replica", f.d.URL+","+f.cURL+","+f.b.URL, "--state-file", f.state, "--policy", "sticky")
+	_, f.urlOf = upURLs(f.w2.status(t))
+	for s, was := range f.home {
+		if u, route := turn(t, f.w2, f.urlOf, s); route != "sticky" || u != was {
 			t.Errorf("after the restart, session %s: %s on %s, want sticky on %s", s, route, u, was)
 		}
 	}
-	w2.stop(t)
+	f.w2.stop(t)
 }
 
 func TestSyncReplicasMakesTheProxyMatchTheList(t *testing.T) {
