@@ -13,7 +13,10 @@ import (
 	"strconv"
 	"strings"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/tidwall/gjson"
+
+	"github.com/lmwarden/warden/proxy/panel"
 )
 
 // replicaSet is the set of replicas in rank order. It is never changed in
@@ -187,6 +190,7 @@ func (p *Proxy) RemoveReplica(rawURL string, rank int) (ReplicaInfo, error) {
 var maxNumSeqsSources = []struct{ path, field string }{
 	{"/inference/v1/config", "scheduler.max_num_seqs"},
 	{"/server_info?config_format=json", "vllm_config.scheduler_config.max_num_seqs"},
+	{"/warden/status", "replicas.#.max_num_seqs"}, // a warden serve: the sum over its replicas
 }
 
 // maxNumSeqsText finds max_num_seqs in the text form of a vLLM config.
@@ -219,16 +223,26 @@ func (p *Proxy) learnLimits(ctx context.Context, r *replica) {
 		"max_num_seqs", r.seqs())
 }
 
-// maxNumSeqsFrom reads max_num_seqs at field of a JSON body, or from the
-// text form of the config (older /server_info); 0 if absent.
+// maxNumSeqsFrom reads max_num_seqs at field of a JSON body (summed when
+// the field is a list), or from the text form of the config (older
+// /server_info); 0 if absent.
 func maxNumSeqsFrom(body []byte, field string) int {
 	v := gjson.GetBytes(body, field)
 	if v.Type == gjson.Number && v.Int() > 0 {
 		return int(v.Int())
 	}
-	if m := maxNumSeqsText.FindSubmatch(body); m != nil {
-		n, _ := strconv.Atoi(string(m[1]))
+	if v.IsArray() {
+		n := 0
+		for _, x := range v.Array() {
+			n += int(x.Int())
+		}
 		return n
+	}
+	if cfg := gjson.GetBytes(body, "vllm_config"); cfg.Type == gjson.String {
+		if m := maxNumSeqsText.FindStringSubmatch(cfg.Str); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			return n
+		}
 	}
 	return 0
 }
@@ -354,4 +368,44 @@ const DefaultMaxNumSeqs = 256
 // jsonDecode reads one small JSON admin body (at most 64 KiB) into v.
 func jsonDecode(body io.Reader, v any) error {
 	return json.NewDecoder(io.LimitReader(body, 64<<10)).Decode(v)
+}
+
+// wardenSample reads the /metrics of a warden used as a replica (a `warden
+// serve` on another host behind `warden route`): its replicas' engine
+// figures summed, KV use weighted by each engine's capacity. ok is false
+// when the text is not a warden's.
+func wardenSample(fams map[string]*dto.MetricFamily) (s engineSample, ok bool) {
+	if fams[panel.MetricEngineRunning] == nil {
+		return s, false
+	}
+	s.running, _ = sum(fams, panel.MetricEngineRunning)
+	s.waiting, _ = sum(fams, panel.MetricEngineWaiting)
+	s.queries, s.hasQueries = sum(fams, panel.MetricEnginePrefixQuery)
+	s.hits, s.hasHits = sum(fams, panel.MetricEnginePrefixHits)
+	s.prompt, s.hasPrompt = sum(fams, panel.MetricEnginePromptTokens)
+	s.generated, s.hasGen = sum(fams, panel.MetricEngineGenTokens)
+	s.preemptions, s.hasPreem = sum(fams, panel.MetricEnginePreemptions)
+	capOf := byReplica(fams[panel.MetricEngineKVCapacity])
+	var used, capacity float64
+	for rep, ratio := range byReplica(fams[panel.MetricEngineKVUsage]) {
+		used += ratio * capOf[rep]
+		capacity += capOf[rep]
+	}
+	if capacity > 0 {
+		s.kvUsed, s.kvCapacity = used/capacity, int(capacity)
+	}
+	return s, true
+}
+
+// byReplica maps a family's "replica" label to its gauge value.
+func byReplica(f *dto.MetricFamily) map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range f.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "replica" {
+				out[l.GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out
 }

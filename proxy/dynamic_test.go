@@ -310,3 +310,21 @@ func TestReplicaChangesDuringTrafficLoseNoRequest(t *testing.T) {
 		t.Errorf("after the changes: %d replicas, rank 2 present %v", n, p.lookup(2) != nil)
 	}
 }
+
+func TestAWardenAsAReplicaReportsItsEnginesSummed(t *testing.T) {
+	e0, e1 := newFakeEngine(t), newFakeEngine(t)
+	e0.metrics.Store(metricsText(3, 1, 0.5, 100, 50))
+	e1.metrics.Store(metricsText(1, 0, 0.25, 300, 30))
+	inner, innerFront := testProxy(t, Config{}, e0, e1) // each max_num_seqs 32, KV 40,000 tokens
+	inner.CheckNow(context.Background())
+	outer, _ := testProxyBackends(t, Config{}, []Backend{{Rank: 0, URL: innerFront.URL, Probe: true, FallbackMaxNumSeqs: 256}})
+	outer.CheckNow(context.Background())
+	e0.metrics.Store(metricsText(3, 1, 0.5, 180, 110)) // +80 queries, +60 hits
+	inner.CheckNow(context.Background())
+	outer.CheckNow(context.Background())
+	r := outer.Status().Replicas[0]
+	got := []float64{float64(r.MaxNumSeqs), r.Running, r.Waiting, r.KVUsed, float64(r.KVCapacityTokens), r.PrefixQueries, r.PrefixHits}
+	if diff := cmp.Diff([]float64{64, 4, 1, 0.375, 80000, 80, 60}, got); diff != "" || !r.Up {
+		t.Errorf("a warden seen as one replica: up %v; max_num_seqs, running, waiting, KV used, KV capacity, prefix queries, hits (-want +got):\n%s", r.Up, diff)
+	}
+}

@@ -75,6 +75,9 @@ func parseMetrics(r io.Reader) (engineSample, error) {
 	if err != nil {
 		return engineSample{}, fmt.Errorf("parse metrics: %w", err)
 	}
+	if ws, ok := wardenSample(fams); ok && fams["vllm:num_requests_running"] == nil {
+		return ws, nil // another warden (route in front of serve): dynamic.go
+	}
 	var s engineSample
 	s.running, _ = sum(fams, "vllm:num_requests_running")
 	s.waiting, _ = sum(fams, "vllm:num_requests_waiting")
