@@ -33,10 +33,12 @@ const (
 )
 
 // maxOverflow: when the conversations that want KV (active and held) need
-// more than 1+maxOverflow times the replicas' room, a held conversation
-// would wait most of a conversation's life: holding stops, and the engines
-// share the overload as under the sticky rule.
-var maxOverflow = 0.5
+// more than 1+maxOverflow times the replicas' room, holding stops and the
+// engines share the overload as under the sticky rule. By Little's law a
+// held conversation waits about overflow x a conversation's life: beyond a
+// quarter of it, the first-turn waits cost more TTFB p95 than the thrash
+// they avoid (docs/router.md).
+var maxOverflow = 0.25
 
 // overflow is the fraction by which the active and held conversations'
 // working sets exceed the available replicas' room (held ones counted

@@ -53,7 +53,7 @@ func TestPickAdaptive(t *testing.T) {
 			SessionView{Key: "s", Footprint: 10000, Waited: 51}, cfg, Decision{2, ReasonNew}},
 		{"no room and the proxy will not hold it any longer",
 			busy(kv4(35000, 38000, 36000, 39000)), SessionView{Key: "s", Footprint: 10000, NoWait: true}, cfg, Decision{0, ReasonNew}},
-		{"overload beyond what holding fixes (demand > 1.5 x room): no wait",
+		{"overload beyond what holding fixes (demand > 1.25 x room): no wait",
 			busy(kv4(60000, 60000, 60000, 60000)), fresh, cfg, Decision{0, ReasonNew}},
 		{"nothing in flight anywhere: waiting cannot make room",
 			kv4(35000, 38000, 36000, 39000), fresh, cfg, Decision{0, ReasonNew}},
