@@ -137,7 +137,9 @@ func TestAdminNeedsLoopbackOrTheToken(t *testing.T) {
 
 func TestAPIKeyIsEnforcedAndNotForwarded(t *testing.T) {
 	e := newFakeEngine(t)
-	_, front := testProxy(t, Config{APIKey: "k3y-s3cret"}, e)
+	var logs bytes.Buffer
+	p, front := testProxy(t, Config{APIKey: "k3y-s3cret", AdminToken: "adm1n-t0ken",
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, e)
 	for _, c := range []struct {
 		name, header, value string
 		want                int
@@ -171,7 +173,16 @@ func TestAPIKeyIsEnforcedAndNotForwarded(t *testing.T) {
 	}
 	resp, err := http.Get(front.URL + "/health")
 	if err != nil || resp.StatusCode != 200 {
-		t.Errorf("/health must not need the key: %v %v", resp.StatusCode, err)
+		t.Fatalf("/health must not need the key: %v %v", resp, err)
 	}
 	resp.Body.Close()
+	req, _ := http.NewRequest(http.MethodPost, front.URL+"/warden/policy", strings.NewReader(`{"policy":"sticky"}`))
+	req.Header.Set("Authorization", "Bearer adm1n-t0ken")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
+	settled(t, p)
+	if logs.Len() == 0 || strings.Contains(logs.String(), "k3y-s3cret") || strings.Contains(logs.String(), "adm1n-t0ken") {
+		t.Errorf("debug log (%d bytes) is empty or shows a key:\n%s", logs.Len(), logs.String())
+	}
 }

@@ -250,8 +250,8 @@ func (t *tap) readStripped(p []byte) (int, error) {
 		}
 		if err != nil {
 			t.eof = err
-			t.out = append(t.out, t.buf...) // an unterminated tail passes as is
-			t.out = append(t.out, t.event...)
+			t.out = append(t.out, t.event...) // an unterminated tail passes as is:
+			t.out = append(t.out, t.buf...)   // the event's whole lines, then the partial one
 			t.buf, t.event = nil, nil
 		}
 	}

@@ -1,0 +1,223 @@
+package proxy
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Load: 1,000 concurrent streams through the proxy to four simulator
+// processes, then no goroutine or heap growth; and a session table fed a
+// million distinct ids stays within its bound.
+
+// raiseFileLimit lifts the soft open-file limit to at least n (bounded by
+// the hard limit) for this process and the simulators it starts.
+func raiseFileLimit(t *testing.T, n uint64) {
+	t.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Skipf("getrlimit: %v", err)
+	}
+	if lim.Cur >= n {
+		return
+	}
+	old := lim.Cur
+	lim.Cur = min(n, lim.Max)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur < n {
+		t.Skipf("open-file limit %d (hard %d) is below the %d this test needs", old, lim.Max, n)
+	}
+	t.Cleanup(func() { lim.Cur = old; _ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim) })
+}
+
+// loadRound is the outcome of one round of concurrent streams.
+type loadRound struct {
+	ok, failed  int64
+	firstError  string
+	peakFlight  int
+	elapsed     time.Duration
+	events      int64
+	tokensAsked int
+}
+
+// streamRound sends n streaming chat requests at once (each with its own
+// session) and reads every stream to its end. It records the peak of the
+// proxy's in-flight count while the round runs.
+func streamRound(t *testing.T, p *Proxy, client *http.Client, url string, n, maxTokens int, tag string) loadRound {
+	t.Helper()
+	var res loadRound
+	var errMu sync.Mutex
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			events, err := oneStream(client, url, fmt.Sprintf("%s-%d", tag, i), maxTokens)
+			atomic.AddInt64(&res.events, int64(events))
+			if err == nil {
+				atomic.AddInt64(&res.ok, 1)
+				return
+			}
+			atomic.AddInt64(&res.failed, 1)
+			errMu.Lock()
+			if res.firstError == "" {
+				res.firstError = err.Error()
+			}
+			errMu.Unlock()
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t0 := time.Now()
+	close(start)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			res.elapsed = time.Since(t0)
+			res.tokensAsked = maxTokens
+			return res
+		case <-tick.C:
+			res.peakFlight = max(res.peakFlight, inFlight(p))
+		}
+	}
+}
+
+func inFlight(p *Proxy) int {
+	n := 0
+	for _, r := range p.replicaList() {
+		n += int(r.inflight.Load())
+	}
+	return n
+}
+
+// oneStream posts one streaming request and reads it to the end; it
+// returns the number of data events.
+func oneStream(client *http.Client, url, session string, maxTokens int) (int, error) {
+	body := fmt.Sprintf(`{"model":"test-model","stream":true,"max_tokens":%d,"messages":[{"role":"user","content":"load %s"}]}`, maxTokens, session)
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Session-Id", session)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("%s: reading: %w", session, err)
+	}
+	s := string(b)
+	if resp.StatusCode != http.StatusOK || !strings.HasSuffix(s, "data: [DONE]\n\n") || strings.Contains(s, `"error"`) {
+		return 0, fmt.Errorf("%s: status %d: %.200s", session, resp.StatusCode, s)
+	}
+	return strings.Count(s, "data: "), nil
+}
+
+// heapAfterGC is the live heap after two collections.
+func heapAfterGC() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+func TestLoadThousandConcurrentStreamsThenNoGrowth(t *testing.T) {
+	const n, replicas = 1000, 4
+	raiseFileLimit(t, 4*n+512)
+	sim := []string{"--max-num-seqs", "256", "--sim-time-scale", "1"}
+	perSim := make([][]string, replicas)
+	for i := range perSim {
+		perSim[i] = sim
+	}
+	_, bs := simSet(t, perSim...)
+	for i := range bs {
+		bs[i].MaxNumSeqs = 256
+	}
+	p, front := testProxyBackends(t, Config{}, bs)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n, DisableCompression: true}}
+	quiet := func() (heap uint64, gor int) {
+		settled(t, p)
+		client.CloseIdleConnections()
+		p.client.CloseIdleConnections()
+		return heapAfterGC(), runtime.NumGoroutine()
+	}
+	warm := streamRound(t, p, client, front.URL, n, 2, "warm")
+	if warm.failed > 0 {
+		t.Fatalf("warm-up: %d of %d failed, first: %s", warm.failed, n, warm.firstError)
+	}
+	heap0, gor0 := quiet()
+	res := streamRound(t, p, client, front.URL, n, 24, "load")
+	if res.failed > 0 || res.ok != n {
+		t.Fatalf("%d of %d streams failed, first: %s", res.failed, n, res.firstError)
+	}
+	if res.peakFlight < n {
+		t.Errorf("peak in-flight %d: the %d streams did not run concurrently", res.peakFlight, n)
+	}
+	heap1, _ := quiet()
+	var gor1 int
+	waitFor(t, "goroutines back to the level before the round", func() bool {
+		gor1 = runtime.NumGoroutine()
+		return gor1 <= gor0
+	})
+	t.Logf("%d concurrent streams (peak in flight %d) x %d tokens: %d ok, %d failed, %d events in %v; "+
+		"heap after GC %.1f -> %.1f MiB, goroutines %d -> %d",
+		n, res.peakFlight, res.tokensAsked, res.ok, res.failed, res.events, res.elapsed.Round(time.Millisecond),
+		float64(heap0)/(1<<20), float64(heap1)/(1<<20), gor0, gor1)
+	if heap1 > heap0+4<<20 {
+		t.Errorf("heap grew from %d to %d bytes over %d streams", heap0, heap1, n)
+	}
+	st := p.Status()
+	for _, r := range st.Replicas {
+		if r.Errors != 0 || !r.Up {
+			t.Errorf("replica %d: %d errors, up %v", r.Rank, r.Errors, r.Up)
+		}
+	}
+}
+
+func TestSessionTableFedAMillionIDsStaysWithinItsBound(t *testing.T) {
+	const ids, bound = 1_000_000, 10_000
+	tab := newSessionTable(time.Hour, bound)
+	now := time.Unix(1_800_000_000, 0)
+	heap0 := heapAfterGC()
+	for i := range ids {
+		key := fmt.Sprintf("million-%07d", i)
+		if tab.get(key, now) != nil {
+			t.Fatalf("id %d: a new id found in the table", i)
+		}
+		tab.insert(key, i%4, now)
+		if tab.len() > bound {
+			t.Fatalf("after %d ids the table holds %d entries, bound %d", i+1, tab.len(), bound)
+		}
+		if i%1000 == 0 {
+			now = now.Add(time.Millisecond)
+		}
+	}
+	heap1 := heapAfterGC()
+	active := 0
+	for _, n := range tab.active {
+		active += n
+	}
+	t.Logf("%d distinct ids -> %d sessions kept (bound %d), heap after GC %.1f -> %.1f MiB",
+		ids, tab.len(), bound, float64(heap0)/(1<<20), float64(heap1)/(1<<20))
+	if tab.len() != bound || active != bound || tab.seen != ids {
+		t.Errorf("table: %d entries, %d active by replica, %d seen; want %d, %d, %d", tab.len(), active, tab.seen, bound, bound, ids)
+	}
+	if tab.get("million-0999999", now) == nil || tab.get("million-0000000", now) != nil {
+		t.Error("eviction is not least-recently-used: the newest id is gone or the oldest is kept")
+	}
+	if heap1 > heap0+32<<20 {
+		t.Errorf("heap grew by %d MiB for a table bounded at %d", (heap1-heap0)>>20, bound)
+	}
+	runtime.KeepAlive(tab)
+}
