@@ -231,3 +231,30 @@ func TestServeExposesOnlyItsPortAndKeepsKeysOutOfLogs(t *testing.T) {
 		}
 	}
 }
+
+func TestServeKilledMidStreamLeavesNoEngine(t *testing.T) {
+	w := startServe(t, "--dp", "2", "--", "--sim-fork-child", "--sim-time-scale", "1")
+	engines := descendants(t, int32(w.cmd.Process.Pid))
+	if len(engines) < 4 {
+		t.Fatalf("want 2 engines each with a forked child, found %v", engines)
+	}
+	req, _ := http.NewRequest(http.MethodPost, w.url+"/v1/chat/completions", strings.NewReader(
+		`{"model":"demo","stream":true,"max_tokens":4000,"messages":[{"role":"user","content":"a long story"}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("stream: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.cmd.Process.Signal(syscall.SIGKILL); err != nil { // the warden dies with a stream in flight
+		t.Fatal(err)
+	}
+	<-w.done
+	waitGone(t, engines)
+	if _, err := io.ReadAll(resp.Body); err == nil {
+		t.Error("the client's stream ended cleanly although the warden was killed")
+	}
+}
