@@ -7,5 +7,8 @@
 // statistics (replica.go, table.go, stats.go), scrapes each engine's
 // /metrics and /health (scrape.go), and serves the warden's own endpoints:
 // /health, /v1/models, /metrics, /warden/status, /warden/policy and
-// /warden/reset_prefix_cache (admin.go, status.go, metrics.go).
+// /warden/reset_prefix_cache (admin.go, status.go, metrics.go). The replica
+// set can change at run time (dynamic.go: /warden/replicas, replicas that
+// are probed rather than launched, another warden as a replica), and the
+// session table can be saved and reloaded across restarts (persist.go).
 package proxy
