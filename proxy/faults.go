@@ -36,8 +36,10 @@ const maxNamedErrorBody = 64 << 10
 
 // noteRequest records one finished attempt's outcome. After reqFailsDown
 // failures in a row the replica leaves rotation until now+cooldown has
-// passed and a health check succeeds.
-func (r *replica) noteRequest(failed bool, cause string, now time.Time, cooldown time.Duration) {
+// passed and a health check succeeds; but not when no other replica is up
+// (othersUp false): then failing requests still beat none being served,
+// and a request that makes every engine fail cannot empty the rotation.
+func (r *replica) noteRequest(failed bool, cause string, now time.Time, cooldown time.Duration, othersUp bool) {
 	r.mu.Lock()
 	if !failed {
 		r.reqFails = 0
@@ -45,7 +47,7 @@ func (r *replica) noteRequest(failed bool, cause string, now time.Time, cooldown
 		return
 	}
 	r.reqFails++
-	trip := r.reqFails >= reqFailsDown && r.healthFails < healthFailsDown
+	trip := r.reqFails >= reqFailsDown && r.healthFails < healthFailsDown && othersUp
 	if trip {
 		r.healthFails, r.downUntil = healthFailsDown, now.Add(cooldown)
 	}
@@ -55,6 +57,16 @@ func (r *replica) noteRequest(failed bool, cause string, now time.Time, cooldown
 		r.log.Warn("replica out of rotation after consecutive failed requests",
 			"failed_requests", n, "cooldown", cooldown.String(), "error", cause)
 	}
+}
+
+// othersUp reports whether a replica other than r is in rotation.
+func (p *Proxy) othersUp(r *replica) bool {
+	for _, o := range p.replicaList() {
+		if o != r && o.healthy() {
+			return true
+		}
+	}
+	return false
 }
 
 // streamErrorEvent is the SSE event that ends a stream the engine broke

@@ -252,7 +252,7 @@ func (p *Proxy) account(at *attempt, req *request, pl placement, start time.Time
 		rep.log.Warn("engine stream broke off", "error", at.tap.failed)
 	}
 	if at.status != 499 {
-		rep.noteRequest(at.status >= 500, at.cause, p.clock(), p.cfg.FailCooldown)
+		rep.noteRequest(at.status >= 500, at.cause, p.clock(), p.cfg.FailCooldown, p.othersUp(rep))
 		rep.count(pl.d.Reason)
 		p.metrics.requests.WithLabelValues(rank, string(pl.d.Reason)).Inc()
 	}

@@ -249,3 +249,18 @@ func TestClientDisconnectMidStreamCancelsTheEngineWork(t *testing.T) {
 		t.Errorf("a client cancel counted against the replica: errors %d up %v", st.Replicas[0].Errors, st.Replicas[0].Up)
 	}
 }
+
+func TestTheLastReplicaInRotationStaysDespiteFailures(t *testing.T) {
+	_, bs := simSet(t, append([]string{"--sim-http-error", "500"}, fast...))
+	p, front := testProxyBackends(t, Config{}, bs)
+	for i := range 2 * reqFailsDown {
+		resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"))
+		if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "replica 0: ") {
+			t.Fatalf("request %d: status %d: %s", i, resp.StatusCode, body)
+		}
+	}
+	settled(t, p)
+	if r := p.Status().Replicas[0]; !r.Up || r.Errors != 2*reqFailsDown {
+		t.Errorf("the only replica: up %v, errors %d", r.Up, r.Errors)
+	}
+}
