@@ -11,4 +11,10 @@
 // set can change at run time (dynamic.go: /warden/replicas, replicas that
 // are probed rather than launched, another warden as a replica), and the
 // session table can be saved and reloaded across restarts (persist.go).
+// faults.go holds the answers to faults and hostile input: a stream the
+// engine breaks off ends with an SSE error event naming the replica, an
+// engine without response headers in time gets 504, three failed requests
+// in a row take a replica out of rotation for a cooldown (never the last
+// one), non-JSON content types get 415, and the optional API key is
+// checked on /v1/* and never forwarded or logged.
 package proxy
