@@ -157,7 +157,7 @@ func TestLoadThousandConcurrentStreamsThenNoGrowth(t *testing.T) {
 		t.Fatalf("warm-up: %d of %d failed, first: %s", warm.failed, n, warm.firstError)
 	}
 	heap0, gor0 := quiet()
-	res := streamRound(t, p, client, front.URL, n, 24, "load")
+	res := streamRound(t, p, client, front.URL, n, 40, "load")
 	if res.failed > 0 || res.ok != n {
 		t.Fatalf("%d of %d streams failed, first: %s", res.failed, n, res.firstError)
 	}
