@@ -138,9 +138,51 @@ func TestServeExposesOnlyItsPortAndKeepsKeysOutOfLogs(t *testing.T) {
 	logDir := t.TempDir()
 	w := startServe(t, "--dp", "2", "--host", "0.0.0.0", "--api-key", key, "--admin-token", admin, "--log-dir", logDir)
 	st := status(t, w.url)
+	checkEnginesOnLoopback(t, w, st)
+	if ip := nonLoopbackIP(); ip == nil {
+		t.Log("no non-loopback address: the remote-caller checks are covered by proxy.TestAdminNeedsLoopbackOrTheToken only")
+	} else {
+		checkFromRemote(t, ip, w.url[strings.LastIndex(w.url, ":")+1:], st, admin)
+	}
+	if resp, _ := post(t, w.url+"/warden/policy", `{"policy":"sticky"}`, nil); resp.StatusCode != 200 {
+		t.Errorf("admin from loopback without a token: %d", resp.StatusCode)
+	}
+	for _, c := range []struct {
+		path string
+		hdr  map[string]string
+		want int
+	}{
+		{"/v1/chat/completions", nil, 401},
+		{"/v1/chat/completions", map[string]string{"Authorization": "Bearer " + key + "x"}, 401},
+		{"/v1/chat/completions", map[string]string{"Authorization": "Bearer " + key}, 200},
+		{"/v1/messages", map[string]string{"x-api-key": key, "anthropic-version": "2023-06-01"}, 200},
+	} {
+		if resp, body := post(t, w.url+c.path, shortChat, c.hdr); resp.StatusCode != c.want {
+			t.Errorf("%s with %v: %d, want %d: %s", c.path, c.hdr, resp.StatusCode, c.want, body)
+		}
+	}
+	if err := w.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("warden did not exit after SIGINT")
+	}
+	logs := allLogs(t, w, logDir)
+	for _, secret := range []string{key, admin} {
+		if strings.Contains(logs, secret) {
+			t.Errorf("a key appears in the logs: %q", secret)
+		}
+	}
+}
+
+// checkEnginesOnLoopback asserts that every engine's listening sockets are
+// bound to 127.0.0.1 and that the proxy reaches it there.
+func checkEnginesOnLoopback(t *testing.T, w *wardenProc, st panel.Status) {
+	t.Helper()
 	for _, r := range st.Replicas {
-		pid := enginePID(t, w, r.Port)
-		conns, err := psnet.ConnectionsPid("tcp", pid)
+		conns, err := psnet.ConnectionsPid("tcp", enginePID(t, w, r.Port))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,65 +199,44 @@ func TestServeExposesOnlyItsPortAndKeepsKeysOutOfLogs(t *testing.T) {
 			t.Errorf("engine %d: %d listening sockets, URL %s", r.Rank, listening, r.URL)
 		}
 	}
-	port := w.url[strings.LastIndex(w.url, ":")+1:]
-	ip := nonLoopbackIP()
-	if ip == nil {
-		t.Log("no non-loopback address: the remote-caller checks are covered by proxy.TestAdminNeedsLoopbackOrTheToken only")
-	} else {
-		for _, r := range st.Replicas {
-			if c, err := net.DialTimeout("tcp", net.JoinHostPort(ip.String(), strconv.Itoa(r.Port)), 2*time.Second); err == nil {
-				c.Close()
-				t.Errorf("engine %d answers on %s", r.Rank, ip)
-			}
-		}
-		t.Logf("engines refuse %s; admin checked from %s", ip, ip)
-		remote := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}}).DialContext}}
-		url := "http://" + net.JoinHostPort(ip.String(), port)
-		for _, c := range []struct {
-			auth string
-			want int
-		}{{"", 403}, {"Bearer nope", 403}, {"Bearer " + admin, 200}} {
-			req, _ := http.NewRequest(http.MethodPost, url+"/warden/policy", strings.NewReader(`{"policy":"sticky"}`))
-			if c.auth != "" {
-				req.Header.Set("Authorization", c.auth)
-			}
-			resp, err := remote.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != c.want {
-				t.Errorf("admin from %s with %q: %d, want %d", ip, c.auth, resp.StatusCode, c.want)
-			}
+}
+
+// checkFromRemote calls from ip (a non-loopback address of this machine):
+// the engines' ports refuse it, and the admin endpoint wants the token.
+func checkFromRemote(t *testing.T, ip net.IP, port string, st panel.Status, admin string) {
+	t.Helper()
+	for _, r := range st.Replicas {
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort(ip.String(), strconv.Itoa(r.Port)), 2*time.Second); err == nil {
+			c.Close()
+			t.Errorf("engine %d answers on %s", r.Rank, ip)
 		}
 	}
-	resp, _ := post(t, w.url+"/warden/policy", `{"policy":"sticky"}`, nil)
-	if resp.StatusCode != 200 {
-		t.Errorf("admin from loopback without a token: %d", resp.StatusCode)
-	}
+	t.Logf("engines refuse %s; admin checked from %s", ip, ip)
+	remote := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}}).DialContext}}
+	defer remote.CloseIdleConnections()
+	url := "http://" + net.JoinHostPort(ip.String(), port)
 	for _, c := range []struct {
-		path string
-		hdr  map[string]string
+		auth string
 		want int
-	}{
-		{"/v1/chat/completions", nil, 401},
-		{"/v1/chat/completions", map[string]string{"Authorization": "Bearer " + key + "x"}, 401},
-		{"/v1/chat/completions", map[string]string{"Authorization": "Bearer " + key}, 200},
-		{"/v1/messages", map[string]string{"x-api-key": key, "anthropic-version": "2023-06-01"}, 200},
-	} {
-		resp, body := post(t, w.url+c.path, shortChat, c.hdr)
+	}{{"", 403}, {"Bearer nope", 403}, {"Bearer " + admin, 200}} {
+		req, _ := http.NewRequest(http.MethodPost, url+"/warden/policy", strings.NewReader(`{"policy":"sticky"}`))
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		resp, err := remote.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
 		if resp.StatusCode != c.want {
-			t.Errorf("%s with %v: %d, want %d: %s", c.path, c.hdr, resp.StatusCode, c.want, body)
+			t.Errorf("admin from %s with %q: %d, want %d", ip, c.auth, resp.StatusCode, c.want)
 		}
 	}
-	if err := w.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-w.done:
-	case <-time.After(60 * time.Second):
-		t.Fatal("warden did not exit after SIGINT")
-	}
+}
+
+// allLogs is the warden's stderr and every engine log file.
+func allLogs(t *testing.T, w *wardenProc, logDir string) string {
+	t.Helper()
 	logs := w.stderr.String()
 	files, _ := filepath.Glob(filepath.Join(logDir, "*"))
 	for _, f := range files {
@@ -225,11 +246,7 @@ func TestServeExposesOnlyItsPortAndKeepsKeysOutOfLogs(t *testing.T) {
 	if len(files) == 0 || !strings.Contains(logs, "warden summary") {
 		t.Fatalf("no logs captured (%d files)", len(files))
 	}
-	for _, secret := range []string{key, admin} {
-		if strings.Contains(logs, secret) {
-			t.Errorf("a key appears in the logs: %q", secret)
-		}
-	}
+	return logs
 }
 
 func TestServeKilledMidStreamLeavesNoEngine(t *testing.T) {
