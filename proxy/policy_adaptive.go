@@ -120,15 +120,19 @@ func pickAdaptive(snap []ReplicaView, s SessionView, cfg PlaceConfig, rng Rand) 
 	}
 	// Overload beyond what holding can fix: the engines share it as under
 	// the seed rule.
-	if i := leastLoaded(snap, -1, rng); i >= 0 {
+	if i := leastLoadedWith(snap, -1, -1<<40, fill, rng); i >= 0 {
 		return Decision{Rank: snap[i].Rank, Reason: reason}
 	}
 	return none
 }
 
-// leastLoadedWith is leastLoaded (the seed rule's load order) among the
-// available replicas other than skip that have room for footprint tokens;
-// -1 if none has.
+// leastLoadedWith is the least-loaded available replica other than skip
+// that has room for footprint tokens (-1 if none has; a very negative
+// footprint admits every replica). Load is the seed rule's order with the
+// conversations that are active now (in flight or just finished) in place
+// of every conversation within the session TTL: idle and finished
+// conversations, and those placed under another policy, do not count
+// (docs/calibration.md §5).
 func leastLoadedWith(snap []ReplicaView, skip, footprint int, fill float64, rng Rand) int {
 	var ties []int
 	var best [2]int
@@ -136,8 +140,7 @@ func leastLoadedWith(snap []ReplicaView, skip, footprint int, fill float64, rng 
 		if left, ok := room(r, fill); i == skip || !r.Available() || (ok && left < footprint) {
 			continue
 		}
-		a, b := load(r)
-		cur := [2]int{a, b}
+		cur := [2]int{r.InFlight + r.Active, int(r.KVUsed * 20)}
 		switch {
 		case ties == nil || less(cur, best):
 			best, ties = cur, append(ties[:0], i)
