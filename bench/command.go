@@ -29,6 +29,7 @@ func flags() []cli.Flag {
 		&cli.IntFlag{Name: "turn-tokens", Value: d.Sizes.TurnTokens, Usage: "new user tokens per follow-up turn", EnvVars: env("TURN_TOKENS")},
 		&cli.Float64Flag{Name: "chars-per-token", Value: d.Sizes.CharsPerToken, Usage: "characters of generated text per token; 0 = measure with the target's POST /v1/messages/count_tokens", EnvVars: env("CHARS_PER_TOKEN")},
 		&cli.IntFlag{Name: "turns", Value: d.Turns, Usage: "follow-up turns after the first message", EnvVars: env("TURNS")},
+		&cli.StringFlag{Name: "mix", Usage: "mixed session lengths: FIRSTxTURNS shapes taken in turn by the sessions, e.g. 2000x10,7300x5,15000x3 (overrides --first-tokens and --turns)", EnvVars: env("MIX")},
 		&cli.IntFlag{Name: "max-tokens", Value: d.MaxTokens, Usage: "max output tokens per turn", EnvVars: env("MAX_TOKENS")},
 		&cli.StringFlag{Name: "stages", Value: "4,8,16,24,32", Usage: "concurrent sessions per stage, comma separated", EnvVars: env("STAGES")},
 		&cli.DurationFlag{Name: "stage", Value: d.Stage, Usage: "length of each stage (simulated time when --time-scale > 1)", EnvVars: env("STAGE")},
@@ -72,6 +73,11 @@ func configFrom(c *cli.Context) (Config, error) {
 	cfg.Sizes = Sizes{SystemTokens: c.Int("system-tokens"), FirstTokens: c.Int("first-tokens"),
 		TurnTokens: c.Int("turn-tokens"), CharsPerToken: c.Float64("chars-per-token")}
 	cfg.Turns = c.Int("turns")
+	mix, err := parseMix(c.String("mix"))
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Mix = mix
 	cfg.MaxTokens = c.Int("max-tokens")
 	stages, err := parseInts(c.String("stages"))
 	if err != nil {

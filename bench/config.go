@@ -17,8 +17,9 @@ type Config struct {
 	Model     string // "" = first id of GET /v1/models
 	Seed      int64
 	Sizes     Sizes
-	Turns     int // follow-up turns after the first message
-	MaxTokens int // max output tokens per turn
+	Turns     int     // follow-up turns after the first message
+	Mix       []Shape // --mix: session k takes Mix[k%len] (first tokens, turns) instead of Sizes.FirstTokens, Turns
+	MaxTokens int     // max output tokens per turn
 	Stages    []int
 	Stage     time.Duration // per stage, simulated
 	Warmup    time.Duration // per stage before the measured window, simulated (0 = measure from the first turn)

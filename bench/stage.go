@@ -93,22 +93,23 @@ func (r *stageRun) worker(ctx context.Context, quit <-chan struct{}) {
 // sessionText returns the k-th session's user messages. In a series the
 // stream depends on k alone (both variants of an A/B get the same sessions
 // in the same order); otherwise on the stage's concurrency and k.
-func (r *stageRun) sessionText(k int) *sessionText {
+func (r *stageRun) sessionText(k int) (*sessionText, int) {
+	sizes, turns := r.cfg.shape(k)
 	if r.series {
-		return newSessionText(r.cfg.Seed, r.cfg.Sizes, "series", k)
+		return newSessionText(r.cfg.Seed, sizes, "series", k), turns
 	}
-	return newSessionText(r.cfg.Seed, r.cfg.Sizes, r.sessions, k)
+	return newSessionText(r.cfg.Seed, sizes, r.sessions, k), turns
 }
 
 // runSession plays one session: first message, then cfg.Turns follow-ups,
 // each carrying the assistant's previous reply exactly as received. It
 // gives up before the next turn when the stage ends or quit closes.
 func (r *stageRun) runSession(ctx context.Context, k int, quit <-chan struct{}) {
-	text := r.sessionText(k)
+	text, turns := r.sessionText(k)
 	id := newUUID()
 	conv := newConversation(r.cfg.API, r.model, r.system, id, r.deviceID, r.cfg.MaxTokens)
 	home := ""
-	for turn := 1; turn <= 1+r.cfg.Turns; turn++ {
+	for turn := 1; turn <= 1+turns; turn++ {
 		if r.stopped() || closed(quit) {
 			return
 		}
@@ -120,7 +121,7 @@ func (r *stageRun) runSession(ctx context.Context, k int, quit <-chan struct{}) 
 		if turn == 1 {
 			home = res.Replica
 		}
-		r.record(k, id, turn, res, home, turn == 1+r.cfg.Turns)
+		r.record(k, id, turn, res, home, turn == 1+turns)
 		if res.Err != nil {
 			r.log.Debug("turn failed", "session", k, "turn", turn, "err", res.Err)
 			r.backoff()
