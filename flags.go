@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -74,4 +76,15 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 		ResponseHeaderTimeout: c.Duration("response-header-timeout"), StrictModel: c.Bool("strict-model"),
 	}
 	return cfg, net.JoinHostPort(c.String("host"), strconv.Itoa(port)), nil
+}
+
+// startHTTP serves h on ln and returns the server and the channel that gets
+// Serve's result. Idle keep-alive connections are closed after five minutes
+// (agent farms open many); a slow client gets 30 s to send its headers.
+func startHTTP(ln net.Listener, h http.Handler, log *slog.Logger) (*http.Server, <-chan error) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 5 * time.Minute,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	return srv, served
 }

@@ -211,10 +211,7 @@ func runRoute(c *cli.Context) error {
 		ln.Close()
 		return cli.Exit("warden route: "+err.Error(), 1)
 	}
-	srv := &http.Server{Handler: px.Handler(), ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	srv, served := startHTTP(ln, px.Handler(), log)
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	go px.Run(runCtx)

@@ -234,10 +234,7 @@ func runServe(c *cli.Context) error {
 	for _, b := range backends {
 		px.SetReplicaState(b.Rank, false, "starting", "engine loading")
 	}
-	srv := &http.Server{Handler: px.Handler(), ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	srv, served := startHTTP(ln, px.Handler(), log)
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	go px.Run(runCtx)
