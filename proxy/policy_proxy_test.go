@@ -1,0 +1,104 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// bigChat is a chat body of about n bytes for session key.
+func bigChat(key string, n int) string {
+	return fmt.Sprintf(`{"model":"m","prompt_cache_key":%q,"messages":[{"role":"user","content":%q}]}`, key, strings.Repeat("w ", n/2))
+}
+
+// TestHoldForRoom: on one replica with 40k tokens of KV, a conversation of
+// ~26k tokens is in flight; a new one of ~18k does not fit, so the proxy
+// holds it (it never reaches the engine) until the first ends, then places
+// it.
+func TestHoldForRoom(t *testing.T) {
+	e := newFakeEngine(t)
+	e.hold = make(chan struct{})
+	p, front := testProxy(t, Config{}, e)
+	p.CheckNow(context.Background()) // learn the KV capacity (2500 blocks x 16)
+	doneA := make(chan string, 1)
+	send := func(key string, n int, done chan<- string) {
+		req, _ := httpRequest(context.Background(), front.URL+"/v1/chat/completions", bigChat(key, n))
+		resp, err := front.Client().Do(req)
+		if err != nil {
+			done <- err.Error()
+			return
+		}
+		resp.Body.Close()
+		done <- resp.Header.Get(RouteHeader)
+	}
+	go send("a", 120_000, doneA)
+	<-e.arrived
+	doneB := make(chan string, 1)
+	go send("b", 80_000, doneB)
+	waitFor(t, "b held at the proxy", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.held == 1
+	})
+	e.mu.Lock()
+	n := len(e.bodies)
+	e.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("engine received %d requests while b was held, want 1", n)
+	}
+	close(e.hold)
+	if got := <-doneA; got != string(ReasonNew) {
+		t.Errorf("a: route %q", got)
+	}
+	if got := <-doneB; got != string(ReasonNew) {
+		t.Errorf("b: route %q, want new after the hold", got)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held != 0 {
+		t.Errorf("held = %d after both ended", p.held)
+	}
+}
+
+// TestHeldClientGoesAway: a held request whose client cancels leaves the
+// hold (499) without reaching an engine.
+func TestHeldClientGoesAway(t *testing.T) {
+	e := newFakeEngine(t)
+	e.hold = make(chan struct{})
+	defer close(e.hold)
+	p, front := testProxy(t, Config{}, e)
+	p.CheckNow(context.Background())
+	go func() {
+		req, _ := httpRequest(context.Background(), front.URL+"/v1/chat/completions", bigChat("a", 120_000))
+		if resp, err := front.Client().Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-e.arrived
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		req, _ := httpRequest(ctx, front.URL+"/v1/chat/completions", bigChat("b", 80_000))
+		_, err := front.Client().Do(req)
+		errc <- err
+	}()
+	waitFor(t, "b held", func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.held == 1 })
+	cancel()
+	<-errc
+	waitFor(t, "b released", func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.held == 0 })
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.bodies) != 1 {
+		t.Errorf("engine received %d requests, want 1", len(e.bodies))
+	}
+}
+
+func httpRequest(ctx context.Context, url, body string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err == nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return req, err
+}
