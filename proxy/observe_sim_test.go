@@ -1,0 +1,185 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/tidwall/gjson"
+
+	"github.com/lmwarden/warden/proxy/panel"
+)
+
+// observed is what the clients themselves saw, per replica.
+type observed struct {
+	requests, newTurns, sticky map[int]int
+	prompt, cached, completion map[int]int64
+	sessions                   map[string]bool
+}
+
+// TestSimStatusNumbersMatchWhatHappened drives the proxy on two simulators
+// with OpenAI and Anthropic turns, streaming and not, then checks every
+// number of the status, the /metrics exposition and the exit summary
+// against what the requests reported and what the engines counted.
+func TestSimStatusNumbersMatchWhatHappened(t *testing.T) {
+	procs, bs := startSims(t, 2)
+	reg := prometheus.NewPedanticRegistry()
+	p, front := testProxyBackends(t, Config{Policy: PolicySticky, Registry: reg}, bs)
+	p.CheckNow(context.Background()) // baseline of the engine counters: zero
+	o := observed{requests: map[int]int{}, newTurns: map[int]int{}, sticky: map[int]int{},
+		prompt: map[int]int64{}, cached: map[int]int64{}, completion: map[int]int64{}, sessions: map[string]bool{}}
+
+	sys := words("sys", 300)
+	for i := range 4 { // OpenAI chat, non-streaming: usage in the body
+		c := newConversation(front.URL, fmt.Sprintf("chat-%d", i), sys, words(fmt.Sprintf("c%d-", i), 200))
+		for turn := range 3 {
+			rank, route, prompt, cached := c.turn(t, words(fmt.Sprintf("c%d-t%d-", i, turn), 30))
+			o.note(c.id, rank, route)
+			o.prompt[rank] += prompt
+			o.cached[rank] += cached
+			o.completion[rank] += 16
+		}
+	}
+	for i := range 2 { // Anthropic, streaming: usage in message_start / message_delta
+		id := fmt.Sprintf("anthropic-%d", i)
+		for turn := range 2 {
+			body := fmt.Sprintf(`{"model":"test-model","max_tokens":8,"stream":true,"system":[{"type":"text","text":%q}],`+
+				`"messages":[{"role":"user","content":%q}]}`, sys, words(fmt.Sprintf("a%d-", i), 100+turn))
+			resp, out := post(t, front.URL+"/v1/messages?beta=true", body, "X-Claude-Code-Session-Id", id)
+			if resp.StatusCode != 200 || !strings.Contains(out, "message_stop") {
+				t.Fatalf("anthropic turn: %d %s", resp.StatusCode, out)
+			}
+			rank, _ := strconv.Atoi(resp.Header.Get(PinHeader))
+			o.note(id, rank, resp.Header.Get(RouteHeader))
+			o.prompt[rank] += anthropicUsage(out, "input_tokens")
+			o.cached[rank] += anthropicUsage(out, "cache_read_input_tokens")
+			o.completion[rank] += anthropicUsage(out, "output_tokens")
+		}
+	}
+	settled(t, p)
+	p.CheckNow(context.Background())
+	st := p.Status()
+
+	for r, proc := range procs {
+		row := st.Replicas[r]
+		eng := proc.Metrics(t)
+		checks := []struct {
+			what      string
+			got, want float64
+		}{
+			{"requests", float64(row.Requests), float64(o.requests[r])},
+			{"new", float64(row.New), float64(o.newTurns[r])},
+			{"sticky", float64(row.Sticky), float64(o.sticky[r])},
+			{"prompt tokens (usage)", float64(row.PromptTokens), float64(o.prompt[r])},
+			{"cached tokens (usage)", float64(row.CachedTokens), float64(o.cached[r])},
+			{"completion tokens (usage)", float64(row.CompletionTokens), float64(o.completion[r])},
+			{"engine prompt tokens", row.EnginePrompt, eng["vllm:prompt_tokens_total"]},
+			{"engine generation tokens", row.EngineGenerated, eng["vllm:generation_tokens_total"]},
+			{"prefix queries", row.PrefixQueries, eng["vllm:prefix_cache_queries_total"]},
+			{"prefix hits", row.PrefixHits, eng["vllm:prefix_cache_hits_total"]},
+			{"usage vs engine prompt", float64(row.PromptTokens), eng["vllm:prompt_tokens_total"]},
+			{"running", row.Running, eng["vllm:num_requests_running"]},
+			{"in flight", float64(row.InFlight), 0},
+		}
+		for _, c := range checks {
+			if c.got != c.want {
+				t.Errorf("replica %d %s: status %v, actual %v", r, c.what, c.got, c.want)
+			}
+		}
+		if want := engineKVCapacity(t, proc.URL); row.KVCapacityTokens != want {
+			t.Errorf("replica %d KV capacity %d, engine says %d", r, row.KVCapacityTokens, want)
+		}
+		if row.PrefixQueries > 0 && row.HitRate != row.PrefixHits/row.PrefixQueries {
+			t.Errorf("replica %d hit rate %v != hits/queries", r, row.HitRate)
+		}
+	}
+	if st.Sessions != len(o.sessions) || st.SessionsSeen != uint64(len(o.sessions)) {
+		t.Errorf("sessions %d (seen %d), clients used %d", st.Sessions, st.SessionsSeen, len(o.sessions))
+	}
+	if st.StickyShare != 1 {
+		t.Errorf("sticky share %v, every follow-up turn stayed home", st.StickyShare)
+	}
+	total := o.requests[0] + o.requests[1]
+	if st.Totals.Requests != uint64(total) {
+		t.Errorf("total requests %d, clients made %d", st.Totals.Requests, total)
+	}
+	if got := testutil.ToFloat64(p.metrics.requests.WithLabelValues("0", "sticky")) +
+		testutil.ToFloat64(p.metrics.requests.WithLabelValues("1", "sticky")); got != float64(total-len(o.sessions)) {
+		t.Errorf("warden_requests_total{route=sticky} = %v, want %d", got, total-len(o.sessions))
+	}
+	var sum bytes.Buffer
+	panel.WriteSummary(&sum, st)
+	for r := range procs {
+		row := regexp.MustCompile(fmt.Sprintf(`(?m)^\s+%d\s+%d\s+100\.0%%`, r, o.requests[r]))
+		if !row.MatchString(sum.String()) {
+			t.Errorf("summary lacks replica %d with %d requests, all sticky:\n%s", r, o.requests[r], sum.String())
+		}
+	}
+}
+
+func (o *observed) note(session string, rank int, route string) {
+	o.requests[rank]++
+	o.sessions[session] = true
+	switch route {
+	case "new":
+		o.newTurns[rank]++
+	case "sticky":
+		o.sticky[rank]++
+	}
+}
+
+// anthropicUsage reads a usage field of an Anthropic SSE stream: the last
+// value given (message_start carries the input side, message_delta repeats
+// it with the output count).
+func anthropicUsage(stream, field string) int64 {
+	var n int64
+	for _, line := range strings.Split(stream, "\n") {
+		if data, ok := strings.CutPrefix(line, "data: "); ok {
+			for _, path := range []string{"message.usage." + field, "usage." + field} {
+				if v := gjson.Get(data, path); v.Exists() {
+					n = v.Int()
+				}
+			}
+		}
+	}
+	return n
+}
+
+// engineKVCapacity reads num_gpu_blocks x block_size from the engine's cache_config_info.
+func engineKVCapacity(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	buf.ReadFrom(resp.Body)
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if !strings.HasPrefix(line, "vllm:cache_config_info{") {
+			continue
+		}
+		blocks := labelValue(line, "num_gpu_blocks")
+		size := labelValue(line, "block_size")
+		return blocks * size
+	}
+	t.Fatal("no vllm:cache_config_info")
+	return 0
+}
+
+func labelValue(line, name string) int {
+	_, rest, ok := strings.Cut(line, name+`="`)
+	if !ok {
+		return 0
+	}
+	v, _, _ := strings.Cut(rest, `"`)
+	n, _ := strconv.Atoi(v)
+	return n
+}
