@@ -158,14 +158,15 @@ func WriteSummaryCSV(w io.Writer, res *Results) error {
 	_ = cw.Write([]string{"variant", "sessions", "seconds", "turns", "sessions_finished", "sessions_started",
 		"errors", "late_turns", "sessions_per_hour", "output_tokens_per_min", "ttfb_p50_s", "ttfb_p95_s",
 		"replicas_busy", "prefix_hit_pct", "stayed_pct", "output_tokens", "prompt_tokens", "cached_tokens",
-		"prefix_hits", "prefix_queries", "busy_polls", "mean_prompt_first"})
+		"prefix_hits", "prefix_queries", "busy_polls", "mean_prompt_first", "running_mean", "waiting_mean", "preemptions"})
 	for _, s := range res.Stages {
 		_ = cw.Write([]string{s.Variant, strconv.Itoa(s.Sessions), fcsv(s.Seconds), strconv.Itoa(s.Turns),
 			strconv.Itoa(s.SessionsFinished), strconv.Itoa(s.SessionsStarted), strconv.Itoa(s.Errors),
 			strconv.Itoa(s.Late), fcsv(s.SessionsPerHour), fcsv(s.OutputPerMin), optCSV(s.TTFBP50),
 			optCSV(s.TTFBP95), optCSV(s.ReplicasBusy), optCSV(s.PrefixHitPct), optCSV(s.StayedPct),
 			strconv.Itoa(s.OutputTokens), strconv.Itoa(s.PromptTokens), strconv.Itoa(s.CachedTokens),
-			fcsv(s.PrefixHits), fcsv(s.PrefixQueries), strconv.Itoa(s.BusyPolls), optCSV(s.MeanPromptFirst)})
+			fcsv(s.PrefixHits), fcsv(s.PrefixQueries), strconv.Itoa(s.BusyPolls), optCSV(s.MeanPromptFirst),
+			optCSV(s.RunningMean), optCSV(s.WaitingMean), optCSV(s.Preemptions)})
 	}
 	cw.Flush()
 	return cw.Error()

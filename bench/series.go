@@ -56,7 +56,9 @@ func (r *stageRun) runSeries(ctx context.Context, stages []int, bar func(n int) 
 		r.mu.Unlock()
 		hits, queries, ok := prefixDelta(before, after)
 		ok = ok && sampleErr == nil && after != nil
-		sums = append(sums, summarize(r.variant, n, r.sim(end.Sub(start)), turns, busy, hits, queries, ok))
+		sum := summarize(r.variant, n, r.sim(end.Sub(start)), turns, busyCounts(busy), hits, queries, ok)
+		sum.addEngineStats(busy, before, after, sampleErr == nil)
+		sums = append(sums, sum)
 		all = append(all, turns...)
 		if last {
 			break
@@ -68,7 +70,7 @@ func (r *stageRun) runSeries(ctx context.Context, stages []int, bar func(n int) 
 // window1 runs one stage of a series: it samples the counters, starts (or
 // retires) sessions with resize, waits out the warm-up (sampling again at
 // its end), opens the measured window and polls until it closes.
-func (r *stageRun) window1(ctx context.Context, bar progress, resize func()) (busy []int, before, after sample, err error) {
+func (r *stageRun) window1(ctx context.Context, bar progress, resize func()) (busy []pollStat, before, after sample, err error) {
 	if r.cfg.Warmup == 0 {
 		before, err = r.target.Sample(ctx)
 	}

@@ -223,7 +223,8 @@ func (r *stageRun) run(ctx context.Context, bar progress) (StageSummary, []TurnR
 
 	hits, queries, ok := prefixDelta(before, after)
 	ok = ok && sampleErr == nil && after != nil
-	s := summarize(r.variant, r.sessions, r.sim(r.end.Sub(r.start)), r.turns, busy, hits, queries, ok)
+	s := summarize(r.variant, r.sessions, r.sim(r.end.Sub(r.start)), r.turns, busyCounts(busy), hits, queries, ok)
+	s.addEngineStats(busy, before, after, sampleErr == nil)
 	return s, r.turns
 }
 
@@ -238,14 +239,14 @@ func sleepUntil(ctx context.Context, t time.Time) {
 }
 
 // poll samples the target until the stage end, updating the progress bar,
-// and returns the busy-replica counts and the last sample (at the end).
-func (r *stageRun) poll(ctx context.Context, bar progress) ([]int, sample) {
+// and returns every poll's load and the last sample (at the end).
+func (r *stageRun) poll(ctx context.Context, bar progress) ([]pollStat, sample) {
 	every := max(r.cfg.wall(r.cfg.Poll), 50*time.Millisecond)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	endTimer := time.NewTimer(time.Until(r.end))
 	defer endTimer.Stop()
-	var busy []int
+	var busy []pollStat
 	for {
 		select {
 		case <-ctx.Done():
@@ -260,7 +261,7 @@ func (r *stageRun) poll(ctx context.Context, bar progress) ([]int, sample) {
 		case <-tick.C:
 			bar.set(r.now().Sub(r.start), int(r.completed.Load()), int(r.inflight.Load()))
 			if s, err := r.target.Sample(ctx); err == nil {
-				busy = append(busy, s.busy())
+				busy = append(busy, s.stat())
 			}
 		}
 	}

@@ -34,6 +34,38 @@ type StageSummary struct {
 	PrefixQueries   float64  `json:"prefix_queries"`    // engine counter delta
 	BusyPolls       int      `json:"busy_polls"`        // status polls averaged into ReplicasBusy
 	MeanPromptFirst *float64 `json:"mean_prompt_first"` // usage prompt tokens of first turns (size check)
+
+	// Engine load over the stage, for explaining the columns above:
+	// running and waiting requests summed over the replicas, averaged over
+	// the polls, and engine preemptions (counter delta).
+	RunningMean *float64 `json:"running_mean,omitempty"`
+	WaitingMean *float64 `json:"waiting_mean,omitempty"`
+	Preemptions *float64 `json:"preemptions,omitempty"`
+}
+
+// addEngineStats fills the engine-load fields from the stage's polls and
+// the counter samples around it (countersOK: both samples were read).
+func (s *StageSummary) addEngineStats(polls []pollStat, before, after sample, countersOK bool) {
+	if len(polls) > 0 {
+		var run, wait float64
+		for _, p := range polls {
+			run += p.Running
+			wait += p.Waiting
+		}
+		s.RunningMean, s.WaitingMean = ptr(run/float64(len(polls))), ptr(wait/float64(len(polls)))
+	}
+	if n, ok := preemptDelta(before, after); ok && countersOK && after != nil {
+		s.Preemptions = ptr(n)
+	}
+}
+
+// busyCounts lists each poll's busy replicas.
+func busyCounts(polls []pollStat) []int {
+	out := make([]int, len(polls))
+	for i, p := range polls {
+		out[i] = p.Busy
+	}
+	return out
 }
 
 func ptr(v float64) *float64 { return &v }

@@ -154,9 +154,11 @@ func (t *Target) ResetCache(ctx context.Context) error {
 
 // replicaSample is one replica's (or engine's) counters at one instant.
 type replicaSample struct {
-	Running         float64
-	Hits, Queries   float64 // prefix-cache counters, tokens
-	CounterKnownSet bool
+	Running, Waiting float64 // engine gauges
+	Hits, Queries    float64 // prefix-cache counters, tokens
+	CounterKnownSet  bool
+	Preemptions      float64 // engine counter
+	PreemptKnown     bool
 }
 
 // sample maps replica name (warden rank, or vLLM's engine label) to counters.
@@ -190,9 +192,12 @@ func parseWardenStatus(body []byte) sample {
 	gjson.GetBytes(body, "replicas").ForEach(func(_, r gjson.Result) bool {
 		s[r.Get("rank").String()] = replicaSample{
 			Running:         r.Get("running").Float(),
+			Waiting:         r.Get("waiting").Float(),
 			Hits:            r.Get("prefix_hits").Float(),
 			Queries:         r.Get("prefix_queries").Float(),
 			CounterKnownSet: r.Get("prefix_queries").Exists(),
+			Preemptions:     r.Get("preemptions").Float(),
+			PreemptKnown:    r.Get("preemptions").Exists(),
 		}
 		return true
 	})
@@ -202,8 +207,10 @@ func parseWardenStatus(body []byte) sample {
 // Engine metric names; the prefix counters are accepted with or without _total.
 const (
 	metricRunning = "vllm:num_requests_running"
+	metricWaiting = "vllm:num_requests_waiting"
 	metricQueries = "vllm:prefix_cache_queries"
 	metricHits    = "vllm:prefix_cache_hits"
+	metricPreempt = "vllm:num_preemptions"
 )
 
 // parseEngineMetrics reads a vLLM-style Prometheus text page. Series are
@@ -237,6 +244,8 @@ func parseEngineMetrics(body []byte) (sample, error) {
 		}
 	}
 	add(metricRunning, func(r *replicaSample, v float64) { r.Running += v })
+	add(metricWaiting, func(r *replicaSample, v float64) { r.Waiting += v })
+	add(metricPreempt, func(r *replicaSample, v float64) { r.Preemptions += v; r.PreemptKnown = true })
 	add(metricQueries, func(r *replicaSample, v float64) { r.Queries += v; r.CounterKnownSet = true })
 	add(metricHits, func(r *replicaSample, v float64) { r.Hits += v })
 	return s, nil
@@ -272,4 +281,38 @@ func prefixDelta(before, after sample) (hits, queries float64, ok bool) {
 		queries += dq
 	}
 	return hits, queries, ok
+}
+
+// preemptDelta sums the preemption counters' growth from before to after,
+// with prefixDelta's rules for restarts and new replicas; ok is false when
+// no replica reports the counter.
+func preemptDelta(before, after sample) (n float64, ok bool) {
+	for k, a := range after {
+		if !a.PreemptKnown {
+			continue
+		}
+		ok = true
+		d := a.Preemptions - before[k].Preemptions
+		if d < 0 {
+			d = a.Preemptions
+		}
+		n += d
+	}
+	return n, ok
+}
+
+// pollStat is one poll of the target: replicas with a running request, and
+// running and waiting requests summed over the replicas.
+type pollStat struct {
+	Busy             int
+	Running, Waiting float64
+}
+
+func (s sample) stat() pollStat {
+	p := pollStat{Busy: s.busy()}
+	for _, r := range s {
+		p.Running += r.Running
+		p.Waiting += r.Waiting
+	}
+	return p
 }

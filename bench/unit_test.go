@@ -21,12 +21,17 @@ vllm:prefix_cache_queries_total{engine="1",model_name="m"} 500
 # TYPE vllm:prefix_cache_hits counter
 vllm:prefix_cache_hits_total{engine="0",model_name="m"} 600
 vllm:prefix_cache_hits_total{engine="1",model_name="m"} 100
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 3
+# TYPE vllm:num_preemptions counter
+vllm:num_preemptions_total{engine="1",model_name="m"} 7
 `
 	s, err := parseEngineMetrics([]byte(page))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := sample{"0": {Running: 2, Hits: 600, Queries: 1000, CounterKnownSet: true}, "1": {Hits: 100, Queries: 500, CounterKnownSet: true}}
+	want := sample{"0": {Running: 2, Waiting: 3, Hits: 600, Queries: 1000, CounterKnownSet: true},
+		"1": {Hits: 100, Queries: 500, CounterKnownSet: true, Preemptions: 7, PreemptKnown: true}}
 	if diff := cmp.Diff(want, s); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
@@ -60,9 +65,31 @@ func TestPrefixDelta(t *testing.T) {
 	}
 }
 
+func TestEngineStats(t *testing.T) {
+	before := sample{"0": {Preemptions: 5, PreemptKnown: true}, "1": {Preemptions: 9, PreemptKnown: true}}
+	after := sample{
+		"0": {Running: 2, Waiting: 1, Preemptions: 8, PreemptKnown: true}, // +3
+		"1": {Running: 1, Preemptions: 2, PreemptKnown: true},             // restarted: counts from 0
+	}
+	polls := []pollStat{before.stat(), after.stat()}
+	if diff := cmp.Diff([]pollStat{{}, {Busy: 2, Running: 3, Waiting: 1}}, polls); diff != "" {
+		t.Errorf("poll stats (-want +got):\n%s", diff)
+	}
+	var s StageSummary
+	s.addEngineStats(polls, before, after, true)
+	if s.RunningMean == nil || *s.RunningMean != 1.5 || *s.WaitingMean != 0.5 || s.Preemptions == nil || *s.Preemptions != 5 {
+		t.Errorf("running %v waiting %v preemptions %v, want 1.5 0.5 5", s.RunningMean, s.WaitingMean, s.Preemptions)
+	}
+	var none StageSummary
+	none.addEngineStats(nil, nil, sample{"0": {Running: 1}}, true)
+	if none.RunningMean != nil || none.Preemptions != nil {
+		t.Errorf("no polls and no counters must leave the fields unknown: %+v", none)
+	}
+}
+
 func TestWardenStatusSample(t *testing.T) {
-	s := parseWardenStatus([]byte(`{"policy":"sticky","replicas":[{"rank":0,"running":3,"prefix_hits":7,"prefix_queries":9},{"rank":1,"running":0}],"series":[]}`))
-	want := sample{"0": {Running: 3, Hits: 7, Queries: 9, CounterKnownSet: true}, "1": {}}
+	s := parseWardenStatus([]byte(`{"policy":"sticky","replicas":[{"rank":0,"running":3,"waiting":2,"prefix_hits":7,"prefix_queries":9,"preemptions":4},{"rank":1,"running":0}],"series":[]}`))
+	want := sample{"0": {Running: 3, Waiting: 2, Hits: 7, Queries: 9, CounterKnownSet: true, Preemptions: 4, PreemptKnown: true}, "1": {}}
 	if diff := cmp.Diff(want, s); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}

@@ -99,13 +99,20 @@ done
 # shellcheck disable=SC2086
 "$warden" bench --url "$url" --ab off,sticky --time-scale "$time_scale" --out "$out" $bench_args
 
-# Engine facts for the record: each replica's /version (the simulator reports
-# sim.lag_seconds there: simulated time lost because the CPU fell behind).
+# Engine facts for the record: each replica's /metrics (engine-N.metrics:
+# preemptions, prompt and generation tokens) and /version (engines.json; the
+# simulator reports sim.lag_seconds there: simulated time lost because the
+# CPU fell behind).
 if command -v jq >/dev/null; then
+  i=0
   for u in $(curl -fsS "$url/warden/status" | jq -r '.replicas[].url'); do
+    curl -fsS "$u/metrics" >"$out/engine-$i.metrics" 2>/dev/null || true
+    i=$((i + 1))
     curl -fsS "$u/version" || echo '{}'
   done | jq -s '.' >"$out/engines.json" || true
-  jq -r '.[] | select(.sim) | "bench-ab: engine busy \(.sim.busy_seconds|floor) s, lag \(.sim.lag_seconds*1000|floor/1000) s (simulated)"' \
+  jq -r '.[] | select(.sim) | "bench-ab: engine busy \(.sim.busy_seconds|floor) s, lag \(.sim.lag_seconds*1000|floor/1000) s (simulated)" +
+    (if .sim.lag_seconds > 0.02 * .sim.busy_seconds then " -- WARNING: the simulator fell behind its time scale (CPU);" +
+      " these results are not trustworthy: rerun on an idle machine or with a lower BENCH_SCALE" else "" end)' \
     "$out/engines.json" >&2 || true
 fi
 echo "bench-ab: results in $out (warden log: $out/warden.err)" >&2
