@@ -56,6 +56,7 @@ type ReplicaView struct {
 	// seconds of the proxy's clock; zero when unknown.
 	WorkingSet         int     // KV the conversations active here need: shared prefix once + their contexts
 	Active             int     // conversations active here (in flight or just finished)
+	Homed              int     // conversations placed here under the current policy (new, moved, failed over)
 	TurnSeconds        float64 // mean request duration here
 	WaitSeconds        float64 // mean time to first byte here
 	PrefillSecPerToken float64 // measured prefill cost per computed prompt token

@@ -128,11 +128,10 @@ func pickAdaptive(snap []ReplicaView, s SessionView, cfg PlaceConfig, rng Rand) 
 
 // leastLoadedWith is the least-loaded available replica other than skip
 // that has room for footprint tokens (-1 if none has; a very negative
-// footprint admits every replica). Load is the seed rule's order with the
-// conversations that are active now (in flight or just finished) in place
-// of every conversation within the session TTL: idle and finished
-// conversations, and those placed under another policy, do not count
-// (docs/calibration.md §5).
+// footprint admits every replica). Load is the seed rule's order (in
+// flight + conversations homed there, then KV fill) with homes counted
+// only since the policy became adaptive: conversations placed under
+// another policy do not steer it (docs/calibration.md §5).
 func leastLoadedWith(snap []ReplicaView, skip, footprint int, fill float64, rng Rand) int {
 	var ties []int
 	var best [2]int
@@ -140,7 +139,7 @@ func leastLoadedWith(snap []ReplicaView, skip, footprint int, fill float64, rng 
 		if left, ok := room(r, fill); i == skip || !r.Available() || (ok && left < footprint) {
 			continue
 		}
-		cur := [2]int{r.InFlight + r.Active, int(r.KVUsed * 20)}
+		cur := [2]int{r.InFlight + r.Homed, int(r.KVUsed * 20)}
 		switch {
 		case ties == nil || less(cur, best):
 			best, ties = cur, append(ties[:0], i)

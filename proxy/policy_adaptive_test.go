@@ -46,10 +46,10 @@ func TestPickAdaptive(t *testing.T) {
 		{"a replica without room is skipped even when it is idle",
 			with(kv4(35000, 38000, 30000, 31000), func(s []ReplicaView) { s[0].InFlight = 0; s[2].InFlight = 2; s[3].InFlight = 1 }),
 			fresh, cfg, Decision{2, ReasonNew}},
-		{"sessions idle within the TTL do not count as load; active ones do",
+		{"sessions within the TTL placed under another policy do not count; those homed under this one do",
 			with(kv4(0, 0, 0, 0), func(s []ReplicaView) {
 				s[0].ActiveSessions, s[1].ActiveSessions, s[2].ActiveSessions, s[3].ActiveSessions = 30, 0, 0, 0
-				s[1].Active, s[2].Active, s[3].Active = 2, 1, 3
+				s[1].Homed, s[2].Homed, s[3].Homed = 2, 1, 3
 			}), fresh, cfg, Decision{0, ReasonNew}},
 		{"no room anywhere: the new conversation waits at the proxy",
 			busy(kv4(35000, 38000, 36000, 39000)), fresh, cfg, Decision{-1, ReasonWait}},

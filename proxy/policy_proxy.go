@@ -16,6 +16,7 @@ const maxHold = 10 * time.Minute
 // adaptiveView completes the snapshot and session view with routeState's
 // estimates. The caller holds p.mu.
 func (p *Proxy) adaptiveView(snap []ReplicaView, sv *SessionView, bodyBytes int, waited time.Duration, now time.Time) {
+	p.route.policy(p.policy)
 	p.route.fill(snap, now)
 	p.route.sessionView(sv, bodyBytes, snap)
 	sv.Waited = waited.Seconds()

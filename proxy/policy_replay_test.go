@@ -241,6 +241,7 @@ func (p *replay) route(q *rReq) bool {
 		snap[i].StaleRunning, snap[i].StaleWaiting, snap[i].SentSince = e.stale[0], e.stale[1], e.sent
 	}
 	now := p.now()
+	p.rs.policy(p.policy.Policy)
 	p.rs.fill(snap, now)
 	sv := SessionView{Key: q.s.key, Known: q.s.homeKnown, Home: q.s.home, Waited: p.t - q.arrive, Held: len(p.held)}
 	p.rs.sessionView(&sv, bodyBytes(len(q.s.ctx)), snap)
@@ -613,6 +614,36 @@ func TestReplayWorkloads(t *testing.T) {
 			for i, r := range l.runAll() {
 				t.Logf("%s %2d %-8s %v", name, l.stages[i], pol, r)
 			}
+		}
+	}
+}
+
+func TestReplayScan(t *testing.T) {
+	exploring(t)
+	type v struct {
+		name string
+		mk   func(l *replayLoad)
+	}
+	for _, w := range []v{
+		{"first4000", func(l *replayLoad) { l.first = 4000 }},
+		{"kv48k", func(l *replayLoad) { l.kvTokens = 48000 }},
+		{"turns8", func(l *replayLoad) { l.turns = 8 }},
+		{"out512", func(l *replayLoad) { l.out = 512 }},
+	} {
+		res := map[string][]replayResult{}
+		var stages []int
+		for _, pol := range []string{PolicyOff, PolicySticky, PolicyAdaptive} {
+			l := calLoad(pol)
+			l.stages = []int{8, 12, 16, 20, 24}
+			w.mk(&l)
+			res[pol] = l.runAll()
+			stages = l.stages
+		}
+		for i, n := range stages {
+			a, s, o := res[PolicyAdaptive][i], res[PolicySticky][i], res[PolicyOff][i]
+			win := a.p50 <= min(s.p50, o.p50) && a.p95 <= min(s.p95, o.p95) && a.outPerMin >= max(s.outPerMin, o.outPerMin) && a.hitPct >= s.hitPct
+			t.Logf("%-9s %2d win=%v A %.2f/%.2f/%.0f/%.1f S %.2f/%.2f/%.0f/%.1f O %.2f/%.2f/%.0f/%.1f", w.name, n, win,
+				a.p50, a.p95, a.outPerMin, a.hitPct, s.p50, s.p95, s.outPerMin, s.hitPct, o.p50, o.p95, o.outPerMin, o.hitPct)
 		}
 	}
 }

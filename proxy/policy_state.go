@@ -17,8 +17,10 @@ type routeState struct {
 	max   int // conversations remembered (LRU over all beyond)
 	head  *routeSess
 	tail  *routeSess
-	tpb   ewma    // prompt tokens per body byte (usage / request size)
-	grace float64 // a finished conversation stays active this many turn times
+	tpb   ewma        // prompt tokens per body byte (usage / request size)
+	homed map[int]int // rank -> conversations placed there (new, moved or failed over) since the policy last changed
+	epoch string      // the policy those placements were made under
+	grace float64     // a finished conversation stays active this many turn times
 }
 
 // repRoute is one replica's part of routeState.
@@ -102,7 +104,7 @@ func newRouteState(max int) *routeState {
 	if max <= 0 {
 		max = 100_000
 	}
-	return &routeState{reps: map[int]*repRoute{}, sess: map[string]*routeSess{}, max: max,
+	return &routeState{reps: map[int]*repRoute{}, sess: map[string]*routeSess{}, max: max, homed: map[int]int{},
 		grace: defaultGrace}
 }
 
@@ -204,6 +206,16 @@ func (rs *routeState) drop(s *routeSess) {
 	delete(rs.sess, s.key)
 }
 
+// policy notes the policy in force: a change starts the homed counts
+// afresh, so that placements made under another policy (e.g. `off`'s
+// lowest-rank ties) do not steer this one's.
+func (rs *routeState) policy(name string) {
+	if name != rs.epoch {
+		rs.epoch = name
+		clear(rs.homed)
+	}
+}
+
 // forget removes a replica's state (the replica was removed).
 func (rs *routeState) forget(rank int) {
 	r := rs.reps[rank]
@@ -231,6 +243,14 @@ func (rs *routeState) begin(key string, bodyBytes, rank int, reason Reason, now 
 	} else {
 		t.s = s
 		est = max(est, s.tokens)
+		if s.turns == 0 && s.inflight == 0 && s.rank < 0 {
+			rs.homed[rank]++ // its first placement
+		} else if reason == ReasonMove || reason == ReasonFailover {
+			rs.homed[rank]++
+			if s.rank >= 0 && rs.homed[s.rank] > 0 {
+				rs.homed[s.rank]--
+			}
+		}
 		if s.rank != rank {
 			if s.rank >= 0 {
 				rs.rep(s.rank).lru.unlink(s)
@@ -321,6 +341,7 @@ func (rs *routeState) fill(snap []ReplicaView, now time.Time) {
 			ws += r.footprint(s, s.tokens)
 		}
 		snap[i].WorkingSet, snap[i].Active = ws, active
+		snap[i].Homed = rs.homed[snap[i].Rank]
 		snap[i].TurnSeconds, snap[i].WaitSeconds, snap[i].PrefillSecPerToken = r.turn.v, r.wait.v, r.prefill.v
 	}
 }
