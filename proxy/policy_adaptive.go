@@ -10,18 +10,20 @@ package proxy
 //     KV capacity. Beyond that, conversations evict each other's prefixes
 //     and every turn is prefilled again (the overload of the reference
 //     measurement).
-//   - Admission. A new conversation goes to the replica with the most room.
-//     When no replica has room it waits at the proxy (ReasonWait; the proxy
-//     asks again when a request ends) for at most AdmitWait, then goes to the
-//     least overcommitted replica: a bounded first-turn wait instead of
-//     evicting the working sets of running conversations.
+//   - Admission. A new conversation goes to the least-loaded replica among
+//     those with room. When none has room it waits at the proxy (ReasonWait;
+//     the proxy asks again when a request ends) for at most AdmitWait — a
+//     bounded first-turn wait instead of evicting the working sets of
+//     running conversations — but only while the overflow is small
+//     (maxOverflow); past the bound, or at a deeper overload, it goes to the
+//     least-loaded replica as under the seed rule.
 //   - Stay or move. A known conversation stays home while its home is not
 //     overcommitted. On an overcommitted home it moves to a replica with room
 //     when the expected queue wait at home exceeds the expected wait there
 //     plus the re-prefill its move costs (nothing when its prefix is
 //     probably gone from home anyway). A move re-homes it, and a moved
 //     conversation stays put for MoveCooldown turns (hysteresis).
-//   - Failover as the seed rule; without KV capacity (an engine that does
+//   - Spill and failover as the seed rule; without KV capacity (an engine that does
 //     not export vllm:cache_config_info) it degrades to the sticky rule.
 
 // Adaptive policy defaults (PlaceConfig zero values).
