@@ -1,16 +1,21 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/urfave/cli/v2"
 
 	"github.com/lmwarden/warden/proxy"
+	"github.com/lmwarden/warden/proxy/panel"
 )
 
 // envVars names a flag's WARDEN_* environment variable.
@@ -87,4 +92,36 @@ func startHTTP(ln net.Listener, h http.Handler, log *slog.Logger) (*http.Server,
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	return srv, served
+}
+
+// newLogger is the one logger of a warden run: text on stderr.
+func newLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// newRegistry is the run's one Prometheus registry (the proxy adds its own
+// metrics and the panel's collector to it).
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// drain blocks until ctx ends (SIGINT/SIGTERM) or the server fails, then
+// stops accepting, lets in-flight requests finish for up to grace, scrapes
+// the engines once more and returns the final status for the summary.
+// stopSignals is called first, so a second Ctrl-C kills the warden the
+// default way.
+func drain(ctx context.Context, stopSignals func(), srv *http.Server, served <-chan error,
+	px *proxy.Proxy, grace time.Duration, log *slog.Logger) panel.Status {
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining in-flight requests", "grace", grace)
+	case err := <-served:
+		log.Error("http server stopped", "err", err)
+	}
+	stopSignals()
+	shutdownHTTP(srv, grace)
+	px.CheckNow(context.Background())
+	return px.Status()
 }

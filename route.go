@@ -17,8 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/tidwall/gjson"
 	"github.com/urfave/cli/v2"
 
@@ -199,7 +197,7 @@ func runRoute(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit("warden route: "+err.Error(), 2)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := newLogger()
 	ctx, stopSignals := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -221,16 +219,7 @@ func runRoute(c *cli.Context) error {
 	go reloadOnHangup(runCtx, c, px, log)
 	printRouteReady(c.App.Writer, cfg, px.Status())
 
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down: draining in-flight requests", "grace", cfg.DrainTimeout)
-	case err := <-served:
-		log.Error("http server stopped", "err", err)
-	}
-	stopSignals() // a second Ctrl-C kills the warden the default way
-	shutdownHTTP(srv, cfg.DrainTimeout)
-	px.CheckNow(context.Background())
-	final := px.Status()
+	final := drain(ctx, stopSignals, srv, served, px, cfg.DrainTimeout, log)
 	stopRun()
 	if cfg.StateFile != "" {
 		if n, err := px.SaveSessions(cfg.StateFile); err != nil {
@@ -249,9 +238,7 @@ func newRouteProxy(ctx context.Context, cfg routeConfig, log *slog.Logger) (*pro
 	if cfg.Proxy.ServedModel == "" {
 		cfg.Proxy.ServedModel = servedNameOf(ctx, cfg.Replicas, log)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg.Proxy.Registry, cfg.Proxy.Logger = reg, log
+	cfg.Proxy.Registry, cfg.Proxy.Logger = newRegistry(), log
 	px, err := proxy.New(cfg.Proxy, cfg.Replicas)
 	if err != nil {
 		return nil, err

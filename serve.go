@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,8 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/urfave/cli/v2"
 
 	"github.com/lmwarden/warden/gpu"
@@ -205,7 +204,7 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit("warden serve: "+err.Error(), 2)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := newLogger()
 	ctx, stopSignals := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 
@@ -223,9 +222,7 @@ func runServe(c *cli.Context) error {
 		ln.Close()
 		return cli.Exit("warden serve: "+err.Error(), 1)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg.Proxy.Registry, cfg.Proxy.Logger = reg, log
+	cfg.Proxy.Registry, cfg.Proxy.Logger = newRegistry(), log
 	px, err := proxy.New(cfg.Proxy, backends)
 	if err != nil {
 		ln.Close()
@@ -253,28 +250,23 @@ func runServe(c *cli.Context) error {
 		return cli.Exit("warden serve: "+err.Error(), 1)
 	}
 	px.CheckNow(ctx)
-	url := "http://" + net.JoinHostPort(displayHost(cfg.Host), strconv.Itoa(cfg.Port))
-	fmt.Fprintf(c.App.Writer, "warden: ready at %s (%d x %s, policy %s; status page %s/, logs %s)\n",
-		url, cfg.DP, cfg.ServedName, px.Status().Policy, url, cfg.LogDir)
+	printServeReady(c.App.Writer, cfg, px.Status().Policy)
 
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down: draining in-flight requests", "grace", cfg.DrainTimeout)
-	case err := <-served:
-		log.Error("http server stopped", "err", err)
-	}
-	stopSignals() // a second Ctrl-C now kills the warden the default way; Pdeathsig takes the engines
-	shutdownHTTP(srv, cfg.DrainTimeout)
-	px.CheckNow(context.Background())
-	final := px.Status()
+	final := drain(ctx, stopSignals, srv, served, px, cfg.DrainTimeout, log)
 	stopRun()
-	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.StopGrace+30*time.Second)
-	defer cancel()
-	if err := group.Stop(stopCtx); err != nil {
-		log.Warn("stopping engines", "err", err)
-	}
+	stopEngines(group, cfg.StopGrace, log)
 	panel.WriteSummary(os.Stderr, final)
 	return nil
+}
+
+// stopEngines stops every engine (SIGTERM to each process group, SIGKILL
+// after grace) and returns once none is left.
+func stopEngines(g *launch.Group, grace time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), grace+30*time.Second)
+	defer cancel()
+	if err := g.Stop(ctx); err != nil {
+		log.Warn("stopping engines", "err", err)
+	}
 }
 
 // onEngineState feeds the launcher's view of each rank to the proxy: a rank
@@ -315,4 +307,11 @@ func displayHost(h string) string {
 		return "127.0.0.1"
 	}
 	return h
+}
+
+// printServeReady prints the one line scripts wait for: the URL to use.
+func printServeReady(w io.Writer, cfg serveConfig, policy string) {
+	url := "http://" + net.JoinHostPort(displayHost(cfg.Host), strconv.Itoa(cfg.Port))
+	fmt.Fprintf(w, "warden: ready at %s (%d x %s, policy %s; status page %s/, logs %s)\n",
+		url, cfg.DP, cfg.ServedName, policy, url, cfg.LogDir)
 }
