@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -112,6 +113,7 @@ type Proxy struct {
 	rng         *rand.Rand
 	sessions    *sessionTable
 	lastRefresh time.Time
+	ticking     bool   // Run refreshes the balancer view on its own tick
 	knownTurns  uint64 // turns of sessions that already had a home
 	homeTurns   uint64 // ... served on that home
 	peak        peakState
@@ -288,11 +290,8 @@ func (p *Proxy) place(key SessionKey, pinned bool, pin int, skip []int, bodyByte
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.clock()
-	if now.Sub(p.lastRefresh) >= p.cfg.BalancerInterval {
-		for _, r := range p.replicaList() {
-			r.refreshBalancer()
-		}
-		p.lastRefresh = now
+	if !p.ticking && now.Sub(p.lastRefresh) >= p.cfg.BalancerInterval {
+		p.refreshBalancers(now) // no Run loop (tests): refresh on demand
 	}
 	var s *session
 	if key.Key != "" {
@@ -339,4 +338,39 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	w.WriteHeader(code)
 	m, _ := json.Marshal(msg)
 	fmt.Fprintf(w, `{"error":{"message":%s,"type":"warden_error","code":%d}}`+"\n", m, code)
+}
+
+// refreshBalancers takes a new sample of every replica's load for the
+// vLLM-style balancers. The caller holds p.mu.
+func (p *Proxy) refreshBalancers(now time.Time) {
+	for _, r := range p.replicaList() {
+		r.refreshBalancer()
+	}
+	p.lastRefresh = now
+}
+
+// tickBalancers refreshes the balancer view every BalancerInterval until ctx
+// ends, as vLLM's coordinator publishes engine stats on a fixed period: a
+// decision sees the load as of the last tick plus what was sent since, never
+// the exact load of its own instant (which would make `off` accidentally
+// sticky: a closed-loop session's own replica is the one that just went idle).
+func (p *Proxy) tickBalancers(ctx context.Context) {
+	p.mu.Lock()
+	p.ticking = true
+	p.mu.Unlock()
+	t := time.NewTicker(p.cfg.BalancerInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			p.mu.Lock()
+			p.ticking = false
+			p.mu.Unlock()
+			return
+		case <-t.C:
+			p.mu.Lock()
+			p.refreshBalancers(p.clock())
+			p.mu.Unlock()
+		}
+	}
 }

@@ -225,6 +225,7 @@ func (p *Proxy) CheckNow(ctx context.Context) {
 // Run polls the replicas every Config.ScrapeInterval (once at once), expires
 // idle sessions and keeps the overcommit peak, until ctx is done.
 func (p *Proxy) Run(ctx context.Context) {
+	go p.tickBalancers(ctx)
 	t := time.NewTicker(p.cfg.ScrapeInterval)
 	defer t.Stop()
 	for {

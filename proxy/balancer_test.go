@@ -1,0 +1,73 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestOffSeesTheLoadOfTheLastTick checks the vLLM-style balancer's view is
+// the sample of the last periodic refresh plus what was sent since, not the
+// exact load at the decision: a closed-loop session whose turn just ended
+// still counts on its replica until the next tick, so `off` does not send
+// its next turn home by accident. Without the tick (tests, no Run loop) the
+// view is refreshed at the decision once it is older than the interval.
+func TestOffSeesTheLoadOfTheLastTick(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		ticking bool
+		want    int
+	}{
+		{"with Run's tick the finished turn still counts: next turn goes to replica 1", true, 1},
+		{"refreshed at the decision the replica looks idle: next turn goes home to 0", false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := &fakeClock{t: time.Unix(1_000_000, 0)}
+			var bs []Backend
+			for i := range 2 {
+				bs = append(bs, Backend{Rank: i, URL: fmt.Sprintf("http://127.0.0.1:%d", 9000+i), MaxNumSeqs: 32})
+			}
+			p, _ := testProxyBackends(t, Config{Policy: PolicyOff, Clock: clk.now, BalancerInterval: 100 * time.Millisecond}, bs)
+			p.mu.Lock()
+			p.ticking = tc.ticking
+			p.mu.Unlock()
+
+			first := p.place(SessionKey{Key: "a"}, false, 0, nil, 0, 0)
+			if first.d.Rank != 0 {
+				t.Fatalf("first turn on an idle pair went to %d, want 0 (ties to the lowest rank)", first.d.Rank)
+			}
+			p.mu.Lock() // a tick while the first turn runs
+			p.refreshBalancers(clk.now())
+			p.mu.Unlock()
+			first.rep.inflight.Add(-1) // the turn ends
+			clk.add(time.Second)       // long past the interval, but no tick since
+			second := p.place(SessionKey{Key: "a"}, false, 0, nil, 0, 0)
+			if second.d.Rank != tc.want {
+				t.Errorf("second turn went to replica %d, want %d", second.d.Rank, tc.want)
+			}
+		})
+	}
+}
+
+// TestRunTicksTheBalancer checks Run takes over the refresh and hands it
+// back when it ends.
+func TestRunTicksTheBalancer(t *testing.T) {
+	p, _ := testProxyBackends(t, Config{Policy: PolicyOff, BalancerInterval: time.Millisecond},
+		[]Backend{{Rank: 0, URL: "http://127.0.0.1:9", MaxNumSeqs: 32}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	waitFor(t, "Run to tick the balancer", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.ticking && !p.lastRefresh.IsZero()
+	})
+	cancel()
+	<-done
+	waitFor(t, "the tick to stop", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return !p.ticking
+	})
+}
