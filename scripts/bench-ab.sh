@@ -23,6 +23,7 @@
 #   BENCH_PROFILE     simulator --sim-profile (sim only)          (default a4000-qwen3-4b-2507-bf16-vllm026-fit)
 #   BENCH_RTT         bench --client-rtt (sim only)               (default 250ms, the reference's remote client)
 #   BENCH_SERVE_ARGS  extra `warden serve` flags (set but empty: none) (default "--max-num-seqs 32", the reference's)
+#   BENCH_AB          the two policies compared, A,B                (default off,sticky)
 #   BENCH_ARGS        extra `warden bench` flags, e.g. "--stages 4,8 --stage 1m --reset-cache --alternate"
 #   BENCH_OUT         results folder                              (default bench-results/ab-<time>)
 #   BENCH_WAIT_S      seconds to wait for the warden to get ready (default 900)
@@ -97,7 +98,7 @@ until "$warden" wait --url "$url" --timeout 10s 2>/dev/null; do
 done
 
 # shellcheck disable=SC2086
-"$warden" bench --url "$url" --ab off,sticky --time-scale "$time_scale" --out "$out" $bench_args
+"$warden" bench --url "$url" --ab "${BENCH_AB:-off,sticky}" --time-scale "$time_scale" --out "$out" $bench_args
 
 # Engine facts for the record: each replica's /metrics (engine-N.metrics:
 # preemptions, prompt and generation tokens) and /version (engines.json; the
