@@ -35,6 +35,8 @@ func routerFlags() []cli.Flag {
 			Usage: "routing policy: adaptive (sticky, plus KV-aware admission of new conversations and cost-based moves), sticky (keep a conversation on its replica), off (vLLM-like shortest queue), hash, ..."},
 		&cli.BoolFlag{Name: "affinity", Value: true, EnvVars: envVars("AFFINITY"),
 			Usage: "session affinity; --affinity=false is --policy off"},
+		&cli.DurationFlag{Name: "balancer-interval", Value: 100 * time.Millisecond, EnvVars: envVars("BALANCER_INTERVAL"),
+			Usage: "period of the load sample the vLLM-style balancers (off, off-v2) decide on, as vLLM's coordinator publishes engine stats"},
 		&cli.IntFlag{Name: "spill-threshold", EnvVars: envVars("SPILL_THRESHOLD"),
 			Usage: "in-flight requests on a replica above which a sticky turn spills elsewhere (0: auto = max(1, the replica's max_num_seqs/4))"},
 		&cli.StringSliceFlag{Name: "session-header", EnvVars: envVars("SESSION_HEADER"),
@@ -64,6 +66,9 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 	if c.Int("spill-threshold") < 0 {
 		return proxy.Config{}, "", fmt.Errorf("--spill-threshold must be >= 0 (0 means auto)")
 	}
+	if c.Duration("balancer-interval") <= 0 {
+		return proxy.Config{}, "", fmt.Errorf("--balancer-interval must be positive, got %v", c.Duration("balancer-interval"))
+	}
 	if c.Duration("response-header-timeout") <= 0 {
 		return proxy.Config{}, "", fmt.Errorf("--response-header-timeout must be positive, got %v", c.Duration("response-header-timeout"))
 	}
@@ -79,6 +84,7 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 		SessionHeaders: c.StringSlice("session-header"), KeepBillingHeader: c.Bool("keep-billing-header"),
 		AdminToken: c.String("admin-token"), APIKey: c.String("api-key"),
 		ResponseHeaderTimeout: c.Duration("response-header-timeout"), StrictModel: c.Bool("strict-model"),
+		BalancerInterval: c.Duration("balancer-interval"),
 	}
 	return cfg, net.JoinHostPort(c.String("host"), strconv.Itoa(port)), nil
 }

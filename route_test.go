@@ -62,6 +62,12 @@ func TestRouteConfig(t *testing.T) {
 	if wantState := filepath.Join(dir, "warden", "route-9100.sessions.json"); cfg.StateFile != wantState || cfg.Addr != "127.0.0.1:9100" {
 		t.Errorf("state file %s addr %s, want %s 127.0.0.1:9100", cfg.StateFile, cfg.Addr, wantState)
 	}
+	if cfg.Proxy.BalancerInterval != 100*time.Millisecond || cfg.Proxy.Policy != proxy.PolicyAdaptive {
+		t.Errorf("defaults: balancer interval %v policy %s, want 100ms adaptive", cfg.Proxy.BalancerInterval, cfg.Proxy.Policy)
+	}
+	if cfg, _ := parseRoute(t, "--replica", "http://h:1", "--balancer-interval", "1s", "--affinity=false"); cfg.Proxy.BalancerInterval != time.Second || cfg.Proxy.Policy != proxy.PolicyOff {
+		t.Errorf("--balancer-interval 1s --affinity=false: %v %s", cfg.Proxy.BalancerInterval, cfg.Proxy.Policy)
+	}
 	if cfg, _ := parseRoute(t, "--replica", "http://h:1", "--state-file", "none"); cfg.StateFile != "" {
 		t.Errorf("--state-file none: %q, want no state file", cfg.StateFile)
 	}
@@ -78,6 +84,7 @@ func TestRouteConfig(t *testing.T) {
 		{[]string{"--replica", "http://h:1", "--policy", "random"}, "unknown policy"},
 		{[]string{"--replica", "http://h:1", "--port", "70000"}, "not a TCP port"},
 		{[]string{"--replica", "http://h:1", "--state-interval", "0s"}, "--state-interval must be positive"},
+		{[]string{"--replica", "http://h:1", "--balancer-interval", "0s"}, "--balancer-interval must be positive"},
 	} {
 		if _, err := parseRoute(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("route %v: error %v, want one containing %q", tc.args, err, tc.err)
