@@ -49,7 +49,7 @@ func (p *Proxy) snapshotSessions() savedState {
 		st.Replicas = append(st.Replicas, canonicalURL(r.target))
 	}
 	p.sessions.expire(st.SavedAt)
-	for s := p.sessions.tail; s != nil; s = s.prev {
+	for s := p.sessions.lru.tail; s != nil; s = p.sessions.lru.prev(s) {
 		u, ok := urlOf[s.home]
 		if !ok {
 			continue

@@ -14,24 +14,23 @@ import "time"
 type routeState struct {
 	reps  map[int]*repRoute
 	sess  map[string]*routeSess
-	max   int // conversations remembered (LRU over all beyond)
-	head  *routeSess
-	tail  *routeSess
-	tpb   ewma        // prompt tokens per body byte (usage / request size)
-	homed map[int]int // rank -> conversations placed there (new, moved or failed over) since the policy last changed
-	epoch string      // the policy those placements were made under
-	grace float64     // a finished conversation stays active this many turn times
+	max   int              // conversations remembered (LRU over all beyond)
+	all   ilist[routeSess] // every remembered conversation, most recently used first
+	tpb   ewma             // prompt tokens per body byte (usage / request size)
+	homed map[int]int      // rank -> conversations placed there (new, moved or failed over) since the policy last changed
+	epoch string           // the policy those placements were made under
+	grace float64          // a finished conversation stays active this many turn times
 }
 
 // repRoute is one replica's part of routeState.
 type repRoute struct {
-	lru      rlist // conversations whose prefix this replica served last, most recent first
-	inflight int   // our requests here
-	flyTok   int   // KV footprint of the conversations in flight here
-	turn     ewma  // seconds from placement to the end of a request
-	wait     ewma  // seconds from placement to the first byte
-	shared   ewma  // tokens a first turn found cached (the shared system prompt)
-	prefill  ewma  // seconds per computed prompt token, from quiet first bytes
+	lru      ilist[routeSess] // conversations whose prefix this replica served last, most recent first
+	inflight int              // our requests here
+	flyTok   int              // KV footprint of the conversations in flight here
+	turn     ewma             // seconds from placement to the end of a request
+	wait     ewma             // seconds from placement to the first byte
+	shared   ewma             // tokens a first turn found cached (the shared system prompt)
+	prefill  ewma             // seconds per computed prompt token, from quiet first bytes
 }
 
 // routeSess is one conversation in routeState.
@@ -46,36 +45,8 @@ type routeSess struct {
 	movedAt  int // turns when it last moved; -1 never
 	flyFoot  int // footprint added to its replica's flyTok while in flight
 
-	prev, next   *routeSess // per-replica LRU (repRoute.lru)
-	gprev, gnext *routeSess // global LRU (bound)
-}
-
-// rlist is an intrusive list over routeSess.prev/next.
-type rlist struct{ head, tail *routeSess }
-
-func (l *rlist) pushFront(s *routeSess) {
-	s.prev, s.next = nil, l.head
-	if l.head != nil {
-		l.head.prev = s
-	}
-	l.head = s
-	if l.tail == nil {
-		l.tail = s
-	}
-}
-
-func (l *rlist) unlink(s *routeSess) {
-	if s.prev != nil {
-		s.prev.next = s.next
-	} else if l.head == s {
-		l.head = s.next
-	}
-	if s.next != nil {
-		s.next.prev = s.prev
-	} else if l.tail == s {
-		l.tail = s.prev
-	}
-	s.prev, s.next = nil, nil
+	onRep link[routeSess] // on its replica's repRoute.lru
+	onAll link[routeSess] // on routeState.all (the bound)
 }
 
 // ewma is an exponentially weighted mean; zero until the first sample.
@@ -105,13 +76,13 @@ func newRouteState(max int) *routeState {
 		max = 100_000
 	}
 	return &routeState{reps: map[int]*repRoute{}, sess: map[string]*routeSess{}, max: max, homed: map[int]int{},
-		grace: defaultGrace}
+		grace: defaultGrace, all: ilist[routeSess]{at: func(s *routeSess) *link[routeSess] { return &s.onAll }}}
 }
 
 func (rs *routeState) rep(rank int) *repRoute {
 	r := rs.reps[rank]
 	if r == nil {
-		r = &repRoute{}
+		r = &repRoute{lru: ilist[routeSess]{at: func(s *routeSess) *link[routeSess] { return &s.onRep }}}
 		rs.reps[rank] = r
 	}
 	return r
@@ -153,52 +124,21 @@ func (rs *routeState) get(key string) *routeSess {
 		return nil
 	}
 	if s := rs.sess[key]; s != nil {
-		rs.gfront(s)
+		rs.all.moveFront(s)
 		return s
 	}
-	for len(rs.sess) >= rs.max && rs.tail != nil {
-		rs.drop(rs.tail)
+	for len(rs.sess) >= rs.max && rs.all.tail != nil {
+		rs.drop(rs.all.tail)
 	}
 	s := &routeSess{key: key, rank: -1, movedAt: -1}
 	rs.sess[key] = s
-	rs.gfront(s)
+	rs.all.pushFront(s)
 	return s
-}
-
-func (rs *routeState) gfront(s *routeSess) {
-	if rs.head == s {
-		return
-	}
-	if s.gprev != nil || s.gnext != nil || rs.tail == s {
-		rs.gunlink(s)
-	}
-	s.gprev, s.gnext = nil, rs.head
-	if rs.head != nil {
-		rs.head.gprev = s
-	}
-	rs.head = s
-	if rs.tail == nil {
-		rs.tail = s
-	}
-}
-
-func (rs *routeState) gunlink(s *routeSess) {
-	if s.gprev != nil {
-		s.gprev.gnext = s.gnext
-	} else if rs.head == s {
-		rs.head = s.gnext
-	}
-	if s.gnext != nil {
-		s.gnext.gprev = s.gprev
-	} else if rs.tail == s {
-		rs.tail = s.gprev
-	}
-	s.gprev, s.gnext = nil, nil
 }
 
 // drop forgets a conversation (bound reached).
 func (rs *routeState) drop(s *routeSess) {
-	rs.gunlink(s)
+	rs.all.unlink(s)
 	if s.rank >= 0 {
 		rs.rep(s.rank).lru.unlink(s)
 	}
@@ -223,8 +163,8 @@ func (rs *routeState) forget(rank int) {
 		return
 	}
 	for s := r.lru.head; s != nil; {
-		next := s.next
-		s.prev, s.next, s.rank = nil, nil, -1
+		next := r.lru.next(s)
+		s.onRep, s.rank = link[routeSess]{}, -1
 		s = next
 	}
 	delete(rs.reps, rank)
@@ -328,7 +268,7 @@ func (rs *routeState) fill(snap []ReplicaView, now time.Time) {
 		ws, active := int(r.shared.v)+r.flyTok, 0
 		recent := rs.grace * r.turn.v
 		n := 0
-		for s := r.lru.head; s != nil && n < maxWalk; s = s.next {
+		for s := r.lru.head; s != nil && n < maxWalk; s = r.lru.next(s) {
 			n++
 			if s.inflight > 0 {
 				active++
@@ -381,7 +321,7 @@ func (rs *routeState) sessionView(sv *SessionView, bodyBytes int, snap []Replica
 	}
 	used := int(r.shared.v) + r.flyTok + r.footprint(s, s.tokens)
 	n := 0
-	for o := r.lru.head; o != nil && o != s && n < maxWalk; o = o.next {
+	for o := r.lru.head; o != nil && o != s && n < maxWalk; o = r.lru.next(o) {
 		n++
 		if o.inflight == 0 {
 			used += r.footprint(o, o.tokens)

@@ -6,11 +6,11 @@ import "time"
 // doubly linked list in order of last use (head = most recent) so that
 // expiry and LRU eviction pop from the tail without extra allocations.
 type session struct {
-	key        string
-	home       int   // rank
-	lastSeen   int64 // unix nanoseconds on the injected clock
-	context    uint32
-	prev, next *session
+	key      string
+	home     int   // rank
+	lastSeen int64 // unix nanoseconds on the injected clock
+	context  uint32
+	lru      link[session] // on sessionTable.lru
 
 	// Usage reports of the conversation's finished requests.
 	prompt, cached, completion uint64
@@ -20,18 +20,19 @@ type session struct {
 // sessions after ttl and evicts the least recently used beyond max. It is
 // not safe for concurrent use: the proxy guards it with its own mutex.
 type sessionTable struct {
-	ttl        time.Duration
-	max        int
-	m          map[string]*session
-	head, tail *session
-	active     map[int]int // rank -> sessions whose home it is
-	seen       uint64      // distinct sessions inserted since start
-	ctxSum     uint64      // sum of context over sessions with a known context
-	ctxN       int
+	ttl    time.Duration
+	max    int
+	m      map[string]*session
+	lru    ilist[session] // most recently used first
+	active map[int]int    // rank -> sessions whose home it is
+	seen   uint64         // distinct sessions inserted since start
+	ctxSum uint64         // sum of context over sessions with a known context
+	ctxN   int
 }
 
 func newSessionTable(ttl time.Duration, max int) *sessionTable {
-	return &sessionTable{ttl: ttl, max: max, m: make(map[string]*session), active: make(map[int]int)}
+	return &sessionTable{ttl: ttl, max: max, m: make(map[string]*session), active: make(map[int]int),
+		lru: ilist[session]{at: func(s *session) *link[session] { return &s.lru }}}
 }
 
 // get returns the live entry for key (touching it) or nil, after expiring
@@ -41,7 +42,7 @@ func (t *sessionTable) get(key string, now time.Time) *session {
 	s := t.m[key]
 	if s != nil {
 		s.lastSeen = now.UnixNano()
-		t.moveFront(s)
+		t.lru.moveFront(s)
 	}
 	return s
 }
@@ -52,14 +53,14 @@ func (t *sessionTable) peek(key string) *session { return t.m[key] }
 // insert adds a new session with the given home and returns it, evicting
 // the least recently used entry when the table is full.
 func (t *sessionTable) insert(key string, home int, now time.Time) *session {
-	if t.max > 0 && len(t.m) >= t.max && t.tail != nil {
-		t.remove(t.tail)
+	if t.max > 0 && len(t.m) >= t.max && t.lru.tail != nil {
+		t.remove(t.lru.tail)
 	}
 	s := &session{key: key, home: home, lastSeen: now.UnixNano()}
 	t.m[key] = s
 	t.active[home]++
 	t.seen++
-	t.pushFront(s)
+	t.lru.pushFront(s)
 	return s
 }
 
@@ -88,8 +89,8 @@ func (t *sessionTable) expire(now time.Time) {
 		return
 	}
 	cutoff := now.Add(-t.ttl).UnixNano()
-	for t.tail != nil && t.tail.lastSeen < cutoff {
-		t.remove(t.tail)
+	for t.lru.tail != nil && t.lru.tail.lastSeen < cutoff {
+		t.remove(t.lru.tail)
 	}
 }
 
@@ -100,40 +101,7 @@ func (t *sessionTable) remove(s *session) {
 		t.ctxSum -= uint64(s.context)
 		t.ctxN--
 	}
-	t.unlink(s)
+	t.lru.unlink(s)
 }
 
 func (t *sessionTable) len() int { return len(t.m) }
-
-func (t *sessionTable) pushFront(s *session) {
-	s.prev, s.next = nil, t.head
-	if t.head != nil {
-		t.head.prev = s
-	}
-	t.head = s
-	if t.tail == nil {
-		t.tail = s
-	}
-}
-
-func (t *sessionTable) unlink(s *session) {
-	if s.prev != nil {
-		s.prev.next = s.next
-	} else {
-		t.head = s.next
-	}
-	if s.next != nil {
-		s.next.prev = s.prev
-	} else {
-		t.tail = s.prev
-	}
-	s.prev, s.next = nil, nil
-}
-
-func (t *sessionTable) moveFront(s *session) {
-	if t.head == s {
-		return
-	}
-	t.unlink(s)
-	t.pushFront(s)
-}
