@@ -91,6 +91,7 @@ func BenchmarkPlace(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		pl := p.place(keys[i%len(keys)], false, 0, nil, 0, 0)
+		p.routeEnd(pl, nil, time.Now()) // the request ends, as forward's accounting does
 		pl.rep.inflight.Add(-1)
 		i++
 	}
