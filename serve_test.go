@@ -212,3 +212,19 @@ func TestServeWithoutGPUsNamesSimEngine(t *testing.T) {
 		t.Fatalf("error does not point to --engine sim:\n%s", out)
 	}
 }
+
+func TestServeStartupFailureNamesTheRankAndTheFix(t *testing.T) {
+	cmd := exec.Command(simproc.Binary(t), "serve", "--model", "demo", "--engine", "sim", "--dp", "2",
+		"--port", strconv.Itoa(simproc.FreePort(t)), "--log-dir", t.TempDir(), "--", "--max-model-len", "262144")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("serve with a context that cannot fit should fail, got %v\n%s", err, out)
+	}
+	for _, want := range []string{"failed to start", "last lines of", "max seq len (262144)", "-- --max-model-len 45872"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
