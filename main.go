@@ -2,8 +2,12 @@
 // per data-parallel rank, and in front of them a sticky, load-aware proxy that
 // keeps each conversation on the replica whose prefix cache holds it.
 //
-// main.go owns the command tree; serve.go wires the parts for `warden serve`
-// and owns the shutdown order.
+// main.go owns the command tree; serve.go wires GPUs, engines and the proxy
+// for `warden serve` and owns its shutdown order; route.go does the same for
+// `warden route` over servers that already run; flags.go holds what the two
+// share (router flags, HTTP server, logger, registry, drain); wait.go is
+// `warden wait`. The other commands live with their packages (gpu, sim,
+// bench, proxy/panel).
 package main
 
 import (
