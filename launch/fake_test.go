@@ -44,6 +44,7 @@ func TestMain(m *testing.M) {
 //	                     "setsid": one that leaves the group
 //	FAKE_BARRIER=N       become healthy only once N engine pid files exist
 //	FAKE_FAIL=msg        print msg to stderr and exit 1 instead of serving
+//	FAKE_FAIL_AFTER=N    ... once N grandchild pid files exist (the others forked)
 //	FAKE_NEVER=1         load forever (port never bound)
 //	FAKE_IGNORE_TERM=1   ignore SIGTERM (the grandchild too)
 //
@@ -73,6 +74,7 @@ func fakeEngine() {
 	}
 	fmt.Println("INFO fake engine: loading weights")
 	if msg := os.Getenv("FAKE_FAIL"); msg != "" {
+		waitPidFiles(dir, "grandchild-*.pid", os.Getenv("FAKE_FAIL_AFTER"))
 		fmt.Fprintln(os.Stderr, msg)
 		os.Exit(1)
 	}
@@ -89,6 +91,18 @@ func fakeEngine() {
 		}
 	}
 	serveFake(port)
+}
+
+// waitPidFiles blocks until n (a number; "" means 0) files match pattern in
+// dir, for at most 20 s.
+func waitPidFiles(dir, pattern, n string) {
+	want, _ := strconv.Atoi(n)
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		if m, _ := filepath.Glob(filepath.Join(dir, pattern)); len(m) >= want {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func serveFake(port string) {

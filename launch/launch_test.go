@@ -174,8 +174,8 @@ const maxLenLog = "(EngineCore_DP0 pid=18799) ERROR 10-08 20:33:48 [core.py:708]
 func TestStartupFailureStopsTheOthers(t *testing.T) {
 	dir := t.TempDir()
 	specs := fakeSpecs(t, dir, 3, func(i int) []string {
-		if i == 1 {
-			return []string{"FAKE_FAIL=" + maxLenLog}
+		if i == 1 { // fails once the others have forked their grandchildren
+			return []string{"FAKE_FAIL=" + maxLenLog, "FAKE_FAIL_AFTER=2"}
 		}
 		return []string{"FAKE_NEVER=1", "FAKE_FORK=group"}
 	})
