@@ -112,7 +112,7 @@ func StartNoWait(t testing.TB, args ...string) *Proc {
 	cmd := exec.Command(bin, argv...)
 	buf := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = buf, buf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = sysProcAttr()
 	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("simproc: start %s: %v", bin, err)
