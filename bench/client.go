@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"strings"
@@ -46,7 +47,9 @@ type conversation struct {
 }
 
 // newConversation prepares the fixed parts of every request body of a session.
-func newConversation(api API, model, system, sessionID, deviceID string, maxTokens int) *conversation {
+// billing, when not empty, is sent as the first system block (Anthropic
+// only), as Claude Code sends its billing line.
+func newConversation(api API, model, system, sessionID, deviceID, billing string, maxTokens int) *conversation {
 	c := &conversation{api: api, sessionID: sessionID}
 	m := mustJSON(model)
 	switch api {
@@ -60,8 +63,12 @@ func newConversation(api API, model, system, sessionID, deviceID string, maxToke
 	default:
 		userID := mustJSON(map[string]string{"device_id": deviceID, "account_uuid": "", "session_id": sessionID})
 		c.head = fmt.Appendf(nil, `{"model":%s,"messages":[`, m)
-		c.tail = fmt.Appendf(nil, `],"system":[{"type":"text","text":%s}],"metadata":{"user_id":%s},"max_tokens":%d,"stream":true}`,
-			mustJSON(system), mustJSON(string(userID)), maxTokens)
+		blocks := fmt.Appendf(nil, `{"type":"text","text":%s}`, mustJSON(system))
+		if billing != "" {
+			blocks = fmt.Appendf(nil, `{"type":"text","text":%s},%s`, mustJSON(billing), blocks)
+		}
+		c.tail = fmt.Appendf(nil, `],"system":[%s],"metadata":{"user_id":%s},"max_tokens":%d,"stream":true}`,
+			blocks, mustJSON(string(userID)), maxTokens)
 	}
 	return c
 }
@@ -297,4 +304,13 @@ func newDeviceID() string {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// billingLine is Claude Code's per-conversation billing line (clients.md
+// §1.3): its 3-hex suffix differs between conversations and stays the same
+// across a conversation's turns.
+func billingLine(sessionID string) string {
+	h := fnv.New32a()
+	h.Write([]byte(sessionID))
+	return fmt.Sprintf("x-anthropic-billing-header: cc_version=2.1.332.%03x; cc_entrypoint=cli;", h.Sum32()%4096)
 }

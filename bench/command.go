@@ -29,6 +29,7 @@ func flags() []cli.Flag {
 		&cli.IntFlag{Name: "turn-tokens", Value: d.Sizes.TurnTokens, Usage: "new user tokens per follow-up turn", EnvVars: env("TURN_TOKENS")},
 		&cli.Float64Flag{Name: "chars-per-token", Value: d.Sizes.CharsPerToken, Usage: "characters of generated text per token; 0 = measure with the target's POST /v1/messages/count_tokens", EnvVars: env("CHARS_PER_TOKEN")},
 		&cli.IntFlag{Name: "turns", Value: d.Turns, Usage: "follow-up turns after the first message", EnvVars: env("TURNS")},
+		&cli.BoolFlag{Name: "billing-header", Usage: "send Claude Code's per-conversation billing line (x-anthropic-billing-header: cc_version=...) as the first system block, as Claude Code does (anthropic API only)", EnvVars: env("BILLING_HEADER")},
 		&cli.StringFlag{Name: "mix", Usage: "mixed session lengths: FIRSTxTURNS shapes taken in turn by the sessions, e.g. 2000x10,7300x5,15000x3 (overrides --first-tokens and --turns)", EnvVars: env("MIX")},
 		&cli.IntFlag{Name: "max-tokens", Value: d.MaxTokens, Usage: "max output tokens per turn", EnvVars: env("MAX_TOKENS")},
 		&cli.StringFlag{Name: "stages", Value: "4,8,16,24,32", Usage: "concurrent sessions per stage, comma separated", EnvVars: env("STAGES")},
@@ -92,6 +93,7 @@ func configFrom(c *cli.Context) (Config, error) {
 	cfg.Alternate = c.Bool("alternate")
 	cfg.Carry = c.Bool("carry")
 	cfg.AdminToken = c.String("admin-token")
+	cfg.BillingHeader = c.Bool("billing-header")
 	cfg.Out = c.String("out")
 	if cfg.Out == "" {
 		cfg.Out = filepath.Join("bench-results", time.Now().Format("20060102-150405"))

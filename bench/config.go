@@ -37,8 +37,11 @@ type Config struct {
 	// Alternate, whose stage runs are each a fresh start.
 	Carry      bool
 	AdminToken string // bearer token for the warden's admin endpoints ("" = none; loopback needs none)
-	Out        string
-	Progress   bool
+	// BillingHeader makes Anthropic sessions send Claude Code's
+	// per-conversation billing line as their first system block.
+	BillingHeader bool
+	Out           string
+	Progress      bool
 }
 
 // FallbackCharsPerToken is used when --chars-per-token is 0 (measure) and

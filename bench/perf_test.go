@@ -16,7 +16,7 @@ func BenchmarkTurnBody(b *testing.B) {
 	for _, api := range []API{APIAnthropic, APIOpenAI} {
 		b.Run(string(api), func(b *testing.B) {
 			text := newSessionText(1, sizes, 4, 0)
-			c := newConversation(api, "m", systemPrompt(1, sizes), newUUID(), newDeviceID(), 256)
+			c := newConversation(api, "m", systemPrompt(1, sizes), newUUID(), newDeviceID(), "", 256)
 			reply := newTextGen("reply").text(1024)
 			for i := 0; i < 6; i++ {
 				c.add("user", text.next())

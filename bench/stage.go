@@ -107,7 +107,11 @@ func (r *stageRun) sessionText(k int) (*sessionText, int) {
 func (r *stageRun) runSession(ctx context.Context, k int, quit <-chan struct{}) {
 	text, turns := r.sessionText(k)
 	id := newUUID()
-	conv := newConversation(r.cfg.API, r.model, r.system, id, r.deviceID, r.cfg.MaxTokens)
+	billing := ""
+	if r.cfg.BillingHeader && r.cfg.API != APIOpenAI {
+		billing = billingLine(id)
+	}
+	conv := newConversation(r.cfg.API, r.model, r.system, id, r.deviceID, billing, r.cfg.MaxTokens)
 	home := ""
 	for turn := 1; turn <= 1+turns; turn++ {
 		if r.stopped() || closed(quit) {
