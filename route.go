@@ -94,7 +94,7 @@ func routeConfigFrom(c *cli.Context) (routeConfig, error) {
 		cfg.StateFile = ""
 	case "":
 		port := cfg.Addr[strings.LastIndex(cfg.Addr, ":")+1:]
-		cfg.StateFile = filepath.Join(filepath.Dir(filepath.Dir(defaultLogDir(time.Now()))), "route-"+port+".sessions.json")
+		cfg.StateFile = filepath.Join(stateDir(), "route-"+port+".sessions.json")
 	}
 	return cfg, nil
 }

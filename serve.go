@@ -42,29 +42,28 @@ type serveConfig struct {
 }
 
 func serveFlags() []cli.Flag {
-	env := envVars
 	return append([]cli.Flag{
-		&cli.StringFlag{Name: "model", Aliases: []string{"m"}, EnvVars: env("MODEL"), Required: true,
+		&cli.StringFlag{Name: "model", Aliases: []string{"m"}, EnvVars: envVars("MODEL"), Required: true,
 			Usage: "model to serve (Hugging Face id or local path), the positional argument of vllm serve"},
-		&cli.StringFlag{Name: "served-model-name", EnvVars: env("SERVED_MODEL_NAME"),
+		&cli.StringFlag{Name: "served-model-name", EnvVars: envVars("SERVED_MODEL_NAME"),
 			Usage: "the one model name every replica answers to (default: --model)"},
-		&cli.IntFlag{Name: "dp", Value: 1, EnvVars: env("DP"),
+		&cli.IntFlag{Name: "dp", Value: 1, EnvVars: envVars("DP"),
 			Usage: "data-parallel size: number of engine replicas, each with its own prefix cache"},
-		&cli.IntFlag{Name: "tp", Value: 1, EnvVars: env("TP"),
+		&cli.IntFlag{Name: "tp", Value: 1, EnvVars: envVars("TP"),
 			Usage: "tensor-parallel size: GPUs per replica (dp x tp GPUs are needed)"},
-		&cli.StringFlag{Name: "gpus", EnvVars: env("GPUS"),
+		&cli.StringFlag{Name: "gpus", EnvVars: envVars("GPUS"),
 			Usage: "comma-separated GPU indices or UUIDs to use (default: all visible, honouring CUDA_VISIBLE_DEVICES)"},
-		&cli.IntFlag{Name: "max-num-seqs", EnvVars: env("MAX_NUM_SEQS"),
+		&cli.IntFlag{Name: "max-num-seqs", EnvVars: envVars("MAX_NUM_SEQS"),
 			Usage: "vLLM --max-num-seqs per replica (0: vLLM's own default for the GPU); the spill threshold derives from it"},
-		&cli.StringFlag{Name: "engine", Value: "vllm", EnvVars: env("ENGINE"),
+		&cli.StringFlag{Name: "engine", Value: "vllm", EnvVars: envVars("ENGINE"),
 			Usage: "engine to launch: vllm, or sim (the built-in simulator; no GPU needed)"},
-		&cli.StringFlag{Name: "vllm", Value: "vllm", EnvVars: env("VLLM"),
+		&cli.StringFlag{Name: "vllm", Value: "vllm", EnvVars: envVars("VLLM"),
 			Usage: "path of the vllm executable"},
-		&cli.StringFlag{Name: "log-dir", EnvVars: env("LOG_DIR"),
+		&cli.StringFlag{Name: "log-dir", EnvVars: envVars("LOG_DIR"),
 			Usage: "directory for per-rank engine logs (default: $XDG_STATE_HOME/warden/runs/<time>)"},
-		&cli.DurationFlag{Name: "startup-timeout", Value: 20 * time.Minute, EnvVars: env("STARTUP_TIMEOUT"),
+		&cli.DurationFlag{Name: "startup-timeout", Value: 20 * time.Minute, EnvVars: envVars("STARTUP_TIMEOUT"),
 			Usage: "give up when a replica is not healthy after this long (large models load for minutes)"},
-		&cli.DurationFlag{Name: "stop-grace", Value: 20 * time.Second, EnvVars: env("STOP_GRACE"),
+		&cli.DurationFlag{Name: "stop-grace", Value: 20 * time.Second, EnvVars: envVars("STOP_GRACE"),
 			Usage: "after SIGTERM to an engine's process group, how long before SIGKILL"},
 	}, routerFlags()...)
 }
@@ -115,8 +114,9 @@ func configFrom(c *cli.Context) (serveConfig, error) {
 	return cfg, nil
 }
 
-// defaultLogDir is $XDG_STATE_HOME/warden/runs/<time> (~/.local/state/... when unset).
-func defaultLogDir(now time.Time) string {
+// stateDir is where the warden keeps its files: $XDG_STATE_HOME/warden
+// (~/.local/state/warden when unset).
+func stateDir() string {
 	base := os.Getenv("XDG_STATE_HOME")
 	if base == "" {
 		home, err := os.UserHomeDir()
@@ -125,7 +125,12 @@ func defaultLogDir(now time.Time) string {
 		}
 		base = filepath.Join(home, ".local", "state")
 	}
-	return filepath.Join(base, "warden", "runs", now.Format("20060102-150405"))
+	return filepath.Join(base, "warden")
+}
+
+// defaultLogDir is <stateDir>/runs/<time>.
+func defaultLogDir(now time.Time) string {
+	return filepath.Join(stateDir(), "runs", now.Format("20060102-150405"))
 }
 
 // engineGroups finds the GPUs for a vLLM run and returns one group per rank
