@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -110,8 +109,8 @@ func startWarden(t testing.TB, url string, argv ...string) *wardenProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &wardenProc{cmd: cmd, url: url, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
-	cmd.Stderr = &lockedWriter{buf: w.stderr}
+	w := &wardenProc{cmd: cmd, url: url, stderr: &simproc.SyncBuffer{}, done: make(chan error, 1)}
+	cmd.Stderr = w.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -30,7 +28,7 @@ func TestMain(m *testing.M) {
 type wardenProc struct {
 	cmd    *exec.Cmd
 	url    string
-	stderr *bytes.Buffer
+	stderr *simproc.SyncBuffer
 	done   chan error
 }
 
@@ -41,40 +39,7 @@ func startServe(t *testing.T, args ...string) *wardenProc {
 	port := simproc.FreePort(t)
 	argv := append([]string{"serve", "--model", "demo", "--engine", "sim", "--port", strconv.Itoa(port),
 		"--log-dir", t.TempDir(), "--stop-grace", "5s"}, args...)
-	cmd := exec.Command(simproc.Binary(t), argv...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &wardenProc{cmd: cmd, url: "http://127.0.0.1:" + strconv.Itoa(port), stderr: &bytes.Buffer{},
-		done: make(chan error, 1)}
-	cmd.Stderr = &lockedWriter{buf: w.stderr}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "ready at") {
-				ready <- sc.Text()
-			}
-		}
-		w.done <- cmd.Wait()
-	}()
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
-	select {
-	case line := <-ready:
-		if !strings.Contains(line, w.url) {
-			t.Fatalf("ready line %q does not name %s", line, w.url)
-		}
-	case err := <-w.done:
-		t.Fatalf("warden exited before ready: %v\n%s", err, w.stderr)
-	case <-time.After(60 * time.Second):
-		t.Fatalf("warden not ready after 60s\n%s", w.stderr)
-	}
-	return w
+	return startWarden(t, "http://127.0.0.1:"+strconv.Itoa(port), argv...)
 }
 
 // descendants lists every process below pid.

@@ -83,7 +83,7 @@ type Proc struct {
 	Port int
 	Cmd  *exec.Cmd
 
-	out    *syncBuffer
+	out    *SyncBuffer
 	exited chan struct{}
 	once   sync.Once
 }
@@ -110,7 +110,7 @@ func StartNoWait(t testing.TB, args ...string) *Proc {
 	port := FreePort(t)
 	argv := append([]string{"sim", "serve", "test-model", "--port", strconv.Itoa(port), "--host", "127.0.0.1"}, args...)
 	cmd := exec.Command(bin, argv...)
-	buf := &syncBuffer{}
+	buf := &SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = buf, buf
 	cmd.SysProcAttr = sysProcAttr()
 	cmd.WaitDelay = 2 * time.Second
@@ -220,18 +220,20 @@ func ScrapeMetrics(url string) (map[string]float64, error) {
 	return out, nil
 }
 
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer that a test can read while a subprocess or
+// another goroutine writes to it.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()

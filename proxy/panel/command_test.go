@@ -9,43 +9,26 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/urfave/cli/v2"
+
+	"github.com/lmwarden/warden/internal/simproc"
 )
 
 // runApp runs `warden <args>` in-process with StatusCommand and returns
 // its output and error.
 func runApp(ctx context.Context, args ...string) (string, error) {
-	var out syncBuffer
+	var out simproc.SyncBuffer
 	app := &cli.App{
 		Name: "warden", Commands: []*cli.Command{StatusCommand()},
 		Writer: &out, ErrWriter: &out, ExitErrHandler: func(*cli.Context, error) {},
 	}
 	err := app.RunContext(ctx, append([]string{"warden"}, args...))
 	return out.String(), err
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func statusServer(t *testing.T, s Status) *httptest.Server {
@@ -171,7 +154,7 @@ func TestStatusCommandWatch(t *testing.T) {
 
 // cancelAfter cancels a context after its nth write.
 type cancelAfter struct {
-	syncBuffer
+	simproc.SyncBuffer
 	n      atomic.Int64
 	after  int64
 	cancel func()
@@ -181,7 +164,7 @@ func (c *cancelAfter) Write(p []byte) (int, error) {
 	if c.n.Add(1) == c.after {
 		c.cancel()
 	}
-	return c.syncBuffer.Write(p)
+	return c.SyncBuffer.Write(p)
 }
 
 func TestWatchSurvivesAMissingWarden(t *testing.T) {
