@@ -9,9 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -117,7 +120,8 @@ func stripBilling(body []byte, system gjson.Result) []byte {
 type attempt struct {
 	rep    *replica
 	req    *request
-	retry  bool // never reached the engine: try another replica
+	retry  bool        // never reached the engine: try another replica
+	reused atomic.Bool // sent on a kept-alive connection (httptrace GotConn)
 	status int
 	tap    *tap
 	timer  *time.Timer // the response-header timeout; stopped when headers arrive
@@ -144,6 +148,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 		rep.inflight.Add(-1) // after accounting: in-flight 0 means counted
 		p.metrics.inFlight.Dec()
 	}()
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(c httptrace.GotConnInfo) { at.reused.Store(c.Reused) },
+	})
 	out := r.Clone(context.WithValue(ctx, attemptKey{}, at))
 	out.Body = io.NopCloser(bytes.NewReader(req.body))
 	out.ContentLength = int64(len(req.body))
@@ -235,6 +242,15 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		at.rep.markDown(err)
 		return
 	}
+	if at.reused.Load() && closedBeforeAnswer(err) {
+		// A kept-alive connection whose engine went away (crashed, or
+		// closed it as idle) before answering: nothing was served there,
+		// so the request goes elsewhere, as after a dial error. The health
+		// checks decide whether the replica is down.
+		at.retry = true
+		at.rep.log.Info("engine closed a kept-alive connection before answering; trying another replica", "error", err)
+		return
+	}
 	at.rep.errors.Add(1)
 	at.status, at.cause = http.StatusBadGateway, err.Error()
 	at.rep.log.Warn("proxy error", "error", err)
@@ -289,4 +305,11 @@ func (p *Proxy) account(at *attempt, req *request, pl placement, start time.Time
 		s.completion += u.Completion
 		p.sessions.setContext(s, uint32(min(u.Prompt+u.Completion, 1<<32-1)))
 	}
+}
+
+// closedBeforeAnswer reports an error of a connection the engine closed or
+// reset before sending any response byte.
+func closedBeforeAnswer(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
