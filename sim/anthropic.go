@@ -70,10 +70,7 @@ func (s *server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	if !proceed {
 		return
 	}
-	model := body.Get("model").String()
-	if model == "" {
-		model = s.cfg.ServedNames[0]
-	}
+	model := s.answerModel(body)
 	msg := map[string]any{"id": newID("msg_"), "type": "message", "role": "assistant", "model": model,
 		"stop_reason": nil, "stop_sequence": nil}
 	if body.Get("stream").Bool() {

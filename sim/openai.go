@@ -94,13 +94,10 @@ func (s *server) openAI(w http.ResponseWriter, r *http.Request, chat bool) {
 	if !proceed {
 		return
 	}
-	id, created, model := newID("chatcmpl-"), time.Now().Unix(), body.Get("model").String()
+	id, created, model := newID("chatcmpl-"), time.Now().Unix(), s.answerModel(body)
 	object := "chat.completion"
 	if !chat {
 		id, object = newID("cmpl-"), "text_completion"
-	}
-	if model == "" {
-		model = s.cfg.ServedNames[0]
 	}
 	base := func(obj string) map[string]any {
 		return map[string]any{"id": id, "object": obj, "created": created, "model": model}

@@ -30,10 +30,7 @@ func (s *server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	if !proceed {
 		return
 	}
-	model := body.Get("model").String()
-	if model == "" {
-		model = s.cfg.ServedNames[0]
-	}
+	model := s.answerModel(body)
 	rs := &responseState{id: newID("resp_"), itemID: newID("msg_"), model: model, created: time.Now().Unix()}
 	if body.Get("stream").Bool() {
 		s.responsesStream(w, r, p, die, rs)

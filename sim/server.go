@@ -160,6 +160,15 @@ func (s *server) faultGate(w http.ResponseWriter, r *http.Request) (proceed, die
 	return true, s.cfg.DieAfter > 0 && n == int64(s.cfg.DieAfter)
 }
 
+// answerModel is the model name a response carries: the one requested (it
+// passed checkModel), else the first served name.
+func (s *server) answerModel(body gjson.Result) string {
+	if m := body.Get("model").String(); m != "" {
+		return m
+	}
+	return s.cfg.ServedNames[0]
+}
+
 // dieNow ends the process abruptly (fault --sim-die-after).
 func (s *server) dieNow() {
 	s.log.Error("fault: exiting abruptly (--sim-die-after)")
