@@ -29,6 +29,7 @@ type Config struct {
 	LoadSeconds    float64 // --sim-load-seconds: simulated load time (wall seconds)
 	KVTokens       int     // --sim-kv-tokens: KV capacity override (0: from profile)
 	DecodeGBps     float64 // --sim-decode-gbps: effective decode bandwidth (0: profile)
+	PrefillScale   float64 // --sim-prefill-scale: multiplies the profile's prefill cost (0: 1)
 	Seed           uint64  // --sim-seed: varies generated text
 	OutputTokens   int     // --sim-output-tokens: cap on generated tokens (0: max_tokens)
 	ReserveFullISL bool    // --sim-reserve-full-isl: full-sequence admission gate
@@ -127,6 +128,7 @@ var flags = map[string]flagSpec{
 	"sim-load-seconds":     {kindValue, "WARDEN_SIM_LOAD_SECONDS", "wall seconds of simulated loading before the port opens (default 0)", floatSetter(func(c *Config) *float64 { return &c.LoadSeconds })},
 	"sim-kv-tokens":        {kindValue, "WARDEN_SIM_KV_TOKENS", "KV cache capacity in tokens (overrides the profile)", intSetter(func(c *Config) *int { return &c.KVTokens })},
 	"sim-decode-gbps":      {kindValue, "WARDEN_SIM_DECODE_GBPS", "effective decode memory bandwidth in GB/s (calibration knob)", floatSetter(func(c *Config) *float64 { return &c.DecodeGBps })},
+	"sim-prefill-scale":    {kindValue, "WARDEN_SIM_PREFILL_SCALE", "multiply the profile's per-token prefill cost (calibration knob; 2 = half-rate tensor cores)", floatSetter(func(c *Config) *float64 { return &c.PrefillScale })},
 	"sim-seed":             {kindValue, "WARDEN_SIM_SEED", "seed for generated text (default 0)", func(c *Config, v string) error { n, err := strconv.ParseUint(v, 10, 64); c.Seed = n; return err }},
 	"sim-output-tokens":    {kindValue, "WARDEN_SIM_OUTPUT_TOKENS", "cap on tokens generated per request (0: exactly max_tokens)", intSetter(func(c *Config) *int { return &c.OutputTokens })},
 	"sim-reserve-full-isl": {kindBool, "WARDEN_SIM_RESERVE_FULL_ISL", "admit only when the whole prompt fits, vLLM >= 0.20 (default true)", boolSetter(func(c *Config) *bool { return &c.ReserveFullISL })},
@@ -246,6 +248,7 @@ func (c *Config) validate() error {
 	check(c.LoadSeconds >= 0, "--sim-load-seconds must not be negative, got %v", c.LoadSeconds)
 	check(c.KVTokens >= 0, "--sim-kv-tokens must not be negative, got %d", c.KVTokens)
 	check(c.DecodeGBps >= 0, "--sim-decode-gbps must not be negative, got %v", c.DecodeGBps)
+	check(c.PrefillScale >= 0, "--sim-prefill-scale must not be negative, got %v", c.PrefillScale)
 	check(c.OutputTokens >= 0, "--sim-output-tokens must not be negative, got %d", c.OutputTokens)
 	check(c.Watermark >= 0 && c.Watermark < 1, "--sim-watermark must be in [0, 1), got %v", c.Watermark)
 	check(c.PrefixStats == StatsAdmission || c.PrefixStats == StatsLookup || c.PrefixStats == StatsLookupAll,

@@ -75,6 +75,10 @@ func newServer(cfg Config, log *slog.Logger) (*server, error) {
 	if cfg.DecodeGBps > 0 {
 		prof.DecodeGBps = cfg.DecodeGBps
 	}
+	if cfg.PrefillScale > 0 {
+		prof.A *= cfg.PrefillScale
+		prof.B *= cfg.PrefillScale
+	}
 	kvTokens := cfg.KVTokens
 	if kvTokens == 0 {
 		kvTokens = prof.KVTokens(cfg.GPUMemUtil, cfg.MaxNumSeqs, cfg.BlockSize)

@@ -1,36 +1,71 @@
 package sim
 
 import (
+	"log/slog"
 	"math"
 	"testing"
 )
 
 func TestReferenceProfileIsTheFit(t *testing.T) {
-	phys, fit := Profiles[DefaultProfile], Profiles[ReferenceProfile]
-	for _, util := range []float64{0.85, 0.92, 0.95} {
-		if got := fit.KVTokens(util, 32, 16); got != 40000 {
-			t.Errorf("fit KVTokens(util %v) = %d, want the fitted 40000", util, got)
+	phys := Profiles[DefaultProfile]
+	for _, tc := range []struct {
+		name        string
+		kv, kv48    int
+		gbps, scale float64
+	}{
+		{ReferenceProfile, 38000, 37968, 360, 2},
+		{ReferenceProfileV1, 40000, 39984, 310, 1},
+	} {
+		fit := Profiles[tc.name]
+		for _, util := range []float64{0.85, 0.92, 0.95} {
+			if got := fit.KVTokens(util, 32, 16); got != tc.kv {
+				t.Errorf("%s: KVTokens(util %v) = %d, want the fitted %d", tc.name, util, got, tc.kv)
+			}
+		}
+		if got := fit.KVTokens(0.92, 32, 48); got != tc.kv48 {
+			t.Errorf("%s: KVTokens with 48-token blocks = %d, want whole blocks (%d)", tc.name, got, tc.kv48)
+		}
+		// Same hardware otherwise: a batch-1 decode step at 1k context is
+		// t0 + W + k*1000 + c at the fitted bandwidth, and a prefill step
+		// costs the physical one's compute times the prefill scale.
+		step := StepCost{Decodes: 1, DecodeContext: 1000}
+		want := fit.T0 + 8.05e9/(tc.gbps*1e9) + 147456.0/(tc.gbps*1e9)*1000 + fit.C
+		if got := fit.StepSeconds(step, 0); math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s: decode step %.6f s, want %.6f (%v GB/s)", tc.name, got, want, tc.gbps)
+		}
+		pre := StepCost{PrefillTokens: 2048, PrefillPosSum: 2048 * 4096}
+		got, want := fit.StepSeconds(pre, 0)-fit.T0, tc.scale*(phys.StepSeconds(pre, 0)-phys.T0)
+		if math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s: prefill step %.6f s beyond t0, want %.6f (%v x physical)", tc.name, got, want, tc.scale)
+		}
+		c, err := ParseArgs([]string{"m", "--sim-profile", tc.name}, func(string) string { return "" })
+		if err != nil || c.Profile != tc.name {
+			t.Errorf("--sim-profile %s: %v", tc.name, err)
 		}
 	}
-	if got := fit.KVTokens(0.92, 32, 48); got != 39984 {
-		t.Errorf("fit KVTokens with 48-token blocks = %d, want whole blocks (39984)", got)
+}
+
+// The calibration knobs reach the engine's time model: --sim-prefill-scale
+// multiplies both prefill coefficients, --sim-decode-gbps replaces the
+// bandwidth, and the profile table itself is left alone.
+func TestCalibrationKnobs(t *testing.T) {
+	base := Profiles[DefaultProfile]
+	cfg, err := ParseArgs([]string{"m", "--sim-prefill-scale", "2", "--sim-decode-gbps", "300"}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Same hardware otherwise; only the decode bandwidth differs: a batch-1
-	// decode step at 1k context is t0 + W + k*1000 + c.
-	step := StepCost{Decodes: 1, DecodeContext: 1000}
-	want := fit.T0 + 8.05e9/310e9 + 147456.0/310e9*1000 + fit.C
-	if got := fit.StepSeconds(step, 0); math.Abs(got-want) > 1e-9 {
-		t.Errorf("fit decode step %.6f s, want %.6f (310 GB/s)", got, want)
-	}
-	if fit.StepSeconds(step, 0) <= phys.StepSeconds(step, 0) {
-		t.Errorf("fit decode step not slower than the physical profile's")
+	s, err := newServer(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
 	}
 	pre := StepCost{PrefillTokens: 2048, PrefillPosSum: 2048 * 4096}
-	if fit.StepSeconds(pre, 0) != phys.StepSeconds(pre, 0) {
-		t.Errorf("prefill steps differ between the fit and the physical profile")
+	if got, want := s.prof.StepSeconds(pre, 0)-s.prof.T0, 2*(base.StepSeconds(pre, 0)-base.T0); math.Abs(got-want) > 1e-9 {
+		t.Errorf("prefill step at scale 2: %.6f s beyond t0, want %.6f", got, want)
 	}
-	c, err := ParseArgs([]string{"m", "--sim-profile", ReferenceProfile}, func(string) string { return "" })
-	if err != nil || c.Profile != ReferenceProfile {
-		t.Errorf("--sim-profile %s: %v", ReferenceProfile, err)
+	if s.prof.DecodeGBps != 300 || Profiles[DefaultProfile] != base {
+		t.Errorf("bandwidth %v (want 300); profile table changed: %v", s.prof.DecodeGBps, Profiles[DefaultProfile] != base)
+	}
+	if _, err := ParseArgs([]string{"m", "--sim-prefill-scale", "-1"}, func(string) string { return "" }); err == nil {
+		t.Error("negative --sim-prefill-scale accepted")
 	}
 }
