@@ -15,11 +15,15 @@ import (
 // asserts.
 
 // calLoad is the calibrated reference (docs/calibration.md): the -fit
-// profile, one pool of sessions carried over stages 4..32, 250 ms client
-// round trip.
+// profile (WARDEN_REPLAY_PROFILE names another, e.g. the -fit-v1 that
+// docs/router.md §4 was measured on), one pool of sessions carried over
+// stages 4..32, 250 ms client round trip.
 func calLoad(policy string) replayLoad {
 	l := refLoad(policy, 0)
 	l.stages, l.rtt, l.profile = []int{4, 8, 16, 24, 32}, 0.25, sim.ReferenceProfile
+	if p := os.Getenv("WARDEN_REPLAY_PROFILE"); p != "" {
+		l.profile = p
+	}
 	return l
 }
 
@@ -46,8 +50,8 @@ func TestReplayExplore(t *testing.T) {
 func TestReplaySweep(t *testing.T) {
 	exploring(t)
 	defer func(a, m float64) { admitTurns, maxOverflow = a, m }(admitTurns, maxOverflow)
-	for _, turns := range []float64{2, 5} {
-		for _, mo := range []float64{0.15, 0.25, 0.35} {
+	for _, turns := range envFloats("SWEEP_TURNS", 2, 5) {
+		for _, mo := range envFloats("SWEEP_MO", 0.15, 0.25, 0.35) {
 			admitTurns, maxOverflow = turns, mo
 			for _, mk := range []func(string) replayLoad{calLoad, mixedLoad} {
 				l := mk(PolicyAdaptive)

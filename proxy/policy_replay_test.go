@@ -28,6 +28,7 @@ type replayLoad struct {
 	stages             []int                  // carry mode: one pool of sessions grown at each stage (bench --carry); nil = one stage of `sessions`
 	rtt                float64                // client round trip (bench --client-rtt), sim seconds
 	profile            string                 // sim profile; "" = sim.DefaultProfile
+	tune               func(p *sim.Profile)   // optional changes to the profile (calibration sweeps)
 	kvTokens           int                    // per replica; 0 = the reference profile's
 	scrape, refresh    float64                // proxy scrape and balancer refresh periods (sim seconds)
 	cfg                func(c *PlaceConfig)   // policy knobs
@@ -51,6 +52,7 @@ type replayResult struct {
 	preempt                             int64
 	reprefill                           int64     // prompt tokens computed again (not new this turn)
 	repWait, repSess                    []float64 // per replica: mean TTFB, mean active sessions homed
+	running, waiting                    float64   // engine requests running / waiting, mean per replica
 	moves                               int
 }
 
@@ -125,7 +127,13 @@ func (l replayLoad) run() replayResult {
 	if l.profile == "" {
 		l.profile = sim.DefaultProfile
 	}
-	prof := sim.Profiles[l.profile]
+	prof, ok := sim.Profiles[l.profile]
+	if !ok {
+		panic("replay: unknown sim profile " + l.profile)
+	}
+	if l.tune != nil {
+		l.tune(&prof)
+	}
 	kv := l.kvTokens
 	if kv == 0 {
 		kv = prof.KVTokens(0.92, 32, 16)
@@ -362,8 +370,10 @@ func (p *replay) tick(nextScrape, nextRefresh, nextSample *float64) {
 		*nextRefresh = p.t + p.load.refresh
 	}
 	if p.t >= *nextSample && !p.stopped {
-		for r := range p.eng {
+		for r, e := range p.eng {
 			p.res.repSess[r] += float64(p.homes[r])
+			p.res.running += float64(e.sched.NumRunning()) / float64(len(p.eng))
+			p.res.waiting += float64(e.sched.NumWaiting()) / float64(len(p.eng))
 		}
 		p.samples++
 		*nextSample = p.t + 1
@@ -489,6 +499,8 @@ func (p *replay) finish() replayResult {
 		}
 		r.repSess[i] /= math.Max(1, float64(p.samples))
 	}
+	r.running /= math.Max(1, float64(p.samples))
+	r.waiting /= math.Max(1, float64(p.samples))
 	return r
 }
 
