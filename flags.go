@@ -39,6 +39,12 @@ func routerFlags() []cli.Flag {
 			Usage: "period of the load sample the vLLM-style balancers (off, off-v2) decide on, as vLLM's coordinator publishes engine stats"},
 		&cli.IntFlag{Name: "spill-threshold", EnvVars: envVars("SPILL_THRESHOLD"),
 			Usage: "in-flight requests on a replica above which a sticky turn spills elsewhere (0: auto = max(1, the replica's max_num_seqs/4))"},
+		&cli.DurationFlag{Name: "admit-wait", EnvVars: envVars("ADMIT_WAIT"),
+			Usage: "adaptive: longest a new conversation waits at the warden when no replica has KV room for it (0: auto, 5 mean turn times; negative, e.g. -1s: never wait)"},
+		&cli.IntFlag{Name: "move-cooldown", EnvVars: envVars("MOVE_COOLDOWN"),
+			Usage: "adaptive: turns a conversation moved off an overfull replica stays on its new one (0: auto = 3)"},
+		&cli.Float64Flag{Name: "kv-fill", EnvVars: envVars("KV_FILL"),
+			Usage: "adaptive: fraction of each replica's KV cache the conversations' working sets are planned into (0: auto = 1.0; below 1 keeps headroom, above 1 overcommits)"},
 		&cli.StringSliceFlag{Name: "session-header", EnvVars: envVars("SESSION_HEADER"),
 			Usage: "extra request header(s) that carry a session id (checked after the known agent headers)"},
 		&cli.BoolFlag{Name: "keep-billing-header", EnvVars: envVars("KEEP_BILLING_HEADER"),
@@ -66,6 +72,12 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 	if c.Int("spill-threshold") < 0 {
 		return proxy.Config{}, "", fmt.Errorf("--spill-threshold must be >= 0 (0 means auto)")
 	}
+	if c.Int("move-cooldown") < 0 {
+		return proxy.Config{}, "", fmt.Errorf("--move-cooldown must be >= 0 turns (0 means auto), got %d", c.Int("move-cooldown"))
+	}
+	if f := c.Float64("kv-fill"); f < 0 || f > 4 {
+		return proxy.Config{}, "", fmt.Errorf("--kv-fill must be a fraction of the KV cache in (0, 4] (0 means auto), got %v", f)
+	}
 	if c.Duration("balancer-interval") <= 0 {
 		return proxy.Config{}, "", fmt.Errorf("--balancer-interval must be positive, got %v", c.Duration("balancer-interval"))
 	}
@@ -85,6 +97,7 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 		AdminToken: c.String("admin-token"), APIKey: c.String("api-key"),
 		ResponseHeaderTimeout: c.Duration("response-header-timeout"), StrictModel: c.Bool("strict-model"),
 		BalancerInterval: c.Duration("balancer-interval"),
+		AdmitWait:        c.Duration("admit-wait"), MoveCooldown: c.Int("move-cooldown"), KVFill: c.Float64("kv-fill"),
 	}
 	return cfg, net.JoinHostPort(c.String("host"), strconv.Itoa(port)), nil
 }

@@ -67,6 +67,15 @@ func TestRouteConfig(t *testing.T) {
 	if cfg, _ := parseRoute(t, "--replica", "http://h:1", "--balancer-interval", "1s", "--affinity=false"); cfg.Proxy.BalancerInterval != time.Second || cfg.Proxy.Policy != proxy.PolicyOff {
 		t.Errorf("--balancer-interval 1s --affinity=false: %v %s", cfg.Proxy.BalancerInterval, cfg.Proxy.Policy)
 	}
+	if cfg.Proxy.AdmitWait != 0 || cfg.Proxy.MoveCooldown != 0 || cfg.Proxy.KVFill != 0 {
+		t.Errorf("adaptive knobs default to auto (0), got %v %d %v", cfg.Proxy.AdmitWait, cfg.Proxy.MoveCooldown, cfg.Proxy.KVFill)
+	}
+	t.Setenv("WARDEN_KV_FILL", "0.9")
+	if cfg, err := parseRoute(t, "--replica", "http://h:1", "--admit-wait", "-1s", "--move-cooldown", "5"); err != nil ||
+		cfg.Proxy.AdmitWait != -time.Second || cfg.Proxy.MoveCooldown != 5 || cfg.Proxy.KVFill != 0.9 {
+		t.Errorf("--admit-wait -1s --move-cooldown 5 WARDEN_KV_FILL=0.9: %v %d %v (%v)", cfg.Proxy.AdmitWait, cfg.Proxy.MoveCooldown, cfg.Proxy.KVFill, err)
+	}
+	t.Setenv("WARDEN_KV_FILL", "")
 	if cfg, _ := parseRoute(t, "--replica", "http://h:1", "--state-file", "none"); cfg.StateFile != "" {
 		t.Errorf("--state-file none: %q, want no state file", cfg.StateFile)
 	}
@@ -84,6 +93,9 @@ func TestRouteConfig(t *testing.T) {
 		{[]string{"--replica", "http://h:1", "--port", "70000"}, "not a TCP port"},
 		{[]string{"--replica", "http://h:1", "--state-interval", "0s"}, "--state-interval must be positive"},
 		{[]string{"--replica", "http://h:1", "--balancer-interval", "0s"}, "--balancer-interval must be positive"},
+		{[]string{"--replica", "http://h:1", "--move-cooldown", "-1"}, "--move-cooldown must be >= 0"},
+		{[]string{"--replica", "http://h:1", "--kv-fill", "5"}, "--kv-fill must be a fraction"},
+		{[]string{"--replica", "http://h:1", "--kv-fill", "-0.5"}, "--kv-fill must be a fraction"},
 	} {
 		if _, err := parseRoute(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("route %v: error %v, want one containing %q", tc.args, err, tc.err)

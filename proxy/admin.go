@@ -83,7 +83,9 @@ func (p *Proxy) servePolicy(w http.ResponseWriter, _ *http.Request) {
 	pol := p.policy
 	p.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{"policy": pol, "policies": Policies(),
-		"spill_threshold": p.cfg.SpillThreshold, "spill_threshold_auto": p.cfg.SpillThreshold == 0})
+		"spill_threshold": p.cfg.SpillThreshold, "spill_threshold_auto": p.cfg.SpillThreshold == 0,
+		"admit_wait_s": p.cfg.AdmitWait.Seconds(), "admit_wait_auto": p.cfg.AdmitWait == 0,
+		"move_cooldown_turns": p.cfg.cooldown(), "kv_fill": p.cfg.fill()})
 }
 
 // SetPolicy switches the placement policy at run time; the session table is

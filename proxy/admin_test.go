@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -144,5 +145,50 @@ func TestMetricsAreLintCleanAndCount(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(p.metrics.ttfb); n != 1 {
 		t.Errorf("ttfb series = %d, want 1", n)
+	}
+}
+
+// The adaptive policy's knobs travel from Config to every decision and are
+// shown on GET /warden/policy; out-of-range values are refused by New.
+func TestAdaptiveKnobs(t *testing.T) {
+	e := newFakeEngine(t)
+	p, front := testProxy(t, Config{AdmitWait: -time.Second, MoveCooldown: 5, KVFill: 0.8}, e)
+	p.mu.Lock()
+	pc := p.placeConfig()
+	p.mu.Unlock()
+	if pc.AdmitWait >= 0 || pc.MoveCooldown != 5 || pc.Fill != 0.8 || pc.Policy != PolicyAdaptive {
+		t.Errorf("placeConfig = %+v, want never-wait, cooldown 5, fill 0.8, adaptive", pc)
+	}
+	g, err := http.Get(front.URL + "/warden/policy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		AdmitWait    float64 `json:"admit_wait_s"`
+		AdmitAuto    bool    `json:"admit_wait_auto"`
+		MoveCooldown int     `json:"move_cooldown_turns"`
+		KVFill       float64 `json:"kv_fill"`
+	}
+	json.NewDecoder(g.Body).Decode(&got)
+	g.Body.Close()
+	if got.AdmitWait != -1 || got.AdmitAuto || got.MoveCooldown != 5 || got.KVFill != 0.8 {
+		t.Errorf("GET /warden/policy knobs = %+v", got)
+	}
+
+	_, auto := testProxy(t, Config{AdmitWait: 90 * time.Second}, newFakeEngine(t))
+	g, err = http.Get(auto.URL + "/warden/policy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(g.Body).Decode(&got)
+	g.Body.Close()
+	if got.AdmitWait != 90 || got.AdmitAuto || got.MoveCooldown != DefaultMoveCooldown || got.KVFill != DefaultFill {
+		t.Errorf("defaults with a 90 s admit wait: %+v", got)
+	}
+
+	for _, cfg := range []Config{{MoveCooldown: -1}, {KVFill: 4.5}, {KVFill: -0.1}} {
+		if _, err := New(cfg, []Backend{{Rank: 0, URL: e.srv.URL, MaxNumSeqs: 32}}); err == nil {
+			t.Errorf("New(%+v) accepted", cfg)
+		}
 	}
 }

@@ -26,6 +26,9 @@ type Config struct {
 	StrictModel       bool          // refuse (404, like vLLM) a model name other than ServedModel instead of mapping it
 	Policy            string        // placement policy (Policies()); "" = "adaptive"
 	SpillThreshold    int           // in-flight above which a sticky turn spills; 0 = auto max(1, max_num_seqs/4)
+	AdmitWait         time.Duration // adaptive: longest hold of a new conversation without KV room; 0 = auto (5 mean turn times), < 0 = never hold
+	MoveCooldown      int           // adaptive: turns a moved conversation stays put; 0 = 3
+	KVFill            float64       // adaptive: fraction of each replica's KV capacity working sets are planned into; 0 = 1.0
 	SessionHeaders    []string      // extra request headers that carry a session id
 	KeepBillingHeader bool          // forward Claude Code's billing system block instead of removing it
 	MaxBodyBytes      int64         // request body limit; 0 = 32 MiB
@@ -57,6 +60,12 @@ func (c *Config) defaults() error {
 	}
 	if c.SpillThreshold < 0 {
 		return fmt.Errorf("spill threshold %d: must be >= 0 (0 = auto)", c.SpillThreshold)
+	}
+	if c.MoveCooldown < 0 {
+		return fmt.Errorf("move cooldown %d: must be >= 0 turns (0 = %d)", c.MoveCooldown, DefaultMoveCooldown)
+	}
+	if c.KVFill < 0 || c.KVFill > 4 {
+		return fmt.Errorf("KV fill %v: must be in (0, 4] (a fraction of each replica's KV capacity; 0 = %v)", c.KVFill, DefaultFill)
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 32 << 20
@@ -310,7 +319,7 @@ func (p *Proxy) place(key SessionKey, pinned bool, pin int, skip []int, bodyByte
 		sv.Known, sv.Home = true, s.home
 	}
 	p.adaptiveView(snap, &sv, bodyBytes, waited, now)
-	d := Pick(snap, sv, PlaceConfig{Policy: p.policy, SpillThreshold: p.cfg.SpillThreshold}, p.rng)
+	d := Pick(snap, sv, p.placeConfig(), p.rng)
 	pl := placement{d: d, known: s != nil}
 	if d.Rank < 0 {
 		return pl
@@ -374,3 +383,20 @@ func (p *Proxy) tickBalancers(ctx context.Context) {
 		}
 	}
 }
+
+// placeConfig is the policy and its knobs as Pick takes them. Call with p.mu
+// held (the policy switches at run time).
+func (p *Proxy) placeConfig() PlaceConfig {
+	c := PlaceConfig{Policy: p.policy, SpillThreshold: p.cfg.SpillThreshold, MoveCooldown: p.cfg.MoveCooldown, Fill: p.cfg.KVFill}
+	switch {
+	case p.cfg.AdmitWait < 0:
+		c.AdmitWait = -1
+	case p.cfg.AdmitWait > 0:
+		c.AdmitWait = p.cfg.AdmitWait.Seconds()
+	}
+	return c
+}
+
+func (c Config) cooldown() int { return PlaceConfig{MoveCooldown: c.MoveCooldown}.cooldown() }
+
+func (c Config) fill() float64 { return PlaceConfig{Fill: c.KVFill}.fillOf() }
