@@ -123,7 +123,8 @@ func TestReplayCalibrate(t *testing.T) {
 // whether the third policy is at or better than the better baseline: p50,
 // p95 and output against the better of off and sticky, hits against sticky.
 // CAL_REPLICAS=1 adds per-replica waits and the engines' mean running and
-// waiting requests.
+// waiting requests; CAL_FILL sets the third policy's KV fill (--kv-fill);
+// CAL_MIXED=1 replays the mixed session lengths instead.
 func TestReplayRouterVerdict(t *testing.T) {
 	exploring(t)
 	stages := []int{4, 8, 16, 24, 32}
@@ -143,6 +144,12 @@ func TestReplayRouterVerdict(t *testing.T) {
 			l.seed, l.stages = seed, stages
 			if kv := envFloats("CAL_KV"); kv != nil {
 				l.kvTokens = int(kv[0])
+			}
+			if f := envFloats("CAL_FILL"); f != nil && pol == third {
+				l.cfg = func(c *PlaceConfig) { c.Fill = f[0] }
+			}
+			if os.Getenv("CAL_MIXED") != "" {
+				l.firstOf = mixedLoad(pol).firstOf
 			}
 			l.tune = func(p *sim.Profile) {
 				if f := envFloats("CAL_PREFILL"); f != nil {
