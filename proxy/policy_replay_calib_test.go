@@ -184,3 +184,29 @@ func TestReplayRouterVerdict(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayImposedHomes replays sticky at 16 sessions with the homes of
+// the sessions imposed (per worker slot, so a finished session's
+// replacement lands where it did): balanced 4/4/4/4 against unbalanced
+// spreads, for docs/calibration.md's question whether the reference's
+// sticky hit rate at 16 (48.6 %, 3.69 replicas busy) is an imbalance.
+func TestReplayImposedHomes(t *testing.T) {
+	exploring(t)
+	for _, spread := range [][]int{{4, 4, 4, 4}, {5, 4, 4, 3}, {6, 5, 3, 2}, {6, 6, 3, 1}, {6, 5, 5, 0}, {8, 4, 4, 0}} {
+		var slots []int
+		for r, n := range spread {
+			for range n {
+				slots = append(slots, r)
+			}
+		}
+		for seed := range uint64(envFloats("CAL_SEEDS", 2)[0]) {
+			l := calLoad(PolicySticky)
+			l.seed, l.stages = seed, []int{16, 16, 16}
+			l.home = func(w int) int { return slots[w%len(slots)] }
+			rs := l.runAll()
+			r := rs[len(rs)-1]
+			t.Logf("homes %v seed %d: hit %.1f%% busy %.2f p50 %.2f p95 %.1f out %.0f",
+				spread, seed, r.hitPct, r.busy, r.p50, r.p95, r.outPerMin)
+		}
+	}
+}

@@ -38,6 +38,7 @@ type replayLoad struct {
 	keep               *replay // runAll: where run leaves its per-stage results
 	jitter             int     // first-message tokens vary by up to this much (the reference measured 7.2-7.5k)
 	seed               uint64
+	home               func(worker int) int // optional: the replica a new session of this worker slot is placed on (imposed homes)
 }
 
 func refLoad(policy string, sessions int) replayLoad {
@@ -53,6 +54,7 @@ type replayResult struct {
 	reprefill                           int64     // prompt tokens computed again (not new this turn)
 	repWait, repSess                    []float64 // per replica: mean TTFB, mean active sessions homed
 	running, waiting                    float64   // engine requests running / waiting, mean per replica
+	busy                                float64   // replicas with a request running, mean (the bench's "replicas busy")
 	moves                               int
 }
 
@@ -238,6 +240,9 @@ func (p *replay) route(q *rReq) bool {
 	sv := SessionView{Key: q.s.key, Known: q.s.homeKnown, Home: q.s.home, Waited: p.t - q.arrive, Held: len(p.held)}
 	p.rs.sessionView(&sv, bodyBytes(len(q.s.ctx)), snap)
 	d := Pick(snap, sv, p.policy, p.rng)
+	if p.load.home != nil && !q.s.homeKnown {
+		d = Decision{Rank: p.load.home(q.s.k), Reason: ReasonNew}
+	}
 	if d.Reason == ReasonWait {
 		if p.debug != nil && !slices.Contains(p.held, q) {
 			p.debug("t=%.1f wait %+v snap %+v", p.t, sv, snap)
@@ -374,6 +379,9 @@ func (p *replay) tick(nextScrape, nextRefresh, nextSample *float64) {
 			p.res.repSess[r] += float64(p.homes[r])
 			p.res.running += float64(e.sched.NumRunning()) / float64(len(p.eng))
 			p.res.waiting += float64(e.sched.NumWaiting()) / float64(len(p.eng))
+			if e.sched.NumRunning() > 0 {
+				p.res.busy++
+			}
 		}
 		p.samples++
 		*nextSample = p.t + 1
@@ -501,6 +509,7 @@ func (p *replay) finish() replayResult {
 	}
 	r.running /= math.Max(1, float64(p.samples))
 	r.waiting /= math.Max(1, float64(p.samples))
+	r.busy /= math.Max(1, float64(p.samples))
 	return r
 }
 
