@@ -123,8 +123,9 @@ func TestReplayCalibrate(t *testing.T) {
 // whether the third policy is at or better than the better baseline: p50,
 // p95 and output against the better of off and sticky, hits against sticky.
 // CAL_REPLICAS=1 adds per-replica waits and the engines' mean running and
-// waiting requests; CAL_FILL sets the third policy's KV fill (--kv-fill);
-// CAL_MIXED=1 replays the mixed session lengths instead.
+// waiting requests; CAL_FILL sets the third policy's KV fill (--kv-fill),
+// CAL_SLACK the adaptive admission slack; CAL_MIXED=1 replays the mixed
+// session lengths instead.
 func TestReplayRouterVerdict(t *testing.T) {
 	exploring(t)
 	stages := []int{4, 8, 16, 24, 32}
@@ -137,6 +138,10 @@ func TestReplayRouterVerdict(t *testing.T) {
 	third := PolicyAdaptive
 	if v := os.Getenv("CAL_THIRD"); v != "" {
 		third = v
+	}
+	if v := envFloats("CAL_SLACK"); v != nil {
+		defer func(a float64) { admitSlack = a }(admitSlack)
+		admitSlack = v[0]
 	}
 	for seed := range uint64(envFloats("CAL_SEEDS", 2)[0]) {
 		run := func(pol string) []replayResult {
