@@ -1,38 +1,18 @@
 package proxy
 
 import (
-	"bytes"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/tidwall/gjson"
+
+	"github.com/lmwarden/warden/internal/simproc"
 )
-
-// logBuf is a goroutine-safe log sink for asserting log lines.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuf) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
 
 // Names Claude Code sends for its main loop and its small background model
 // (titles, summaries), Codex's and opencode's.
@@ -48,8 +28,8 @@ func anthropicBody(model string) string {
 
 func TestModelNamesMapToTheServedModel(t *testing.T) {
 	e := newFakeEngine(t)
-	logs := &logBuf{}
-	_, front := testProxy(t, Config{ServedModel: "served-model", Logger: logs.logger()}, e)
+	logs := &simproc.SyncBuffer{}
+	_, front := testProxy(t, Config{ServedModel: "served-model", Logger: slog.New(slog.NewTextHandler(logs, nil))}, e)
 	for range 2 {
 		for _, m := range []string{claudeMain, claudeSmall} {
 			if resp, body := post(t, front.URL+"/v1/messages?beta=true", anthropicBody(m)); resp.StatusCode != 200 {

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/lmwarden/warden/internal/simproc"
 )
 
 // badInput is one hostile or broken request and what the warden must
@@ -55,8 +57,8 @@ func badInputs() []badInput {
 
 func TestBadInputGetsAClearAnswerAndNothingLeaks(t *testing.T) {
 	_, bs := simSet(t, fast, fast)
-	var logs bytes.Buffer
-	p, front := testProxyBackends(t, Config{MaxBodyBytes: 256 << 10, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, bs)
+	logs := &simproc.SyncBuffer{}
+	p, front := testProxyBackends(t, Config{MaxBodyBytes: 256 << 10, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, bs)
 	client := &http.Client{}
 	defer client.CloseIdleConnections()
 	before := goroutines()
@@ -137,9 +139,9 @@ func TestAdminNeedsLoopbackOrTheToken(t *testing.T) {
 
 func TestAPIKeyIsEnforcedAndNotForwarded(t *testing.T) {
 	e := newFakeEngine(t)
-	var logs bytes.Buffer
+	logs := &simproc.SyncBuffer{}
 	p, front := testProxy(t, Config{APIKey: "k3y-s3cret", AdminToken: "adm1n-t0ken",
-		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, e)
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, e)
 	for _, c := range []struct {
 		name, header, value string
 		want                int
@@ -182,8 +184,8 @@ func TestAPIKeyIsEnforcedAndNotForwarded(t *testing.T) {
 		resp.Body.Close()
 	}
 	settled(t, p)
-	if logs.Len() == 0 || strings.Contains(logs.String(), "k3y-s3cret") || strings.Contains(logs.String(), "adm1n-t0ken") {
-		t.Errorf("debug log (%d bytes) is empty or shows a key:\n%s", logs.Len(), logs.String())
+	if out := logs.String(); out == "" || strings.Contains(out, "k3y-s3cret") || strings.Contains(out, "adm1n-t0ken") {
+		t.Errorf("debug log (%d bytes) is empty or shows a key:\n%s", len(out), out)
 	}
 }
 
