@@ -326,7 +326,7 @@ func (p *replay) loop() {
 		for _, e := range p.eng {
 			if !e.busy && !e.sched.Idle() {
 				e.batch = e.sched.Schedule()
-				e.end, e.busy = p.t+p.prof.StepSeconds(e.batch.Cost(), 0), true
+				e.end, e.busy = p.t+p.prof.StepSeconds(e.batch.Cost()), true
 			}
 		}
 		next := math.Inf(1)

@@ -117,13 +117,15 @@ func TestStepSecondsMatchesCalibrationExamples(t *testing.T) {
 		{"2k prefill from 0", StepCost{PrefillTokens: 2048, PrefillPosSum: 2048 * 2047 / 2}, 0.287},
 	}
 	for _, tc := range tests {
-		got := p.StepSeconds(tc.cost, 0)
+		got := p.StepSeconds(tc.cost)
 		if got < tc.want*0.95 || got > tc.want*1.05 {
 			t.Errorf("%s: %.4f s, want %.3f s ±5%%", tc.name, got, tc.want)
 		}
 	}
-	slow := p.StepSeconds(StepCost{Decodes: 1, DecodeContext: 1000}, 180)
-	if fast := p.StepSeconds(StepCost{Decodes: 1, DecodeContext: 1000}, 0); slow <= fast*1.8 {
+	half := p
+	half.DecodeGBps = 180
+	slow := half.StepSeconds(StepCost{Decodes: 1, DecodeContext: 1000})
+	if fast := p.StepSeconds(StepCost{Decodes: 1, DecodeContext: 1000}); slow <= fast*1.8 {
 		t.Errorf("halving decode bandwidth: %.4f s vs %.4f s, want about double", slow, fast)
 	}
 }

@@ -175,7 +175,7 @@ func (e *Engine) Run(ctx context.Context) {
 			continue
 		}
 		b := e.sched.Schedule()
-		dur := e.prof.StepSeconds(b.Cost(), e.cfg.DecodeGBps)
+		dur := e.prof.StepSeconds(b.Cost())
 		end := e.stepStart() + dur
 		if !e.waitUntil(ctx, end) {
 			return

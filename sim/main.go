@@ -68,16 +68,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // newServer sizes the KV cache from the profile (or --sim-kv-tokens) and
 // builds the engine, scheduler and metrics.
 func newServer(cfg Config, log *slog.Logger) (*server, error) {
-	prof := Profiles[cfg.Profile]
+	prof := cfg.profile()
 	if cfg.MaxNumSeqs == 0 {
 		cfg.MaxNumSeqs = prof.DefaultMaxNumSeqs
-	}
-	if cfg.DecodeGBps > 0 {
-		prof.DecodeGBps = cfg.DecodeGBps
-	}
-	if cfg.PrefillScale > 0 {
-		prof.A *= cfg.PrefillScale
-		prof.B *= cfg.PrefillScale
 	}
 	kvTokens := cfg.KVTokens
 	if kvTokens == 0 {

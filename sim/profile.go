@@ -115,17 +115,28 @@ type StepCost struct {
 
 // StepSeconds is the simulated duration of a step:
 // t0 + max(W, a*N) + b*sum(p) + k*T_dec + c*B, with W = weight bytes /
-// bandwidth and k = KV bytes per token / bandwidth. gbps <= 0 uses the
-// profile's bandwidth.
-func (p Profile) StepSeconds(s StepCost, gbps float64) float64 {
-	if gbps <= 0 {
-		gbps = p.DecodeGBps
-	}
-	bw := gbps * 1e9
+// bandwidth and k = KV bytes per token / bandwidth.
+func (p Profile) StepSeconds(s StepCost) float64 {
+	bw := p.DecodeGBps * 1e9
 	w := p.WeightBytes / bw
 	k := p.KVBytesPerToken / bw
 	n := float64(s.Decodes + s.PrefillTokens)
 	return p.T0 + math.Max(w, p.A*n) + p.B*s.PrefillPosSum + k*float64(s.DecodeContext) + p.C*float64(s.Decodes)
+}
+
+// profile is the named profile with the calibration knobs of cfg applied
+// (--sim-decode-gbps, --sim-prefill-scale): the one the engine times its
+// steps with.
+func (c Config) profile() Profile {
+	p := Profiles[c.Profile]
+	if c.DecodeGBps > 0 {
+		p.DecodeGBps = c.DecodeGBps
+	}
+	if c.PrefillScale > 0 {
+		p.A *= c.PrefillScale
+		p.B *= c.PrefillScale
+	}
+	return p
 }
 
 // kvCapacityError is vLLM's start-up failure when max_model_len does not fit

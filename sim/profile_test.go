@@ -30,11 +30,11 @@ func TestReferenceProfileIsTheFit(t *testing.T) {
 		// costs the physical one's compute times the prefill scale.
 		step := StepCost{Decodes: 1, DecodeContext: 1000}
 		want := fit.T0 + 8.05e9/(tc.gbps*1e9) + 147456.0/(tc.gbps*1e9)*1000 + fit.C
-		if got := fit.StepSeconds(step, 0); math.Abs(got-want) > 1e-9 {
+		if got := fit.StepSeconds(step); math.Abs(got-want) > 1e-9 {
 			t.Errorf("%s: decode step %.6f s, want %.6f (%v GB/s)", tc.name, got, want, tc.gbps)
 		}
 		pre := StepCost{PrefillTokens: 2048, PrefillPosSum: 2048 * 4096}
-		got, want := fit.StepSeconds(pre, 0)-fit.T0, tc.scale*(phys.StepSeconds(pre, 0)-phys.T0)
+		got, want := fit.StepSeconds(pre)-fit.T0, tc.scale*(phys.StepSeconds(pre)-phys.T0)
 		if math.Abs(got-want) > 1e-9 {
 			t.Errorf("%s: prefill step %.6f s beyond t0, want %.6f (%v x physical)", tc.name, got, want, tc.scale)
 		}
@@ -59,7 +59,7 @@ func TestCalibrationKnobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	pre := StepCost{PrefillTokens: 2048, PrefillPosSum: 2048 * 4096}
-	if got, want := s.prof.StepSeconds(pre, 0)-s.prof.T0, 2*(base.StepSeconds(pre, 0)-base.T0); math.Abs(got-want) > 1e-9 {
+	if got, want := s.prof.StepSeconds(pre)-s.prof.T0, 2*(base.StepSeconds(pre)-base.T0); math.Abs(got-want) > 1e-9 {
 		t.Errorf("prefill step at scale 2: %.6f s beyond t0, want %.6f", got, want)
 	}
 	if s.prof.DecodeGBps != 300 || Profiles[DefaultProfile] != base {
