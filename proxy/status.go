@@ -36,16 +36,10 @@ func (p *Proxy) Status() panel.Status {
 		row := r.status(active[i])
 		s.Replicas = append(s.Replicas, row)
 		s.InFlight += row.InFlight
-		addTotals(&s.Totals, row)
 	}
+	s.Totals = panel.TotalsOf(s.Replicas)
 	if len(reps) > 0 {
 		s.SpillThreshold = PlaceConfig{SpillThreshold: p.cfg.SpillThreshold}.SpillFor(ReplicaView{MaxNumSeqs: reps[0].seqs()})
-	}
-	if t := s.Totals; t.PromptTokens > 0 {
-		s.Totals.CachedShare = float64(t.CachedTokens) / float64(t.PromptTokens)
-	}
-	if t := s.Totals; t.PrefixQueries > 0 {
-		s.Totals.HitRate = t.PrefixHits / t.PrefixQueries
 	}
 	s.Series = p.series.points(now)
 	p.mu.Lock()
@@ -61,19 +55,6 @@ func (p *Proxy) Status() panel.Status {
 // affinity reports whether a policy keeps conversations on a replica.
 func affinity(policy string) bool {
 	return policy == PolicySticky || policy == PolicyHash || policy == PolicyAdaptive
-}
-
-func addTotals(t *panel.Totals, r panel.Replica) {
-	t.Requests += r.Requests
-	t.Sticky += r.Sticky
-	t.SpilledIn += r.SpilledIn
-	t.Pinned += r.Pinned
-	t.PromptTokens += r.PromptTokens
-	t.CachedTokens += r.CachedTokens
-	t.CompletionTokens += r.CompletionTokens
-	t.PrefixQueries += r.PrefixQueries
-	t.PrefixHits += r.PrefixHits
-	t.KVCapacityTokens += r.KVCapacityTokens
 }
 
 // status is the replica's panel row.

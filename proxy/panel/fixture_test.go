@@ -40,20 +40,8 @@ func sampleStatus(n int) Status {
 	}
 	for _, r := range s.Replicas {
 		s.InFlight += r.InFlight
-		t := &s.Totals
-		t.Requests += r.Requests
-		t.Sticky += r.Sticky
-		t.SpilledIn += r.SpilledIn
-		t.Pinned += r.Pinned
-		t.PromptTokens += r.PromptTokens
-		t.CachedTokens += r.CachedTokens
-		t.CompletionTokens += r.CompletionTokens
-		t.PrefixQueries += r.PrefixQueries
-		t.PrefixHits += r.PrefixHits
-		t.KVCapacityTokens += r.KVCapacityTokens
 	}
-	s.Totals.CachedShare = float64(s.Totals.CachedTokens) / float64(s.Totals.PromptTokens)
-	s.Totals.HitRate = s.Totals.PrefixHits / s.Totals.PrefixQueries
+	s.Totals = TotalsOf(s.Replicas)
 	for k := 0; k < 60; k++ {
 		s.Series = append(s.Series, Point{
 			T: now.Add(time.Duration(k-60) * time.Minute), Seconds: 60,

@@ -115,6 +115,31 @@ type Totals struct {
 	KVCapacityTokens int     `json:"kv_capacity_tokens"`
 }
 
+// TotalsOf sums the replicas' rows and derives the shares (zero without
+// data).
+func TotalsOf(rows []Replica) Totals {
+	var t Totals
+	for _, r := range rows {
+		t.Requests += r.Requests
+		t.Sticky += r.Sticky
+		t.SpilledIn += r.SpilledIn
+		t.Pinned += r.Pinned
+		t.PromptTokens += r.PromptTokens
+		t.CachedTokens += r.CachedTokens
+		t.CompletionTokens += r.CompletionTokens
+		t.PrefixQueries += r.PrefixQueries
+		t.PrefixHits += r.PrefixHits
+		t.KVCapacityTokens += r.KVCapacityTokens
+	}
+	if t.PromptTokens > 0 {
+		t.CachedShare = float64(t.CachedTokens) / float64(t.PromptTokens)
+	}
+	if t.PrefixQueries > 0 {
+		t.HitRate = t.PrefixHits / t.PrefixQueries
+	}
+	return t
+}
+
 // Point is one bucket of the token time series: the token counts of the
 // requests that finished in the bucket [T, T+Seconds); the page divides them
 // by Seconds to draw per-second rates averaged over the bucket.
