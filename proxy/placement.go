@@ -181,13 +181,20 @@ func pickSticky(snap []ReplicaView, s SessionView, cfg PlaceConfig, rng Rand) De
 		}
 		return Decision{Rank: snap[i].Rank, Reason: ReasonNew}
 	}
+	return spillOr(snap, home, cfg, rng, Decision{Rank: snap[home].Rank, Reason: ReasonSticky})
+}
+
+// spillOr applies the seed rule's break condition: a home over the spill
+// threshold sends this one request to the least-loaded other replica when
+// that one has fewer in flight; otherwise d.
+func spillOr(snap []ReplicaView, home int, cfg PlaceConfig, rng Rand, d Decision) Decision {
 	h := snap[home]
 	if h.InFlight > cfg.SpillFor(h) {
 		if i := leastLoaded(snap, home, rng); i >= 0 && snap[i].InFlight < h.InFlight {
 			return Decision{Rank: snap[i].Rank, Reason: ReasonSpill}
 		}
 	}
-	return Decision{Rank: h.Rank, Reason: ReasonSticky}
+	return d
 }
 
 // load orders replicas for new conversations and spills: in-flight requests

@@ -211,19 +211,6 @@ func stayOrMove(snap []ReplicaView, home int, s SessionView, cfg PlaceConfig, rn
 	return spillOr(snap, home, cfg, rng, stay)
 }
 
-// spillOr applies the seed rule's break condition: a home over the spill
-// threshold sends this one request to the least-loaded other replica when
-// that one has fewer in flight; otherwise d.
-func spillOr(snap []ReplicaView, home int, cfg PlaceConfig, rng Rand, d Decision) Decision {
-	h := snap[home]
-	if h.InFlight > cfg.SpillFor(h) {
-		if i := leastLoaded(snap, home, rng); i >= 0 && snap[i].InFlight < h.InFlight {
-			return Decision{Rank: snap[i].Rank, Reason: ReasonSpill}
-		}
-	}
-	return d
-}
-
 func (c PlaceConfig) cooldown() int {
 	if c.MoveCooldown > 0 {
 		return c.MoveCooldown
