@@ -54,11 +54,7 @@ func (r *stageRun) runSeries(ctx context.Context, stages []int, bar func(n int) 
 		turns, start, end := r.turns, r.start, r.end
 		r.turns = nil
 		r.mu.Unlock()
-		hits, queries, ok := prefixDelta(before, after)
-		ok = ok && sampleErr == nil && after != nil
-		sum := summarize(r.variant, n, r.sim(end.Sub(start)), turns, busyCounts(busy), hits, queries, ok)
-		sum.addEngineStats(busy, before, after, sampleErr == nil)
-		sums = append(sums, sum)
+		sums = append(sums, r.summary(n, end.Sub(start), turns, busy, before, after, sampleErr))
 		all = append(all, turns...)
 		if last {
 			break

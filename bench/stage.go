@@ -197,39 +197,29 @@ func (r *stageRun) run(ctx context.Context, bar progress) (StageSummary, []TurnR
 	warmEnd := r.launched.Add(r.cfg.wall(r.cfg.Warmup))
 	runCtx, cancel := context.WithDeadline(ctx, warmEnd.Add(r.cfg.wall(r.cfg.Stage+r.cfg.Drain)))
 	defer cancel()
-	var before sample
-	var sampleErr error
-	if r.cfg.Warmup == 0 { // counters before the first turn
-		before, sampleErr = r.target.Sample(ctx)
-	}
 	var wg sync.WaitGroup
-	for i := 0; i < r.sessions; i++ {
-		wg.Add(1)
-		go func() { defer wg.Done(); r.worker(runCtx, nil) }()
-	}
-	if r.cfg.Warmup > 0 {
-		bar.describe("warming up")
-		sleepUntil(runCtx, warmEnd)
-		before, sampleErr = r.target.Sample(ctx)
-	}
-	if sampleErr != nil {
-		r.log.Warn("cannot read engine counters", "err", sampleErr)
-	}
-	r.mu.Lock()
-	r.start = r.now()
-	r.end = r.start.Add(r.cfg.wall(r.cfg.Stage))
-	r.mu.Unlock()
-	busy, after := r.poll(runCtx, bar)
+	busy, before, after, sampleErr := r.window1(runCtx, bar, func() {
+		for i := 0; i < r.sessions; i++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); r.worker(runCtx, nil) }()
+		}
+	})
 	close(r.stop)
 	bar.describe("draining")
 	wg.Wait()
 	bar.finish()
 
+	return r.summary(r.sessions, r.end.Sub(r.start), r.turns, busy, before, after, sampleErr), r.turns
+}
+
+// summary is the row of a stage of n sessions whose measured window lasted
+// window (wall time): its turns, its polls and the engines' counter deltas.
+func (r *stageRun) summary(n int, window time.Duration, turns []TurnRecord, busy []pollStat, before, after sample, sampleErr error) StageSummary {
 	hits, queries, ok := prefixDelta(before, after)
 	ok = ok && sampleErr == nil && after != nil
-	s := summarize(r.variant, r.sessions, r.sim(r.end.Sub(r.start)), r.turns, busyCounts(busy), hits, queries, ok)
+	s := summarize(r.variant, n, r.sim(window), turns, busyCounts(busy), hits, queries, ok)
 	s.addEngineStats(busy, before, after, sampleErr == nil)
-	return s, r.turns
+	return s
 }
 
 // sleepUntil waits until t or the end of ctx.
