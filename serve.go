@@ -30,6 +30,7 @@ type serveConfig struct {
 	DP, TP            int
 	Host              string
 	Port              int
+	Addr              string // host:port to listen on
 	GPUs              string
 	MaxNumSeqs        int
 	Engine, VLLMPath  string
@@ -105,7 +106,7 @@ func configFrom(c *cli.Context) (serveConfig, error) {
 		return cfg, err
 	}
 	var err error
-	if cfg.Proxy, _, err = routerConfigFrom(c, cfg.ServedName); err != nil {
+	if cfg.Proxy, cfg.Addr, err = routerConfigFrom(c, cfg.ServedName); err != nil {
 		return cfg, err
 	}
 	if cfg.LogDir == "" {
@@ -217,10 +218,9 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit("warden serve: "+err.Error(), 1)
 	}
-	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return cli.Exit(fmt.Sprintf("warden serve: cannot listen on %s: %v (choose another --port)", addr, err), 1)
+		return cli.Exit(fmt.Sprintf("warden serve: cannot listen on %s: %v (choose another --port)", cfg.Addr, err), 1)
 	}
 	specs, backends, err := engineSpecs(cfg, groups, seqs)
 	if err != nil {
