@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -18,27 +17,13 @@ import (
 	psnet "github.com/shirou/gopsutil/v4/net"
 	"github.com/shirou/gopsutil/v4/process"
 
+	"github.com/lmwarden/warden/internal/simproc"
 	"github.com/lmwarden/warden/proxy/panel"
 )
 
 // Reliability of a whole `warden serve` on the simulator: an engine
 // SIGKILLed mid-stream is restarted and the counters survive; only the
 // warden's port faces the network; keys stay out of logs.
-
-// status reads the warden's status JSON.
-func status(t *testing.T, url string) panel.Status {
-	t.Helper()
-	resp, err := http.Get(url + "/warden/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var st panel.Status
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
 
 // enginePID finds the engine process listening on port among the warden's
 // descendants.
@@ -58,18 +43,6 @@ func enginePID(t *testing.T, w *wardenProc, port int) int32 {
 	return 0
 }
 
-// pollUntil polls cond every 50 ms until it holds or 60 s pass.
-func pollUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 const shortChat = `{"model":"demo","max_tokens":4,"messages":[{"role":"user","content":"hello there"}]}`
 
 func TestServeEngineKilledMidStreamIsRestartedAndCountersSurvive(t *testing.T) {
@@ -79,7 +52,7 @@ func TestServeEngineKilledMidStreamIsRestartedAndCountersSurvive(t *testing.T) {
 			t.Fatalf("warm-up: %s %s", resp.Status, body)
 		}
 	}
-	before := status(t, w.url).Replicas[0]
+	before := w.status(t).Replicas[0]
 	req, _ := http.NewRequest(http.MethodPost, w.url+"/v1/chat/completions", strings.NewReader(
 		`{"model":"demo","stream":true,"max_tokens":4000,"messages":[{"role":"user","content":"a long story"}]}`))
 	req.Header.Set("Content-Type", "application/json")
@@ -105,14 +78,14 @@ func TestServeEngineKilledMidStreamIsRestartedAndCountersSurvive(t *testing.T) {
 			t.Fatalf("request %d after the kill: %s %s", i, resp.Status, body)
 		}
 	}
-	pollUntil(t, "replica 0 restarted and back", func() bool {
-		r := status(t, w.url).Replicas[0]
+	simproc.Poll(t, "replica 0 restarted and back", func() bool {
+		r := w.status(t).Replicas[0]
 		return r.Up && r.Restarts == 1
 	})
 	if resp, body := post(t, w.url+"/v1/chat/completions", shortChat, map[string]string{"X-Warden-Replica": "0"}); resp.StatusCode != 200 {
 		t.Fatalf("after the restart: %s %s", resp.Status, body)
 	}
-	after := status(t, w.url).Replicas[0]
+	after := w.status(t).Replicas[0]
 	if after.Requests < before.Requests+2 || after.PromptTokens <= before.PromptTokens || after.Errors == 0 {
 		t.Errorf("counters did not survive the restart: before %d requests %d prompt tokens, after %d requests %d prompt tokens, %d errors",
 			before.Requests, before.PromptTokens, after.Requests, after.PromptTokens, after.Errors)
@@ -137,7 +110,7 @@ func TestServeExposesOnlyItsPortAndKeepsKeysOutOfLogs(t *testing.T) {
 	const key, admin = "sk-warden-Key-4e1f9", "adm-Token-77c2"
 	logDir := t.TempDir()
 	w := startServe(t, "--dp", "2", "--host", "0.0.0.0", "--api-key", key, "--admin-token", admin, "--log-dir", logDir)
-	st := status(t, w.url)
+	st := w.status(t)
 	checkEnginesOnLoopback(t, w, st)
 	if ip := nonLoopbackIP(); ip == nil {
 		t.Log("no non-loopback address: the remote-caller checks are covered by proxy.TestAdminNeedsLoopbackOrTheToken only")

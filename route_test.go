@@ -187,18 +187,6 @@ func upURLs(st panel.Status) (map[string]bool, map[string]string) {
 	return up, urlOf
 }
 
-// waitUntil polls cond every 50 ms until it holds or 30 s pass.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // turn sends one chat turn of a session and returns the replica URL that
 // served it and the route reason.
 func turn(t *testing.T, w *wardenProc, urlOf map[string]string, session string) (string, string) {
@@ -288,12 +276,12 @@ func (f *routeFleet) startWithOneDown(t *testing.T) {
 // added over HTTP; new conversations go to the two empty replicas.
 func (f *routeFleet) downComesUpAndOneIsAdded(t *testing.T) {
 	simproc.StartNoWait(t, "--port", strconv.Itoa(f.cPort))
-	waitUntil(t, "the replica down at start is in rotation", func() bool { up, _ := upURLs(f.w.status(t)); return up[f.cURL] })
+	simproc.Poll(t, "the replica down at start is in rotation", func() bool { up, _ := upURLs(f.w.status(t)); return up[f.cURL] })
 	f.d = simproc.Start(t)
 	if code := adminJSON(t, http.MethodPost, f.w.url+"/warden/replicas", `{"url":"`+f.d.URL+`"}`); code != http.StatusCreated {
 		t.Fatalf("POST /warden/replicas: %d", code)
 	}
-	waitUntil(t, "the added replica is in rotation", func() bool { up, _ := upURLs(f.w.status(t)); return up[f.d.URL] })
+	simproc.Poll(t, "the added replica is in rotation", func() bool { up, _ := upURLs(f.w.status(t)); return up[f.d.URL] })
 	_, f.urlOf = upURLs(f.w.status(t))
 	for i := range 4 {
 		s := "second-" + strconv.Itoa(i)

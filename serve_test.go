@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -18,11 +17,7 @@ import (
 	"github.com/lmwarden/warden/internal/simproc"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	simproc.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { simproc.Main(m) }
 
 // wardenProc is a `warden serve` started by a test.
 type wardenProc struct {

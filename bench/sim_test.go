@@ -2,18 +2,13 @@ package bench
 
 import (
 	"math"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/lmwarden/warden/internal/simproc"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	simproc.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { simproc.Main(m) }
 
 // simConfig runs the reference sizes against one simulator at time scale 20:
 // a 20 s (simulated) stage of 2 sessions with one follow-up turn each.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/internal/simproc"
 )
 
 // TestOffSeesTheLoadOfTheLastTick checks the vLLM-style balancer's view is
@@ -58,14 +60,14 @@ func TestRunTicksTheBalancer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()
-	waitFor(t, "Run to tick the balancer", func() bool {
+	simproc.Poll(t, "Run to tick the balancer", func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.ticking && !p.lastRefresh.IsZero()
 	})
 	cancel()
 	<-done
-	waitFor(t, "the tick to stop", func() bool {
+	simproc.Poll(t, "the tick to stop", func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return !p.ticking

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/lmwarden/warden/internal/simproc"
 )
 
 func TestParseReplica(t *testing.T) {
@@ -93,7 +95,7 @@ func TestReplicasAddedAndRemovedAtRunTimeKeepTheSessionTable(t *testing.T) {
 	if code != http.StatusCreated || added["rank"] != 2.0 || added["max_num_seqs"] != 12.0 {
 		t.Fatalf("add: %d %v", code, added)
 	}
-	waitFor(t, "the added replica in rotation", func() bool { r := p.lookup(2); return r != nil && r.healthy() })
+	simproc.Poll(t, "the added replica in rotation", func() bool { r := p.lookup(2); return r != nil && r.healthy() })
 	if code, _ := adminCall(t, http.MethodPost, front.URL+"/warden/replicas", `{"url":"`+e2.srv.URL+`/"}`); code != http.StatusConflict {
 		t.Errorf("adding the same URL again: %d, want 409", code)
 	}
@@ -294,7 +296,7 @@ func TestReplicaChangesDuringTrafficLoseNoRequest(t *testing.T) {
 		if _, err := p.RemoveReplica(e2.srv.URL, -1); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "turns served while a replica is out", func() bool { return served() > before+2 })
+		simproc.Poll(t, "turns served while a replica is out", func() bool { return served() > before+2 })
 		if _, err := p.AddReplica(Backend{URL: e2.srv.URL, MaxNumSeqs: 32}); err != nil {
 			t.Fatal(err)
 		}

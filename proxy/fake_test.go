@@ -11,10 +11,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/gjson"
+
+	"github.com/lmwarden/warden/internal/simproc"
 )
 
 // fakeEngine is an httptest vLLM stand-in: /health, /metrics, and chat /
@@ -199,19 +200,7 @@ func post(t testing.TB, url, body string, kv ...string) (*http.Response, string)
 // settled waits until no request is in flight, i.e. all are accounted.
 func settled(t *testing.T, p *Proxy) {
 	t.Helper()
-	waitFor(t, "no request in flight", func() bool { return p.Status().InFlight == 0 })
-}
-
-// waitFor polls cond until it holds or a generous deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	simproc.Poll(t, "no request in flight", func() bool { return p.Status().InFlight == 0 })
 }
 
 func chatBody(session string, stream bool, extra string) string {

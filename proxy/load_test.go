@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/internal/simproc"
 )
 
 // Load: 1,000 concurrent streams through the proxy to four simulator
@@ -166,7 +168,7 @@ func TestLoadThousandConcurrentStreamsThenNoGrowth(t *testing.T) {
 	}
 	heap1, _ := quiet()
 	var gor1 int
-	waitFor(t, "goroutines back to the level before the round", func() bool {
+	simproc.Poll(t, "goroutines back to the level before the round", func() bool {
 		gor1 = runtime.NumGoroutine()
 		return gor1 <= gor0
 	})

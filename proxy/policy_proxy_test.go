@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/lmwarden/warden/internal/simproc"
 )
 
 // bigChat is a chat body of about n bytes for session key.
@@ -37,7 +39,7 @@ func TestHoldForRoom(t *testing.T) {
 	<-e.arrived
 	doneB := make(chan string, 1)
 	go send("b", 80_000, doneB)
-	waitFor(t, "b held at the proxy", func() bool {
+	simproc.Poll(t, "b held at the proxy", func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.held == 1
@@ -84,10 +86,10 @@ func TestHeldClientGoesAway(t *testing.T) {
 		_, err := front.Client().Do(req)
 		errc <- err
 	}()
-	waitFor(t, "b held", func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.held == 1 })
+	simproc.Poll(t, "b held", func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.held == 1 })
 	cancel()
 	<-errc
-	waitFor(t, "b released", func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.held == 0 })
+	simproc.Poll(t, "b released", func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.held == 0 })
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.bodies) != 1 {

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/lmwarden/warden/internal/simproc"
 )
 
 func TestStreamWithoutIncludeUsageNeverShowsTheUsageChunk(t *testing.T) {
@@ -194,7 +196,7 @@ func TestBurstOfNewConversationsSpreadsEvenly(t *testing.T) {
 			post(t, front.URL+"/v1/chat/completions", chatBody(fmt.Sprintf("burst-%d", i), false, ""))
 		}()
 	}
-	waitFor(t, "all requests in flight", func() bool { return p.Status().InFlight == n })
+	simproc.Poll(t, "all requests in flight", func() bool { return p.Status().InFlight == n })
 	for _, r := range p.Status().Replicas {
 		if r.InFlight != n/replicas || r.ActiveSessions != n/replicas {
 			t.Errorf("replica %d: in flight %d, sessions %d; want %d each", r.Rank, r.InFlight, r.ActiveSessions, n/replicas)

@@ -99,7 +99,7 @@ func TestBadInputGetsAClearAnswerAndNothingLeaks(t *testing.T) {
 	p.mu.Unlock()
 	client.CloseIdleConnections()
 	http.DefaultClient.CloseIdleConnections()
-	waitFor(t, "goroutines to settle", func() bool { return goroutines() <= before+2 })
+	simproc.Poll(t, "goroutines to settle", func() bool { return goroutines() <= before+2 })
 	if strings.Contains(logs.String(), strings.Repeat("s", 1000)) {
 		t.Error("a 200 KB session id reached the log")
 	}

@@ -212,7 +212,7 @@ func TestHungEngineTimesOutNamedAndIsBackAfterItRecovers(t *testing.T) {
 			t.Fatalf("hung engine: status %d: %s", resp.StatusCode, body)
 		}
 	}
-	waitFor(t, "the hung replica out of rotation", func() bool { return !p.Status().Replicas[0].Up })
+	simproc.Poll(t, "the hung replica out of rotation", func() bool { return !p.Status().Replicas[0].Up })
 	for i := range 5 {
 		resp, _ := post(t, front.URL+"/v1/chat/completions", simChat(fmt.Sprintf("n%d", i)))
 		if resp.StatusCode != http.StatusOK || resp.Header.Get(PinHeader) != "1" {
@@ -222,7 +222,7 @@ func TestHungEngineTimesOutNamedAndIsBackAfterItRecovers(t *testing.T) {
 	if err := syscall.Kill(-pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the recovered replica back in rotation", func() bool { return p.Status().Replicas[0].Up })
+	simproc.Poll(t, "the recovered replica back in rotation", func() bool { return p.Status().Replicas[0].Up })
 	resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"), PinHeader, "0")
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("after recovery: status %d: %s", resp.StatusCode, body)
@@ -239,12 +239,12 @@ func TestClientDisconnectMidStreamCancelsTheEngineWork(t *testing.T) {
 		t.Fatalf("engine running %v during the stream, want 1", running)
 	}
 	cancel() // the client goes away mid-stream
-	waitFor(t, "the engine's running count to drop", func() bool {
+	simproc.Poll(t, "the engine's running count to drop", func() bool {
 		return procs[0].Metrics(t)["vllm:num_requests_running"] == 0
 	})
 	settled(t, p)
 	http.DefaultClient.CloseIdleConnections()
-	waitFor(t, "goroutines to settle", func() bool { return goroutines() <= before })
+	simproc.Poll(t, "goroutines to settle", func() bool { return goroutines() <= before })
 	if st := p.Status(); st.Replicas[0].Errors != 0 || !st.Replicas[0].Up {
 		t.Errorf("a client cancel counted against the replica: errors %d up %v", st.Replicas[0].Errors, st.Replicas[0].Up)
 	}

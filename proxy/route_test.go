@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/internal/simproc"
 )
 
 // fakeClock is a settable clock for Config.Clock.
@@ -48,7 +50,7 @@ func sendHeld(t *testing.T, p *Proxy, url, body string, kv ...string) func() (st
 		resp, _ := post(t, url+"/v1/chat/completions", body, kv...)
 		rank, route = resp.Header.Get(PinHeader), resp.Header.Get(RouteHeader)
 	}()
-	waitFor(t, "request in flight", func() bool { return p.Status().InFlight == before+1 })
+	simproc.Poll(t, "request in flight", func() bool { return p.Status().InFlight == before+1 })
 	return func() (string, string) { <-done; return rank, route }
 }
 

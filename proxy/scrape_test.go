@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/lmwarden/warden/internal/simproc"
 )
 
 func TestParseMetrics(t *testing.T) {
@@ -107,7 +109,7 @@ func TestRunStopsWithItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()
-	waitFor(t, "a scrape", func() bool { return !p.Status().Replicas[0].ScrapedAt.IsZero() })
+	simproc.Poll(t, "a scrape", func() bool { return !p.Status().Replicas[0].ScrapedAt.IsZero() })
 	cancel()
 	<-done
 }

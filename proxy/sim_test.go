@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,11 +14,7 @@ import (
 	"github.com/lmwarden/warden/internal/simproc"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	simproc.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { simproc.Main(m) }
 
 // startSims runs n simulator processes concurrently and returns them as
 // backends (rank = index).

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,11 +15,7 @@ import (
 	"github.com/lmwarden/warden/internal/simproc"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	simproc.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { simproc.Main(m) }
 
 var client = &http.Client{Timeout: 60 * time.Second}
 
@@ -123,18 +118,6 @@ func words(seed string, n int) string {
 
 func msg(role, content string) map[string]any {
 	return map[string]any{"role": role, "content": content}
-}
-
-// pollUntil calls cond until it is true or the deadline passes.
-func pollUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func get(t *testing.T, url string) (int, gjson.Result) {

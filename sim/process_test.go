@@ -25,7 +25,7 @@ func waitExit(t *testing.T, p *simproc.Proc) int {
 
 func TestPortRefusesWhileLoading(t *testing.T) {
 	p := simproc.StartNoWait(t, "--sim-load-seconds", "1.5")
-	pollUntil(t, "the loading log line", func() bool { return strings.Contains(p.Output(), "Loading weights...") })
+	simproc.Poll(t, "the loading log line", func() bool { return strings.Contains(p.Output(), "Loading weights...") })
 	_, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(p.Port), time.Second)
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("dial during loading: %v, want connection refused", err)
@@ -129,5 +129,5 @@ func TestForkChildDiesOnlyWithGroup(t *testing.T) {
 		t.Fatal("child died with the leader; it should need a group kill")
 	}
 	p.Kill() // SIGKILL to the group
-	pollUntil(t, "the child to die with its group", func() bool { return !alive(child) })
+	simproc.Poll(t, "the child to die with its group", func() bool { return !alive(child) })
 }

@@ -128,7 +128,7 @@ func TestStreamingSendsFirstTokenWhileRunning(t *testing.T) {
 			m["vllm:num_requests_running"], m["vllm:request_success_total"])
 	}
 	resp.Body.Close() // client goes away: the engine aborts the request
-	pollUntil(t, "the aborted request to leave the engine", func() bool {
+	simproc.Poll(t, "the aborted request to leave the engine", func() bool {
 		m := p.Metrics(t)
 		return m["vllm:num_requests_running"] == 0 && m["vllm:kv_cache_usage_perc"] == 0
 	})

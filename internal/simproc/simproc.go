@@ -66,6 +66,27 @@ func Cleanup() {
 	}
 }
 
+// Main is a test package's TestMain: it runs the tests, removes the binary
+// Binary built and exits with the tests' status.
+func Main(m *testing.M) {
+	code := m.Run()
+	Cleanup()
+	os.Exit(code)
+}
+
+// Poll calls cond every 10 ms until it holds, and fails the test when it has
+// not held within a minute; what names the condition in that failure.
+func Poll(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()

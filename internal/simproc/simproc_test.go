@@ -1,18 +1,13 @@
 package simproc_test
 
 import (
-	"os"
 	"syscall"
 	"testing"
 
 	"github.com/lmwarden/warden/internal/simproc"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	simproc.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { simproc.Main(m) }
 
 func TestStartMetricsKill(t *testing.T) {
 	p := simproc.Start(t, "--sim-kv-tokens", "32000")
