@@ -14,9 +14,13 @@ import (
 const maxHold = 10 * time.Minute
 
 // adaptiveView completes the snapshot and session view with routeState's
-// estimates. The caller holds p.mu.
+// estimates, which only the adaptive policy reads (routeState keeps learning
+// under every policy, in begin and end). The caller holds p.mu.
 func (p *Proxy) adaptiveView(snap []ReplicaView, sv *SessionView, bodyBytes int, waited time.Duration, now time.Time) {
 	p.route.policy(p.policy)
+	if p.policy != PolicyAdaptive {
+		return
+	}
 	p.route.fill(snap, now)
 	p.route.sessionView(sv, bodyBytes, snap)
 	sv.Waited = waited.Seconds()
