@@ -2,7 +2,6 @@ package launch
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,25 +18,9 @@ import (
 	"time"
 
 	"github.com/shirou/gopsutil/v4/process"
+
+	"github.com/lmwarden/warden/internal/simproc"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the progress goroutine and the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // fakeSpecs builds n fake-engine specs in dir; env(i) adds FAKE_* settings.
 func fakeSpecs(t *testing.T, dir string, n int, env func(i int) []string) []Spec {
@@ -101,7 +84,7 @@ func TestStartIsParallelAndStopKillsEveryDescendant(t *testing.T) {
 	specs := fakeSpecs(t, dir, 3, func(i int) []string {
 		return []string{"FAKE_BARRIER=3", "FAKE_FORK=" + forks[i]}
 	})
-	var prog lockedBuffer
+	var prog simproc.SyncBuffer
 	var mu sync.Mutex
 	var events []string
 	opts := testOptions()
