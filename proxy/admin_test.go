@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -41,37 +40,6 @@ func TestPolicyEndpoint(t *testing.T) {
 	resp, _ = post(t, front.URL+"/warden/policy", `not json`)
 	if resp.StatusCode != 400 {
 		t.Errorf("bad body: %d", resp.StatusCode)
-	}
-}
-
-func TestAdminNeedsLoopbackOrToken(t *testing.T) {
-	e := newFakeEngine(t)
-	p, _ := testProxy(t, Config{AdminToken: "s3cret"}, e)
-	tests := []struct {
-		name   string
-		remote string
-		auth   string
-		want   int
-	}{
-		{"loopback caller", "127.0.0.1:5000", "", 200},
-		{"IPv6 loopback caller", "[::1]:5000", "", 200},
-		{"remote caller without a token", "192.0.2.7:5000", "", 403},
-		{"remote caller with the wrong token", "192.0.2.7:5000", "Bearer nope", 403},
-		{"remote caller with the token", "192.0.2.7:5000", "Bearer s3cret", 200},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			req := httptest.NewRequest(http.MethodPost, "/warden/policy", strings.NewReader(`{"policy":"sticky"}`))
-			req.RemoteAddr = tt.remote
-			if tt.auth != "" {
-				req.Header.Set("Authorization", tt.auth)
-			}
-			w := httptest.NewRecorder()
-			p.Handler().ServeHTTP(w, req)
-			if w.Code != tt.want {
-				t.Errorf("status %d, want %d: %s", w.Code, tt.want, w.Body)
-			}
-		})
 	}
 }
 
