@@ -83,9 +83,22 @@ func envFloats(name string, def ...float64) []float64 {
 	return out
 }
 
+// retune scales a profile's prefill cost by f and sets its decode bandwidth
+// to gbps (0: unchanged).
+func retune(f, gbps float64) func(*sim.Profile) {
+	return func(p *sim.Profile) {
+		p.A, p.B = p.A*f, p.B*f
+		if gbps > 0 {
+			p.DecodeGBps = gbps
+		}
+	}
+}
+
 // TestReplayCalibrate sweeps the simulator's uncertain profile numbers
 // (prefill speed, KV capacity, decode bandwidth) on the calibrated bench
 // load and scores each point against the reference table (docs/calibration.md).
+// The points are relative to the physical profile (calibration-a4000.md §3):
+// prefill ×1 is its 130 µs/token.
 // WARDEN_REPLAY=1 CAL_PREFILL=1,2 CAL_KV=40000 CAL_GBPS=310 go test -run TestReplayCalibrate -v ./proxy/
 func TestReplayCalibrate(t *testing.T) {
 	exploring(t)
@@ -96,8 +109,8 @@ func TestReplayCalibrate(t *testing.T) {
 					for seed := range uint64(envFloats("CAL_SEEDS", 2)[0]) {
 						run := func(pol string) []replayResult {
 							l := calLoad(pol)
-							l.seed, l.kvTokens, l.rtt = seed, int(kv), rtt
-							l.tune = func(p *sim.Profile) { p.A *= f; p.B *= f; p.DecodeGBps = gbps }
+							l.profile, l.seed, l.kvTokens, l.rtt = sim.DefaultProfile, seed, int(kv), rtt
+							l.tune = retune(f, gbps)
 							return l.runAll()
 						}
 						off, on := run(PolicyOff), run(PolicySticky)
@@ -156,14 +169,7 @@ func TestReplayRouterVerdict(t *testing.T) {
 			if os.Getenv("CAL_MIXED") != "" {
 				l.firstOf = mixedLoad(pol).firstOf
 			}
-			l.tune = func(p *sim.Profile) {
-				if f := envFloats("CAL_PREFILL"); f != nil {
-					p.A, p.B = p.A*f[0], p.B*f[0]
-				}
-				if g := envFloats("CAL_GBPS"); g != nil {
-					p.DecodeGBps = g[0]
-				}
-			}
+			l.tune = retune(envFloats("CAL_PREFILL", 1)[0], envFloats("CAL_GBPS", 0)[0])
 			return l.runAll()
 		}
 		off, on, ad := run(PolicyOff), run(PolicySticky), run(third)
