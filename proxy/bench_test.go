@@ -83,17 +83,21 @@ func BenchmarkPlace(b *testing.B) {
 	for i := range 8 {
 		bs = append(bs, Backend{Rank: i, URL: fmt.Sprintf("http://127.0.0.1:%d", 9000+i), MaxNumSeqs: 256})
 	}
-	p, _ := testProxyBackends(b, Config{}, bs)
 	keys := make([]SessionKey, 10_000)
 	for i := range keys {
 		keys[i] = SessionKey{Key: fmt.Sprintf("session-%d", i), Source: SourceClaudeHeader}
 	}
-	i := 0
-	for b.Loop() {
-		pl := p.place(keys[i%len(keys)], false, 0, nil, 0, 0)
-		p.routeEnd(pl, nil, time.Now()) // the request ends, as forward's accounting does
-		pl.rep.inflight.Add(-1)
-		i++
+	for _, pol := range []string{PolicyAdaptive, PolicySticky} {
+		b.Run(pol, func(b *testing.B) {
+			p, _ := testProxyBackends(b, Config{Policy: pol}, bs)
+			i := 0
+			for b.Loop() {
+				pl := p.place(keys[i%len(keys)], false, 0, nil, 0, 0)
+				p.routeEnd(pl, nil, time.Now()) // the request ends, as forward's accounting does
+				pl.rep.inflight.Add(-1)
+				i++
+			}
+		})
 	}
 }
 
