@@ -221,3 +221,46 @@ func TestReplayImposedHomes(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayStageHistory asks what decides the carried run's last stage:
+// the policy that places it, or the stages before. Each variant runs one
+// policy at 16 sessions and another at every other stage; the stage list
+// is the reference's (4, 8, 16, 24, 32) or the same with a 28-session stage
+// inserted. It prints the 32-session row with the number of first turns
+// in the window (a conversation's first turn computes its 7.3k unique
+// tokens; a thrashed follow-up re-computes 8-10.5k) and the mean computed
+// prompt tokens per turn (docs/router.md addendum 3).
+func TestReplayStageHistory(t *testing.T) {
+	exploring(t)
+	pols := []string{PolicyOff, PolicySticky, PolicyAdaptive}
+	for _, stages := range [][]int{{4, 8, 16, 24, 32}, {4, 8, 16, 24, 28, 32}} {
+		last := len(stages) - 1
+		for _, at16 := range pols {
+			for _, rest := range pols {
+				for seed := range uint64(envFloats("CAL_SEEDS", 2)[0]) {
+					l := calLoad(rest)
+					l.seed, l.stages = seed, stages
+					l.stagePolicy = make([]string, len(stages))
+					for i, n := range stages {
+						l.stagePolicy[i] = rest
+						if n == 16 {
+							l.stagePolicy[i] = at16
+						}
+					}
+					var turns, firsts, computed int
+					l.onTurn = func(_, _ float64, stage, _, turn, prompt, cached int) {
+						if stage == last {
+							turns, computed = turns+1, computed+prompt-cached
+							if turn == 0 {
+								firsts++
+							}
+						}
+					}
+					r := l.runAll()[last]
+					t.Logf("stages %v  16: %-8s rest: %-8s seed %d  32: p50 %5.2f p95 %4.1f out %5.0f hit %4.1f  turns %d first turns %d computed/turn %.1fk",
+						stages, at16, rest, seed, r.p50, r.p95, r.outPerMin, r.hitPct, turns, firsts, float64(computed)/float64(max(turns, 1))/1000)
+				}
+			}
+		}
+	}
+}

@@ -38,7 +38,9 @@ type replayLoad struct {
 	keep               *replay // runAll: where run leaves its per-stage results
 	jitter             int     // first-message tokens vary by up to this much (the reference measured 7.2-7.5k)
 	seed               uint64
-	home               func(worker int) int // optional: the replica a new session of this worker slot is placed on (imposed homes)
+	home               func(worker int) int                                         // optional: the replica a new session of this worker slot is placed on (imposed homes)
+	stagePolicy        []string                                                     // optional: the policy of each stage (carry); "" or missing keeps the previous one
+	onTurn             func(t, ttfb float64, stage, rank, turn, prompt, cached int) // optional: called for every finished turn (turn 0 = first)
 }
 
 func refLoad(policy string, sessions int) replayLoad {
@@ -407,6 +409,9 @@ func (p *replay) openStage() {
 	p.ttfb, p.all, p.samples, p.repCount = nil, nil, 0, nil
 	p.winStart = p.t
 	p.hq = p.counters()
+	if sp := p.load.stagePolicy; p.stageIdx < len(sp) && sp[p.stageIdx] != "" {
+		p.policy.Policy = sp[p.stageIdx]
+	}
 	for p.workers < p.load.stages[p.stageIdx] {
 		p.startSession(p.workers)
 		p.workers++
@@ -456,6 +461,9 @@ func (p *replay) complete(e *rEngine) {
 func (p *replay) finishTurn(r *rReq) {
 	q, s := r.seq, r.s
 	cached := max(q.CachedTokens, 0)
+	if p.load.onTurn != nil {
+		p.load.onTurn(p.t, r.first-r.submit, p.stageIdx, r.rank, s.turn, q.NumPrompt, cached)
+	}
 	u := Usage{Known: true, Prompt: uint64(q.NumPrompt), Cached: uint64(cached), Completion: uint64(q.Output)}
 	p.rs.end(r.ticket, u, r.first-r.arrive, p.now())
 	if !p.stopped {
