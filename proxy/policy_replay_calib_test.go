@@ -234,7 +234,6 @@ func TestReplayStageHistory(t *testing.T) {
 	exploring(t)
 	pols := []string{PolicyOff, PolicySticky, PolicyAdaptive}
 	for _, stages := range [][]int{{4, 8, 16, 24, 32}, {4, 8, 16, 24, 28, 32}} {
-		last := len(stages) - 1
 		for _, at16 := range pols {
 			for _, rest := range pols {
 				for seed := range uint64(envFloats("CAL_SEEDS", 2)[0]) {
@@ -247,18 +246,9 @@ func TestReplayStageHistory(t *testing.T) {
 							l.stagePolicy[i] = at16
 						}
 					}
-					var turns, firsts, computed int
-					l.onTurn = func(_, _ float64, stage, _, turn, prompt, cached int) {
-						if stage == last {
-							turns, computed = turns+1, computed+prompt-cached
-							if turn == 0 {
-								firsts++
-							}
-						}
-					}
-					r := l.runAll()[last]
+					r := l.runAll()[len(stages)-1]
 					t.Logf("stages %v  16: %-8s rest: %-8s seed %d  32: p50 %5.2f p95 %4.1f out %5.0f hit %4.1f  turns %d first turns %d computed/turn %.1fk",
-						stages, at16, rest, seed, r.p50, r.p95, r.outPerMin, r.hitPct, turns, firsts, float64(computed)/float64(max(turns, 1))/1000)
+						stages, at16, rest, seed, r.p50, r.p95, r.outPerMin, r.hitPct, r.turns, r.firstTurns, float64(r.computed)/float64(max(r.turns, 1))/1000)
 				}
 			}
 		}

@@ -38,9 +38,8 @@ type replayLoad struct {
 	keep               *replay // runAll: where run leaves its per-stage results
 	jitter             int     // first-message tokens vary by up to this much (the reference measured 7.2-7.5k)
 	seed               uint64
-	home               func(worker int) int                                         // optional: the replica a new session of this worker slot is placed on (imposed homes)
-	stagePolicy        []string                                                     // optional: the policy of each stage (carry); "" or missing keeps the previous one
-	onTurn             func(t, ttfb float64, stage, rank, turn, prompt, cached int) // optional: called for every finished turn (turn 0 = first)
+	home               func(worker int) int // optional: the replica a new session of this worker slot is placed on (imposed homes)
+	stagePolicy        []string             // optional: the policy of each stage (carry); "" or missing keeps the previous one
 }
 
 func refLoad(policy string, sessions int) replayLoad {
@@ -52,6 +51,8 @@ func refLoad(policy string, sessions int) replayLoad {
 type replayResult struct {
 	p50, p95, p95all, outPerMin, hitPct float64
 	turns, late, waited                 int
+	firstTurns                          int   // conversations' first turns among turns
+	computed                            int64 // prompt tokens computed (not cached)
 	preempt                             int64
 	reprefill                           int64     // prompt tokens computed again (not new this turn)
 	repWait, repSess                    []float64 // per replica: mean TTFB, mean active sessions homed
@@ -461,9 +462,6 @@ func (p *replay) complete(e *rEngine) {
 func (p *replay) finishTurn(r *rReq) {
 	q, s := r.seq, r.s
 	cached := max(q.CachedTokens, 0)
-	if p.load.onTurn != nil {
-		p.load.onTurn(p.t, r.first-r.submit, p.stageIdx, r.rank, s.turn, q.NumPrompt, cached)
-	}
 	u := Usage{Known: true, Prompt: uint64(q.NumPrompt), Cached: uint64(cached), Completion: uint64(q.Output)}
 	p.rs.end(r.ticket, u, r.first-r.arrive, p.now())
 	if !p.stopped {
@@ -472,6 +470,10 @@ func (p *replay) finishTurn(r *rReq) {
 		p.all = append(p.all, r.first-r.submit)
 		p.res.outPerMin += float64(q.Output)
 		p.res.reprefill += int64(max(0, q.NumPrompt-cached-r.newTok))
+		p.res.computed += int64(q.NumPrompt - cached)
+		if s.turn == 0 {
+			p.res.firstTurns++
+		}
 		p.res.repWait[r.rank] += r.first - r.submit
 		p.repN(r.rank)
 	} else {
