@@ -308,8 +308,10 @@ func (p *Proxy) account(at *attempt, req *request, pl placement, start time.Time
 }
 
 // closedBeforeAnswer reports an error of a connection the engine closed or
-// reset before sending any response byte.
+// reset before sending any response byte. net.ErrClosed is the same reset
+// seen from the request body's write: the transport's read side saw the
+// RST first and closed the connection under it.
 func closedBeforeAnswer(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+		errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
