@@ -19,6 +19,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lmwarden/warden/gpu"
+	"github.com/lmwarden/warden/hostcpu"
 	"github.com/lmwarden/warden/launch"
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/proxy/panel"
@@ -32,6 +33,8 @@ type serveConfig struct {
 	Port              int
 	Addr              string // host:port to listen on
 	GPUs              string
+	Device            string // "gpu" or "cpu"
+	CPUKVCache        string // --cpu-kv-cache: "auto" or a size
 	MaxNumSeqs        int
 	Engine, VLLMPath  string
 	LogDir            string
@@ -54,6 +57,10 @@ func serveFlags() []cli.Flag {
 			Usage: "tensor-parallel size: GPUs per replica (dp x tp GPUs are needed)"},
 		&cli.StringFlag{Name: "gpus", EnvVars: envVars("GPUS"),
 			Usage: "comma-separated GPU indices or UUIDs to use (default: all visible, honouring CUDA_VISIBLE_DEVICES)"},
+		&cli.StringFlag{Name: "device", Value: "gpu", EnvVars: envVars("DEVICE"),
+			Usage: "what vLLM runs on: gpu (NVIDIA; --tp GPUs per rank) or cpu (vLLM's CPU build; each rank on its own physical cores and NUMA node)"},
+		&cli.StringFlag{Name: "cpu-kv-cache", Value: "auto", EnvVars: envVars("CPU_KV_CACHE"),
+			Usage: "--device cpu: KV cache memory per rank (e.g. 4GiB), vLLM's --kv-cache-memory-bytes; auto: half the memory available after the engines' own (~3 GiB each), split over the ranks"},
 		&cli.IntFlag{Name: "max-num-seqs", EnvVars: envVars("MAX_NUM_SEQS"),
 			Usage: "vLLM --max-num-seqs per replica (0: vLLM's own default for the GPU); the spill threshold derives from it"},
 		&cli.StringFlag{Name: "engine", Value: "vllm", EnvVars: envVars("ENGINE"),
@@ -88,8 +95,9 @@ func configFrom(c *cli.Context) (serveConfig, error) {
 	cfg := serveConfig{
 		Model: c.String("model"), ServedName: c.String("served-model-name"),
 		DP: c.Int("dp"), TP: c.Int("tp"), Host: c.String("host"), Port: c.Int("port"),
-		GPUs: c.String("gpus"), MaxNumSeqs: c.Int("max-num-seqs"),
-		Engine: c.String("engine"), VLLMPath: c.String("vllm"), LogDir: c.String("log-dir"),
+		GPUs: c.String("gpus"), Device: c.String("device"), CPUKVCache: c.String("cpu-kv-cache"),
+		MaxNumSeqs: c.Int("max-num-seqs"),
+		Engine:     c.String("engine"), VLLMPath: c.String("vllm"), LogDir: c.String("log-dir"),
 		StartupTimeout: c.Duration("startup-timeout"), DrainTimeout: c.Duration("drain-timeout"),
 		StopGrace: c.Duration("stop-grace"), Extra: c.Args().Slice(),
 	}
@@ -101,6 +109,19 @@ func configFrom(c *cli.Context) (serveConfig, error) {
 		return cfg, fmt.Errorf("--dp and --tp must be at least 1 (got dp %d, tp %d)", cfg.DP, cfg.TP)
 	case cfg.Engine != "vllm" && cfg.Engine != "sim":
 		return cfg, fmt.Errorf("--engine must be vllm or sim, not %q", cfg.Engine)
+	case cfg.Device != "gpu" && cfg.Device != "cpu":
+		return cfg, fmt.Errorf("--device must be gpu or cpu, not %q", cfg.Device)
+	case cfg.Device == "cpu" && cfg.Engine == "sim":
+		return cfg, fmt.Errorf("--device cpu launches vLLM's CPU build; the simulator (--engine sim) needs no device")
+	case cfg.Device == "cpu" && cfg.TP > 1:
+		return cfg, fmt.Errorf("--tp %d with --device cpu: a CPU rank is one engine on its own cores; use --dp for more replicas", cfg.TP)
+	case cfg.Device == "cpu" && cfg.GPUs != "":
+		return cfg, fmt.Errorf("--gpus is for --device gpu; a CPU rank's cores are chosen from the warden's affinity mask (taskset)")
+	}
+	if cfg.Device == "cpu" && cfg.CPUKVCache != "auto" {
+		if _, err := hostcpu.ParseSize(cfg.CPUKVCache); err != nil {
+			return cfg, fmt.Errorf("--cpu-kv-cache: %w, or auto", err)
+		}
 	}
 	if err := launch.CheckExtra(cfg.Extra); err != nil {
 		return cfg, err
@@ -134,45 +155,102 @@ func defaultLogDir(now time.Time) string {
 	return filepath.Join(stateDir(), "runs", now.Format("20060102-150405"))
 }
 
-// engineGroups finds the GPUs for a vLLM run and returns one group per rank
-// and the max_num_seqs to pass. The simulator needs no GPUs.
-func engineGroups(ctx context.Context, cfg serveConfig, log *slog.Logger) ([][]string, int, error) {
-	groups := make([][]string, cfg.DP)
+// rankDevices is what every rank runs on, found before anything starts:
+// a GPU group per rank, or (--device cpu) a core set per rank and the KV
+// cache size; and the max_num_seqs every engine is given.
+type rankDevices struct {
+	gpus    [][]string    // CUDA_VISIBLE_DEVICES per rank; nil entries for the simulator
+	cpus    []hostcpu.Set // --device cpu
+	kvBytes uint64        // --device cpu: --kv-cache-memory-bytes per rank; 0 when given after --
+	seqs    int
+}
+
+// engineDevices finds the devices for the run. The simulator needs none.
+func engineDevices(ctx context.Context, cfg serveConfig, log *slog.Logger) (rankDevices, error) {
+	d := rankDevices{gpus: make([][]string, cfg.DP), seqs: cfg.MaxNumSeqs}
 	if cfg.Engine == "sim" {
-		seqs := cfg.MaxNumSeqs
-		if seqs == 0 {
-			seqs = simDefaultMaxNumSeqs
+		if d.seqs == 0 {
+			d.seqs = simDefaultMaxNumSeqs
 		}
-		return groups, seqs, nil
+		return d, nil
 	}
-	if _, err := launch.CheckVLLM(ctx, cfg.VLLMPath); err != nil {
-		return nil, 0, err
+	if _, err := launch.FindVLLM(cfg.VLLMPath); err != nil {
+		return d, err
+	}
+	if cfg.Device == "cpu" {
+		return cpuDevices(cfg, d, log)
 	}
 	devs, err := gpu.Discover(ctx)
 	if err != nil {
-		return nil, 0, err
+		return d, err
 	}
 	devs, err = gpu.Select(devs, os.Getenv("CUDA_VISIBLE_DEVICES"), cfg.GPUs)
 	if err != nil {
-		return nil, 0, err
+		return d, err
 	}
 	assigned, err := gpu.Assign(devs, cfg.DP, cfg.TP)
 	if err != nil {
-		return nil, 0, err
+		return d, err
 	}
 	for _, w := range gpu.BusyWarnings(assigned) {
 		log.Warn(w)
 	}
 	var used []gpu.Device
 	for i, g := range assigned {
-		groups[i] = gpu.VisibleDevices(g)
+		d.gpus[i] = gpu.VisibleDevices(g)
 		used = append(used, g...)
 	}
-	seqs := cfg.MaxNumSeqs
-	if seqs == 0 {
-		seqs = launch.DefaultMaxNumSeqs(used)
+	if d.seqs == 0 {
+		d.seqs = launch.DefaultMaxNumSeqs(used)
 	}
-	return groups, seqs, nil
+	return d, nil
+}
+
+// cpuEngineOverhead is what one CPU engine takes besides its KV cache: its
+// API server, EngineCore and worker each import torch (about 1 GiB of
+// resident memory apiece, measured with vLLM 0.32.0), plus a small model.
+const cpuEngineOverhead = 3 << 30
+
+// minCPUKVCache is the smallest automatic KV cache per rank.
+const minCPUKVCache = 256 << 20
+
+// cpuDevices cuts the warden's CPUs into one core set per rank and sizes
+// each rank's KV cache (vLLM's CPU default is a share of all host RAM per
+// instance, which several instances would each take).
+func cpuDevices(cfg serveConfig, d rankDevices, log *slog.Logger) (rankDevices, error) {
+	topo, err := hostcpu.Discover()
+	if err != nil {
+		return d, err
+	}
+	if d.cpus, err = hostcpu.Split(topo, cfg.DP); err != nil {
+		return d, err
+	}
+	if d.seqs == 0 {
+		d.seqs = launch.CPUDefaultMaxNumSeqs
+	}
+	if launch.HasFlag(cfg.Extra, "--kv-cache-memory-bytes") {
+		return d, nil // the user's, verbatim
+	}
+	avail, err := hostcpu.Available()
+	if err != nil {
+		return d, fmt.Errorf("reading the memory available: %w", err)
+	}
+	need := uint64(cfg.DP) * cpuEngineOverhead
+	if cfg.CPUKVCache == "auto" {
+		if avail < need+uint64(cfg.DP)*minCPUKVCache*2 {
+			return d, fmt.Errorf("%d CPU engines need about %s each plus their KV cache, but %s is available: "+
+				"lower --dp, free memory, or set --cpu-kv-cache", cfg.DP, hostcpu.Bytes(cpuEngineOverhead), hostcpu.Bytes(avail))
+		}
+		d.kvBytes = (avail - need) / 2 / uint64(cfg.DP) &^ (64<<20 - 1) // whole 64 MiB
+	} else {
+		d.kvBytes, _ = hostcpu.ParseSize(cfg.CPUKVCache)
+		if total := need + d.kvBytes*uint64(cfg.DP); total > avail {
+			log.Warn("the CPU engines may not fit in memory", "need", hostcpu.Bytes(total), "available", hostcpu.Bytes(avail))
+		}
+	}
+	log.Info("CPU engines", "ranks", cfg.DP, "kv_cache_per_rank", hostcpu.Bytes(d.kvBytes),
+		"memory_available", hostcpu.Bytes(avail), "cpus", topo.Summary())
+	return d, nil
 }
 
 // simDefaultMaxNumSeqs is the reference rig's max_num_seqs, which the
@@ -180,20 +258,24 @@ func engineGroups(ctx context.Context, cfg serveConfig, log *slog.Logger) ([][]s
 const simDefaultMaxNumSeqs = 32
 
 // engineSpecs builds one launch spec and one proxy backend per rank.
-func engineSpecs(cfg serveConfig, groups [][]string, seqs int) ([]launch.Spec, []proxy.Backend, error) {
+func engineSpecs(cfg serveConfig, d rankDevices) ([]launch.Spec, []proxy.Backend, error) {
 	ports, err := launch.FreePorts(cfg.DP, "127.0.0.1")
 	if err != nil {
 		return nil, nil, fmt.Errorf("finding %d free loopback ports: %w", cfg.DP, err)
 	}
 	eng := launch.Engine{Kind: cfg.Engine, VLLMPath: cfg.VLLMPath, Model: cfg.Model,
-		ServedName: cfg.ServedName, MaxNumSeqs: seqs, TP: cfg.TP, Extra: cfg.Extra}
+		ServedName: cfg.ServedName, MaxNumSeqs: d.seqs, TP: cfg.TP, KVBytes: d.kvBytes, Extra: cfg.Extra}
 	specs := make([]launch.Spec, cfg.DP)
 	backends := make([]proxy.Backend, cfg.DP)
 	for i := range specs {
-		specs[i] = launch.Spec{Rank: i, Argv: eng.Argv(ports[i]), Port: ports[i], GPUs: groups[i],
+		specs[i] = launch.Spec{Rank: i, Argv: eng.Argv(ports[i]), Port: ports[i], GPUs: d.gpus[i],
 			LogPath: filepath.Join(cfg.LogDir, "rank-"+strconv.Itoa(i)+".log")}
 		backends[i] = proxy.Backend{Rank: i, URL: "http://127.0.0.1:" + strconv.Itoa(ports[i]),
-			GPUs: groups[i], MaxNumSeqs: seqs}
+			GPUs: d.gpus[i], MaxNumSeqs: d.seqs}
+		if i < len(d.cpus) {
+			specs[i].CPUs, specs[i].Env = d.cpus[i].CPUs, d.cpus[i].Env()
+			backends[i].GPUs = []string{d.cpus[i].Label()}
+		}
 	}
 	return specs, backends, nil
 }
@@ -214,7 +296,7 @@ func runServe(c *cli.Context) error {
 	ctx, stopSignals := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 
-	groups, seqs, err := engineGroups(ctx, cfg, log)
+	devices, err := engineDevices(ctx, cfg, log)
 	if err != nil {
 		return cli.Exit("warden serve: "+err.Error(), 1)
 	}
@@ -222,7 +304,7 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("warden serve: cannot listen on %s: %v (choose another --port)", cfg.Addr, err), 1)
 	}
-	specs, backends, err := engineSpecs(cfg, groups, seqs)
+	specs, backends, err := engineSpecs(cfg, devices)
 	if err != nil {
 		ln.Close()
 		return cli.Exit("warden serve: "+err.Error(), 1)
@@ -241,8 +323,8 @@ func runServe(c *cli.Context) error {
 	defer stopRun()
 	go px.Run(runCtx)
 
-	log.Info("starting engines", "engine", cfg.Engine, "model", cfg.Model, "dp", cfg.DP, "tp", cfg.TP,
-		"max_num_seqs", seqs, "log_dir", cfg.LogDir)
+	log.Info("starting engines", "engine", cfg.Engine, "device", cfg.Device, "model", cfg.Model, "dp", cfg.DP, "tp", cfg.TP,
+		"max_num_seqs", devices.seqs, "log_dir", cfg.LogDir)
 	group, err := launch.Start(ctx, specs, launch.Options{
 		StartupTimeout: cfg.StartupTimeout, StopGrace: cfg.StopGrace, Logger: log,
 		Progress: os.Stderr, OnState: onEngineState(px),
@@ -255,6 +337,9 @@ func runServe(c *cli.Context) error {
 		return cli.Exit("warden serve: "+err.Error(), 1)
 	}
 	px.CheckNow(ctx)
+	if cfg.Engine == "vllm" {
+		log.Info("engines ready", "vllm_version", launch.Version(ctx, backends[0].URL))
+	}
 	printServeReady(c.App.Writer, cfg, px.Status().Policy)
 
 	final := drain(ctx, stopSignals, srv, served, px, cfg.DrainTimeout, log)

@@ -18,6 +18,7 @@ type Engine struct {
 	ServedName string   // --served-model-name; Model when empty
 	MaxNumSeqs int      // --max-num-seqs; omitted when <= 0
 	TP         int      // --tensor-parallel-size; omitted when <= 1
+	KVBytes    uint64   // --kv-cache-memory-bytes (CPU engines); omitted when 0
 	SimArgs    []string // simulator-only flags, before Extra; Kind "sim" only
 	Extra      []string // the user's args after `--`, passed verbatim, last
 }
@@ -25,7 +26,8 @@ type Engine struct {
 // Argv is the command line that serves the model on 127.0.0.1:port:
 //
 //	vllm: VLLMPath serve MODEL --host 127.0.0.1 --port P --served-model-name N
-//	      --max-num-seqs S [--tensor-parallel-size T] --enable-prompt-tokens-details Extra...
+//	      --max-num-seqs S [--tensor-parallel-size T] [--kv-cache-memory-bytes B]
+//	      --enable-prompt-tokens-details Extra...
 //	sim:  SimPath sim serve MODEL (the same flags) SimArgs... Extra...
 func (e Engine) Argv(port int) []string {
 	var argv []string
@@ -58,6 +60,9 @@ func (e Engine) Argv(port int) []string {
 	if e.TP > 1 {
 		argv = append(argv, "--tensor-parallel-size", strconv.Itoa(e.TP))
 	}
+	if e.KVBytes > 0 {
+		argv = append(argv, "--kv-cache-memory-bytes", strconv.FormatUint(e.KVBytes, 10))
+	}
 	argv = append(argv, "--enable-prompt-tokens-details")
 	if e.Kind == "sim" {
 		argv = append(argv, e.SimArgs...)
@@ -80,6 +85,20 @@ func DefaultMaxNumSeqs(devs []gpu.Device) int {
 		}
 	}
 	return 1024
+}
+
+// CPUDefaultMaxNumSeqs is vLLM's own max_num_seqs for an API server on the
+// CPU platform (engine/arg_utils.py, 0.32.0: 128 x world size).
+const CPUDefaultMaxNumSeqs = 128
+
+// HasFlag reports whether args set flag, as "--flag V" or "--flag=V".
+func HasFlag(args []string, flag string) bool {
+	for _, a := range args {
+		if a == flag || strings.HasPrefix(a, flag+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 // EngineEnv is the environment of an engine: base without VLLM_PORT (vLLM's

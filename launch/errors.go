@@ -14,7 +14,7 @@ import (
 type StartupError struct {
 	Rank      int
 	Port      int
-	GPUs      []string // CUDA_VISIBLE_DEVICES of the rank; empty for the simulator
+	Where     string   // what the rank runs on: "GPU 0", "CPU 0-3"; empty for the simulator
 	Cause     string   // "exited with status 1", "not healthy after 10m0s", "canceled", "cannot start: ..."
 	Hint      string   // what to check; "" when the cause is not a known one
 	LastLines []string // the rank's last output lines, oldest first
@@ -25,8 +25,8 @@ type StartupError struct {
 func (e *StartupError) Error() string {
 	var b strings.Builder
 	where := fmt.Sprintf("port %d", e.Port)
-	if len(e.GPUs) > 0 {
-		where += ", GPU " + strings.Join(e.GPUs, ",")
+	if e.Where != "" {
+		where += ", " + e.Where
 	}
 	fmt.Fprintf(&b, "engine rank %d (%s) failed to start: %s", e.Rank, where, e.Cause)
 	if len(e.LastLines) > 0 {
@@ -79,6 +79,10 @@ var hintRules = []hintRule{
 	{[]string{"Address already in use", "Errno 98"}, func(_ string, port int) string {
 		return fmt.Sprintf("port %d is already in use (a stale engine?): check `ss -ltnp | grep %d`, "+
 			"stop the old process, and run again (warden picks free ports)", port, port)
+	}},
+	{[]string{"unrecognized arguments: " + RequiredVLLMFlag}, func(string, int) string {
+		return "this vLLM is too old for the warden: it lacks " + RequiredVLLMFlag +
+			" (vLLM 0.9 and later have it); upgrade vLLM (pip install -U vllm)"
 	}},
 	{[]string{"unrecognized arguments", "error: argument"}, func(string, int) string {
 		return "vLLM rejected an argument: check the extra arguments after --, and `vllm serve --help`"

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/lmwarden/warden/hostcpu"
 )
 
 // Spec is one rank's engine: what to run, where it listens, where it logs.
@@ -22,6 +24,28 @@ type Spec struct {
 	Port    int      // the engine's HTTP port on 127.0.0.1
 	LogPath string   // the rank's log file (appended; its directory is created)
 	GPUs    []string // CUDA_VISIBLE_DEVICES for the rank (UUIDs or indices); empty: left as inherited
+	CPUs    []int    // CPU engines: the affinity mask of the rank's processes; empty: inherited
+}
+
+// deviceEnv says, for the rank's log, what the engine was given: its
+// CUDA_VISIBLE_DEVICES, or its CPU affinity and binding variables.
+func (s Spec) deviceEnv() string {
+	if len(s.CPUs) > 0 {
+		return strings.Join(append([]string{"affinity " + hostcpu.FormatList(s.CPUs)}, s.Env...), " ")
+	}
+	return "CUDA_VISIBLE_DEVICES=" + strings.Join(s.GPUs, ",")
+}
+
+// where names what the rank runs on, for logs and errors: "GPU 0,1",
+// "CPU 0-3", or "" (the simulator).
+func (s Spec) where() string {
+	switch {
+	case len(s.GPUs) > 0:
+		return "GPU " + strings.Join(s.GPUs, ",")
+	case len(s.CPUs) > 0:
+		return "CPU " + hostcpu.FormatList(s.CPUs)
+	}
+	return ""
 }
 
 // Options tune Start. Zero values take the defaults in parentheses.
@@ -163,7 +187,10 @@ func (g *Group) newRank(s Spec) (*rank, error) {
 		return nil, fmt.Errorf("launch: rank %d log: %w", s.Rank, err)
 	}
 	env := EngineEnv(append(os.Environ(), s.Env...), s.GPUs)
-	log := g.log.With("rank", s.Rank, "port", s.Port, "gpus", strings.Join(s.GPUs, ","))
+	log := g.log.With("rank", s.Rank, "port", s.Port)
+	if w := s.where(); w != "" {
+		log = log.With("device", w)
+	}
 	return &rank{spec: s, env: env, logf: f, log: log, since: time.Now()}, nil
 }
 

@@ -2,12 +2,15 @@ package launch
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"runtime"
 	"syscall"
 	"time"
+
+	"github.com/lmwarden/warden/hostcpu"
 )
 
 // proc is one run of an engine process (a rank has a new one per restart).
@@ -33,7 +36,10 @@ const followEvery = 50 * time.Millisecond
 // prints even after a SIGKILLed warden (a broken pipe would make a Go
 // engine die of SIGPIPE mid-shutdown), and orphans cannot hang Wait on a
 // pipe. The last lines are read back from the file.
-func spawn(argv, env []string, logf *os.File) (*proc, error) {
+//
+// cpus, when set, becomes the process's affinity mask right after the fork,
+// before the engine has started a thread or a child (both inherit it).
+func spawn(argv, env []string, logf *os.File, cpus []int) (*proc, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, errors.New("empty command line")
 	}
@@ -58,6 +64,14 @@ func spawn(argv, env []string, logf *os.File) (*proc, error) {
 		}
 		p.pid = cmd.Process.Pid
 		p.started = time.Now()
+		if len(cpus) > 0 {
+			if err := hostcpu.SetAffinity(p.pid, cpus); err != nil {
+				_ = signalGroup(p.pid, syscall.SIGKILL)
+				_ = cmd.Wait()
+				started <- fmt.Errorf("setting its CPU affinity to %s: %w", hostcpu.FormatList(cpus), err)
+				return
+			}
+		}
 		started <- nil
 		p.err = cmd.Wait()
 		close(p.exited)

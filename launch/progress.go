@@ -102,18 +102,18 @@ func (pr *progress) draw() {
 // line renders one rank: "rank 0  GPU 0  :8100  loading   12s  <last log line>".
 // Elapsed time counts from the start of the display, frozen once healthy.
 func (pr *progress) line(r *rank, st State, now, since time.Time, last string) string {
-	gpus := "-"
-	if len(r.spec.GPUs) > 0 {
-		gpus = strings.Join(r.spec.GPUs, ",")
-		if len(gpus) > 14 {
-			gpus = gpus[:13] + "…"
-		}
+	dev := r.spec.where()
+	if dev == "" {
+		dev = "-"
+	}
+	if len(dev) > 18 {
+		dev = dev[:17] + "…"
 	}
 	if st == Ready || st == Stopped {
 		now = since
 	}
 	elapsed := now.Sub(pr.start).Round(100 * time.Millisecond)
-	s := fmt.Sprintf("rank %-2d GPU %-14s :%-5d %-8s %6s", r.spec.Rank, gpus, r.spec.Port, st, elapsed)
+	s := fmt.Sprintf("rank %-2d %-18s :%-5d %-8s %6s", r.spec.Rank, dev, r.spec.Port, st, elapsed)
 	if st == Loading || st == Down || st == Stopped {
 		if last = strings.TrimSpace(last); last != "" {
 			s += "  " + last

@@ -32,7 +32,7 @@ func TestProgressPlainPrintsChangesOnly(t *testing.T) {
 	for i, want := range []string{
 		"rank 0  GPU 0              :8100  healthy    1.5s",
 		"rank 1  GPU GPU-012345678… :8101  loading",
-		"rank 2  GPU -              :8102  starting",
+		"rank 2  -                  :8102  starting",
 	} {
 		if !strings.HasPrefix(lines[i], want) {
 			t.Errorf("line %d = %q, want prefix %q", i, lines[i], want)

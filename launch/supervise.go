@@ -99,7 +99,7 @@ func (r *rank) current() *proc {
 func (g *Group) launch(r *rank, what string) error {
 	s := r.spec
 	fail := func(cause string, p *proc) *StartupError {
-		se := &StartupError{Rank: s.Rank, Port: s.Port, GPUs: s.GPUs, Cause: cause, LogPath: s.LogPath}
+		se := &StartupError{Rank: s.Rank, Port: s.Port, Where: s.where(), Cause: cause, LogPath: s.LogPath}
 		if p != nil {
 			se.LastLines = p.lastLines()
 			se.Hint = Hint(se.LastLines, s.Port)
@@ -118,9 +118,9 @@ func (g *Group) launch(r *rank, what string) error {
 	if err := PortFree("127.0.0.1", s.Port); err != nil {
 		return fail("cannot start: "+err.Error(), nil)
 	}
-	fmt.Fprintf(r.logf, "=== warden: %s rank %d at %s: %s (CUDA_VISIBLE_DEVICES=%s) ===\n",
-		what, s.Rank, time.Now().Format(time.RFC3339), strings.Join(s.Argv, " "), strings.Join(s.GPUs, ","))
-	p, err := spawn(s.Argv, r.env, r.logf)
+	fmt.Fprintf(r.logf, "=== warden: %s rank %d at %s: %s (%s) ===\n",
+		what, s.Rank, time.Now().Format(time.RFC3339), strings.Join(s.Argv, " "), s.deviceEnv())
+	p, err := spawn(s.Argv, r.env, r.logf, s.CPUs)
 	if err != nil {
 		return fail("cannot start "+s.Argv[0]+": "+err.Error(), nil)
 	}

