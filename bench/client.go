@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/lmwarden/warden/internal/usage"
 )
 
 // API selects the wire protocol and the way the session id travels.
@@ -253,19 +255,18 @@ func anthropicEvent(data []byte, r *turnResult) (piece string, done bool, err er
 	return piece, done, err
 }
 
-// anthropicUsage reads a usage object of message_start or message_delta.
-// input_tokens is taken as the whole prompt, as vLLM reports it (Anthropic's
-// own API counts cache reads apart); cache_read_input_tokens is the cached
-// part.
+// anthropicUsage reads a usage object of message_start or message_delta
+// (usage.ParseAnthropic: input_tokens excludes the cache).
 func anthropicUsage(u gjson.Result, r *turnResult) {
-	if v := u.Get("input_tokens"); v.Exists() {
-		r.PromptTokens = int(v.Int())
+	a := usage.ParseAnthropic(u)
+	if a.HasPrompt {
+		r.PromptTokens = int(a.Prompt)
 	}
-	if v := u.Get("cache_read_input_tokens"); v.Exists() {
-		r.CachedTokens = int(v.Int())
+	if a.HasCached {
+		r.CachedTokens = int(a.Cached)
 	}
-	if v := u.Get("output_tokens"); v.Int() > 0 {
-		r.OutputTokens = int(v.Int())
+	if a.Output > 0 {
+		r.OutputTokens = int(a.Output)
 		r.UsageSeen = true
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/lmwarden/warden/proxy/panel"
 )
@@ -43,16 +45,62 @@ func (p *Proxy) serveHealth(w http.ResponseWriter, _ *http.Request) {
 	writeError(w, http.StatusServiceUnavailable, "no replica is healthy")
 }
 
-// serveModels answers with the one served model name, or asks a replica
-// when none was configured.
+// serveModels answers with what the engines say of their model (vLLM's
+// entry carries max_model_len, root and parent; some clients size their
+// context from max_model_len), the id set to the served name. Without a
+// healthy replica to ask it answers with the name alone; with no served
+// name configured it passes the request to a replica.
 func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) {
 	if p.cfg.ServedModel == "" {
 		p.serveProxied(w, r)
 		return
 	}
+	if body, ok := p.engineModels(r); ok {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{{
 		"id": p.cfg.ServedModel, "object": "model", "created": p.since.Unix(), "owned_by": "warden",
 	}}})
+}
+
+// maxModelsBody bounds an engine's /v1/models answer.
+const maxModelsBody = 1 << 20
+
+// engineModels is a healthy replica's GET /v1/models with its model's id
+// set to the served name; an engine that serves one model under several
+// names, or adapters beside it, keeps its other entries.
+func (p *Proxy) engineModels(r *http.Request) ([]byte, bool) {
+	for _, rep := range p.replicaList() {
+		if !rep.healthy() {
+			continue
+		}
+		var body []byte
+		err := p.getOK(r.Context(), rep.target.String()+"/v1/models", func(rd io.Reader) error {
+			var err error
+			body, err = io.ReadAll(io.LimitReader(rd, maxModelsBody))
+			return err
+		})
+		data := gjson.GetBytes(body, "data")
+		if err != nil || !data.IsArray() || len(data.Array()) == 0 {
+			continue
+		}
+		at := 0
+		for i, m := range data.Array() {
+			if m.Get("id").Str == p.cfg.ServedModel {
+				return body, true
+			}
+			if m.Get("parent").Type == gjson.Null || !m.Get("parent").Exists() {
+				at = i // the base model, not an adapter
+				break
+			}
+		}
+		if out, err := sjson.SetBytes(body, fmt.Sprintf("data.%d.id", at), p.cfg.ServedModel); err == nil {
+			return out, true
+		}
+	}
+	return nil, false
 }
 
 // admin allows loopback callers, or others with the admin bearer token.

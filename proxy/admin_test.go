@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/tidwall/gjson"
 )
 
 func TestPolicyEndpoint(t *testing.T) {
@@ -158,5 +160,56 @@ func TestAdaptiveKnobs(t *testing.T) {
 		if _, err := New(cfg, []Backend{{Rank: 0, URL: e.srv.URL, MaxNumSeqs: 32}}); err == nil {
 			t.Errorf("New(%+v) accepted", cfg)
 		}
+	}
+}
+
+// vllmModels is vLLM 0.32.0's GET /v1/models (CPU build, the tiny test
+// model served as "tiny"), trimmed of its permission list.
+const vllmModels = `{"object":"list","data":[{"id":"tiny","object":"model","created":1796128289,"owned_by":"vllm",` +
+	`"root":"/work/.vllm-cpu/tiny","parent":null,"max_model_len":4096,"permission":[]}]}`
+
+func TestModelsServeWhatTheEngineSays(t *testing.T) {
+	engine := func(body string) *httptest.Server {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/models" {
+				io.WriteString(w, body)
+			}
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	for _, tc := range []struct{ name, served, engine, wantID string }{
+		{"the engine's entry, max_model_len and root kept", "tiny", vllmModels, "tiny"},
+		{"the id becomes the served name", "qwen", vllmModels, "qwen"},
+		{"an adapter beside the base model stays", "qwen",
+			`{"object":"list","data":[{"id":"base","parent":null,"max_model_len":4096},{"id":"lora1","parent":"base"}]}`, "qwen"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, front := testProxyBackends(t, Config{ServedModel: tc.served}, []Backend{{Rank: 0, URL: engine(tc.engine).URL, MaxNumSeqs: 8}})
+			resp, err := http.Get(front.URL + "/v1/models")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			m := gjson.GetBytes(b, "data.0")
+			if m.Get("id").Str != tc.wantID || m.Get("max_model_len").Int() != 4096 || !m.Get("parent").Exists() {
+				t.Errorf("/v1/models: %s", b)
+			}
+			if n := len(gjson.GetBytes(b, "data").Array()); n != len(gjson.Get(tc.engine, "data").Array()) {
+				t.Errorf("%d entries, want the engine's %d: %s", n, len(gjson.Get(tc.engine, "data").Array()), b)
+			}
+		})
+	}
+	// No engine answers: the served name alone.
+	_, front := testProxyBackends(t, Config{ServedModel: "qwen"}, []Backend{{Rank: 0, URL: engine(`nope`).URL, MaxNumSeqs: 8}})
+	resp, err := http.Get(front.URL + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if got := gjson.GetBytes(b, "data.#.id").Raw; got != `["qwen"]` {
+		t.Errorf("without an engine answer: %s", b)
 	}
 }

@@ -25,6 +25,7 @@ type vllmLike struct {
 	srv      *httptest.Server
 	ctx      int  // max_model_len
 	countAPI bool // serve /v1/messages/count_tokens itself
+	v032     bool // vLLM 0.32's length checks (renderers/params.py) instead of the older serving layer's
 
 	mu     sync.Mutex
 	got    []string // request bodies, in order
@@ -97,7 +98,7 @@ func (v *vllmLike) messages(b gjson.Result, generate bool) (int, string) {
 	if !generate {
 		return 200, fmt.Sprintf(`{"input_tokens":%d}`, in)
 	}
-	if code, msg := v.checkLength(in, b.Get("max_tokens").Int()); code != 200 {
+	if code, msg := v.checkLength(in, b.Get("max_tokens").Int(), "max_completion_tokens"); code != 200 {
 		return code, fmt.Sprintf(`{"type":"error","error":{"type":"BadRequestError","message":%q}}`, msg)
 	}
 	return 200, `{"id":"msg_1","type":"message","role":"assistant","model":"served-model","content":[{"type":"text","text":"ok"}],"usage":{"input_tokens":1,"output_tokens":1}}`
@@ -108,7 +109,11 @@ func (v *vllmLike) chat(b gjson.Result) (int, string) {
 	if want == 0 {
 		want = b.Get("max_tokens").Int()
 	}
-	if code, msg := v.checkLength(v.inputTokens(b), want); code != 200 {
+	param := "max_tokens"
+	if b.Get("max_completion_tokens").Exists() {
+		param = "max_completion_tokens"
+	}
+	if code, msg := v.checkLength(v.inputTokens(b), want, param); code != 200 {
 		return code, fmt.Sprintf(`{"error":{"message":%q,"type":"BadRequestError","param":"max_tokens","code":400}}`, msg)
 	}
 	return 200, `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}]}`
@@ -118,8 +123,21 @@ func (v *vllmLike) inputTokens(b gjson.Result) int {
 	return (len(b.Get("system").Raw) + len(b.Get("messages").Raw) + len(b.Get("tools").Raw)) / 4
 }
 
-// checkLength is vLLM's context check, with its messages.
-func (v *vllmLike) checkLength(in int, maxTokens int64) (int, string) {
+// checkLength is vLLM's context check, with its messages. vLLM 0.32 names
+// the output limit as param (Messages: max_completion_tokens) and clamps a
+// limit up to max_model_len to the context left.
+func (v *vllmLike) checkLength(in int, maxTokens int64, param string) (int, string) {
+	if v.v032 {
+		switch {
+		case in > v.ctx:
+			return 400, fmt.Sprintf("This model's maximum context length is %d tokens. However, your prompt contains %d input tokens, "+
+				"which exceeds this limit even without any output tokens. Please reduce the length of the input prompt. (parameter=input_tokens, value=%d)", v.ctx, in, in)
+		case maxTokens > int64(v.ctx):
+			return 400, fmt.Sprintf("%s=%d cannot be greater than max_model_len=%d. Please request fewer output tokens. (parameter=%s, value=%d)",
+				param, maxTokens, v.ctx, param, maxTokens)
+		}
+		return 200, ""
+	}
 	if in >= v.ctx {
 		return 400, fmt.Sprintf("This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.", v.ctx, in)
 	}
@@ -170,6 +188,7 @@ func TestAdaptationAgainstAVLLMLikeEngine(t *testing.T) {
 		status           int
 		engineCalls      int
 		unchanged        bool                            // the client gets the engine's own error body
+		v032             bool                            // the engine checks lengths as vLLM 0.32 does
 		check            func(t *testing.T, last string) // the last body the engine got
 	}{
 		{name: "fields vLLM ignores pass untouched", path: "/v1/messages?beta=true",
@@ -211,6 +230,22 @@ func TestAdaptationAgainstAVLLMLikeEngine(t *testing.T) {
 					t.Errorf("retried with max_completion_tokens %d", got)
 				}
 			}},
+		{name: "vLLM 0.32: max_tokens 32000 retried with max_model_len, which the engine clamps", path: "/v1/messages?beta=true",
+			body: claudeBody(32000, bashTool, text), status: 200, engineCalls: 2, v032: true,
+			check: func(t *testing.T, last string) {
+				if got := gjson.Get(last, "max_tokens").Int(); got != 4096 {
+					t.Errorf("retried with max_tokens %d, want 4096 (max_model_len)", got)
+				}
+			}},
+		{name: "vLLM 0.32: chat max_completion_tokens too", path: "/v1/chat/completions", v032: true,
+			body: `{"model":"` + codexModel + `","max_completion_tokens":100000,"messages":[{"role":"user","content":"hi"}]}`, status: 200, engineCalls: 2,
+			check: func(t *testing.T, last string) {
+				if got := gjson.Get(last, "max_completion_tokens").Int(); got != 4096 {
+					t.Errorf("retried with max_completion_tokens %d, want 4096", got)
+				}
+			}},
+		{name: "vLLM 0.32: prompt over the context alone: engine error unchanged", path: "/v1/messages", v032: true,
+			body: claudeBody(1024, bashTool, long), status: 400, engineCalls: 1, unchanged: true},
 		{name: "prompt over the context alone: engine error unchanged", path: "/v1/messages",
 			body: claudeBody(128000, bashTool, long), status: 400, engineCalls: 1, unchanged: true},
 		{name: "a block type vLLM lacks (document): engine error unchanged", path: "/v1/messages",
@@ -219,6 +254,7 @@ func TestAdaptationAgainstAVLLMLikeEngine(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			v := newVLLMLike(t)
+			v.v032 = tc.v032
 			resp, body := post(t, v.proxy(t)+tc.path, tc.body)
 			bodies, paths, last := v.requests()
 			var gen []string

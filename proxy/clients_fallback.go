@@ -19,11 +19,16 @@ import (
 //   - POST /v1/messages/count_tokens answered 404/405 by an engine without
 //     that route: the count comes from the engine's own tokenizer endpoint
 //     (POST /tokenize with the request turned into chat messages);
-//   - a 400 "'max_tokens' or 'max_completion_tokens' is too large: N. This
-//     model's maximum context length is C tokens and your request has I input
-//     tokens": Claude Code asks for 32k-128k output tokens, far beyond a
-//     small context; the request is sent once more with the output limit
-//     lowered to C-I, the most the engine could produce anyway.
+//   - a 400 for an output limit beyond the context: Claude Code asks for
+//     32k-128k output tokens, far beyond a small context. vLLM 0.32 says
+//     "max_tokens=N cannot be greater than max_model_len=C" (naming
+//     max_completion_tokens on Messages, max_output_tokens on Responses) and
+//     clamps any limit up to C to the context the prompt leaves, so the
+//     request is sent once more with the limit C; older releases said
+//     "'max_tokens' or 'max_completion_tokens' is too large: N. This model's
+//     maximum context length is C tokens and your request has I input
+//     tokens", and the limit becomes C-I. Either way the client gets the
+//     most the engine could produce anyway.
 //
 // Anything else, and a fallback that fails, returns the engine's response
 // unchanged.
@@ -35,7 +40,14 @@ type clientTransport struct {
 // maxErrorBody bounds how much of an engine error the transport reads.
 const maxErrorBody = 64 << 10
 
-var maxTokensTooLarge = regexp.MustCompile(`'max_tokens' or 'max_completion_tokens' is too large: (\d+)\. This model's maximum context length is (\d+) tokens and your request has (\d+) input tokens`)
+var (
+	// maxTokensTooLarge is the text of vLLM releases before the renderer
+	// rework: requested, context, input.
+	maxTokensTooLarge = regexp.MustCompile(`'max_tokens' or 'max_completion_tokens' is too large: (\d+)\. This model's maximum context length is (\d+) tokens and your request has (\d+) input tokens`)
+	// maxTokensAboveLen is vLLM 0.32's (vllm/renderers/params.py): param,
+	// requested, context.
+	maxTokensAboveLen = regexp.MustCompile(`(max_tokens|max_completion_tokens|max_output_tokens)=(\d+) cannot be greater than max_model_len=(\d+)`)
+)
 
 // RoundTrip implements http.RoundTripper.
 func (t *clientTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -50,7 +62,7 @@ func (t *clientTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	switch {
 	case r.URL.Path == "/v1/messages/count_tokens" && (resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed):
 		return t.countTokens(r, resp, at.req.body)
-	case resp.StatusCode == http.StatusBadRequest && at.req.kind != apiNone && at.req.kind != apiResponses:
+	case resp.StatusCode == http.StatusBadRequest && at.req.kind != apiNone:
 		return t.clampMaxTokens(r, resp, at.req.body)
 	}
 	return resp, nil
@@ -82,13 +94,20 @@ func (t *clientTransport) resend(r *http.Request, path string, body []byte) (*ht
 // clampMaxTokens retries a request that vLLM refused only because its output
 // limit exceeds the context left, with the limit lowered to what is left.
 func (t *clientTransport) clampMaxTokens(r *http.Request, resp *http.Response, body []byte) (*http.Response, error) {
-	m := maxTokensTooLarge.FindSubmatch(readError(resp))
-	if m == nil {
+	msg := readError(resp)
+	var requested string
+	var left int
+	if m := maxTokensAboveLen.FindSubmatch(msg); m != nil {
+		requested = string(m[2])
+		left, _ = strconv.Atoi(string(m[3])) // the engine clamps it to what the prompt leaves
+	} else if m := maxTokensTooLarge.FindSubmatch(msg); m != nil {
+		requested = string(m[1])
+		ctx, _ := strconv.Atoi(string(m[2]))
+		in, _ := strconv.Atoi(string(m[3]))
+		left = ctx - in
+	} else {
 		return resp, nil
 	}
-	ctx, _ := strconv.Atoi(string(m[2]))
-	in, _ := strconv.Atoi(string(m[3]))
-	left := ctx - in
 	if left < 1 {
 		return resp, nil // the prompt alone fills the context: the engine's error stands
 	}
@@ -103,18 +122,17 @@ func (t *clientTransport) clampMaxTokens(r *http.Request, resp *http.Response, b
 	resp.Body.Close()
 	if t.c.once("clamp:" + r.URL.Path) {
 		t.c.log.Info("output limit lowered to the context left (the engine refuses a max_tokens beyond it)",
-			"path", r.URL.Path, "requested", string(m[1]), "max_tokens", left)
+			"path", r.URL.Path, "requested", requested, "max_tokens", left)
 	}
-	t.c.log.Debug("max_tokens clamped", "path", r.URL.Path, "requested", string(m[1]), "max_tokens", left,
+	t.c.log.Debug("max_tokens clamped", "path", r.URL.Path, "requested", requested, "max_tokens", left,
 		"status", again.StatusCode)
 	return again, nil
 }
 
-// setOutputLimit sets the request's output limit fields (those present;
-// max_tokens when none is) to n.
+// setOutputLimit sets the request's output limit fields (those present) to n.
 func setOutputLimit(body []byte, n int) ([]byte, bool) {
 	out, set := body, false
-	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+	for _, k := range []string{"max_tokens", "max_completion_tokens", "max_output_tokens"} {
 		if !gjson.GetBytes(body, k).Exists() {
 			continue
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/tidwall/gjson"
 
+	"github.com/lmwarden/warden/internal/usage"
 	"github.com/lmwarden/warden/proxy/panel"
 )
 
@@ -58,9 +59,10 @@ func TestSimStatusNumbersMatchWhatHappened(t *testing.T) {
 			}
 			rank, _ := strconv.Atoi(resp.Header.Get(PinHeader))
 			o.note(id, rank, resp.Header.Get(RouteHeader))
-			o.prompt[rank] += anthropicUsage(out, "input_tokens")
-			o.cached[rank] += anthropicUsage(out, "cache_read_input_tokens")
-			o.completion[rank] += anthropicUsage(out, "output_tokens")
+			u := anthropicUsage(out)
+			o.prompt[rank] += int64(u.Prompt)
+			o.cached[rank] += int64(u.Cached)
+			o.completion[rank] += int64(u.Output)
 		}
 	}
 	settled(t, p)
@@ -135,21 +137,30 @@ func (o *observed) note(session string, rank int, route string) {
 	}
 }
 
-// anthropicUsage reads a usage field of an Anthropic SSE stream: the last
-// value given (message_start carries the input side, message_delta repeats
-// it with the output count).
-func anthropicUsage(stream, field string) int64 {
-	var n int64
+// anthropicUsage reads the usage of an Anthropic SSE stream: the last value
+// of each field (message_start carries the whole prompt, message_delta the
+// split into uncached input and cache reads, and the output count).
+func anthropicUsage(stream string) usage.Anthropic {
+	var u usage.Anthropic
 	for _, line := range strings.Split(stream, "\n") {
 		if data, ok := strings.CutPrefix(line, "data: "); ok {
-			for _, path := range []string{"message.usage." + field, "usage." + field} {
-				if v := gjson.Get(data, path); v.Exists() {
-					n = v.Int()
+			for _, path := range []string{"message.usage", "usage"} {
+				if v := gjson.Get(data, path); v.IsObject() {
+					a := usage.ParseAnthropic(v)
+					if a.HasPrompt {
+						u.Prompt = a.Prompt
+					}
+					if a.HasCached {
+						u.Cached = a.Cached
+					}
+					if a.HasOutput {
+						u.Output = a.Output
+					}
 				}
 			}
 		}
 	}
-	return n
+	return u
 }
 
 // engineKVCapacity reads num_gpu_blocks x block_size from the engine's cache_config_info.

@@ -28,11 +28,15 @@ type engineState struct {
 	preemptions              counter
 	scrapedAt                time.Time
 	scrapeErr                string
+	scraped                  bool // a scrape succeeded before: a counter that appears now counts from 0
 }
 
 // counter turns successive readings of a Prometheus counter into a total
 // since the first reading. A reading below the previous one means the
-// engine restarted: the new value itself is the delta.
+// engine restarted: the new value itself is the delta. The first reading
+// is only a baseline on the engine's first scrape (warden start, possibly
+// long after the engine's); a counter that first appears in a later scrape
+// started at 0 in between, so its first reading counts in full.
 type counter struct {
 	last, total float64
 	seen        bool
@@ -152,11 +156,15 @@ func (e *engineState) apply(s engineSample, at time.Time) {
 		ok bool
 	}{{&e.queries, s.queries, s.hasQueries}, {&e.hits, s.hits, s.hasHits}, {&e.prompt, s.prompt, s.hasPrompt},
 		{&e.generated, s.generated, s.hasGen}, {&e.preemptions, s.preemptions, s.hasPreem}} {
-		if c.ok {
-			c.c.observe(c.v)
+		if !c.ok {
+			continue
 		}
+		if !c.c.seen && e.scraped {
+			c.c.seen = true // last 0: born since the previous scrape
+		}
+		c.c.observe(c.v)
 	}
-	e.scrapedAt, e.scrapeErr = at, ""
+	e.scrapedAt, e.scrapeErr, e.scraped = at, "", true
 }
 
 // check polls one replica's /health and /metrics and records the outcome.

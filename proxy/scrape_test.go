@@ -78,6 +78,21 @@ func TestCounterDeltasSurviveRestarts(t *testing.T) {
 	}
 }
 
+func TestCounterBornAfterTheFirstScrapeCountsFromZero(t *testing.T) {
+	var e engineState
+	e.apply(engineSample{queries: 500, hasQueries: true}, time.Now()) // warden start: a baseline
+	e.apply(engineSample{queries: 1166, hasQueries: true, hits: 640, hasHits: true}, time.Now())
+	if e.queries.total != 666 || e.hits.total != 640 {
+		t.Errorf("queries %v hits %v, want 666 and 640 (hits first exported after the first scrape)",
+			e.queries.total, e.hits.total)
+	}
+	var fresh engineState
+	fresh.apply(engineSample{hits: 640, hasHits: true}, time.Now())
+	if fresh.hits.total != 0 {
+		t.Errorf("the first scrape's reading counted as %v; it is the baseline", fresh.hits.total)
+	}
+}
+
 func TestCheckScrapesAndMarksDown(t *testing.T) {
 	e := newFakeEngine(t)
 	p, _ := testProxy(t, Config{}, e)

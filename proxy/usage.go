@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/lmwarden/warden/internal/usage"
 )
 
 // apiKind is the response format a tap reads usage from.
@@ -218,16 +220,16 @@ func (t *tap) parseJSON(d []byte) bool {
 		set(&t.usage.Completion, u.Get("output_tokens"))
 		set(&t.usage.Cached, u.Get("input_tokens_details.cached_tokens"))
 	case apiAnthropic:
-		// vLLM reports input_tokens as the whole prompt, cache reads
-		// included. Anthropic's own API excludes them; a cache read larger
-		// than input_tokens can only mean that convention.
-		in, read := u.Get("input_tokens"), u.Get("cache_read_input_tokens")
-		set(&t.usage.Prompt, in)
-		set(&t.usage.Cached, read)
-		if t.usage.Cached > t.usage.Prompt {
-			t.usage.Prompt += t.usage.Cached
+		a := usage.ParseAnthropic(u) // input_tokens excludes the cache (vLLM 0.32, Anthropic)
+		if a.HasPrompt {
+			t.usage.Prompt = a.Prompt
 		}
-		set(&t.usage.Completion, u.Get("output_tokens"))
+		if a.HasCached {
+			t.usage.Cached = a.Cached
+		}
+		if a.HasOutput {
+			t.usage.Completion = a.Output
+		}
 	}
 	return true
 }

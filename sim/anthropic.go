@@ -18,11 +18,11 @@ func (s *server) anthropicPrompt(w http.ResponseWriter, r *http.Request) (gjson.
 	}
 	body := gjson.ParseBytes(raw)
 	if err := s.checkModel(body.Get("model").String()); err != nil {
-		anthropicError(w, http.StatusNotFound, "not_found_error", err.Error())
+		anthropicError(w, http.StatusNotFound, err.Error())
 		return body, nil, false
 	}
 	if !body.Get("messages").IsArray() {
-		anthropicError(w, http.StatusBadRequest, "invalid_request_error", "messages: field required (an array)")
+		anthropicError(w, http.StatusBadRequest, "messages: field required (an array)")
 		return body, nil, false
 	}
 	return body, Tokenize(renderChat(anthropicTurns(body), toolsRaw(body.Get("tools")))), true
@@ -36,14 +36,15 @@ func (s *server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"input_tokens": len(prompt)})
 }
 
-// anthropicUsage reports input_tokens as the whole prompt (as vLLM does) and
-// cache_read_input_tokens when prompt-token details are on and non-zero.
-func (s *server) anthropicUsage(u usage, withInput bool) map[string]any {
-	m := map[string]any{"output_tokens": u.completion}
-	if withInput {
-		m["input_tokens"] = u.prompt
-	}
-	if s.cfg.PromptDetails && u.cached > 0 {
+// anthropicUsage is vLLM 0.32's (_build_anthropic_usage): Anthropic's
+// convention, input_tokens without the cache. With prompt-token details on,
+// input_tokens = prompt - cache reads - cache writes, and both cache fields
+// are present (0 included); without, input_tokens is the whole prompt.
+func (s *server) anthropicUsage(u usage) map[string]any {
+	m := map[string]any{"input_tokens": u.prompt, "output_tokens": u.completion}
+	if s.cfg.PromptDetails {
+		m["input_tokens"] = max(u.prompt-u.cached-u.created, 0)
+		m["cache_creation_input_tokens"] = u.created
 		m["cache_read_input_tokens"] = u.cached
 	}
 	return m
@@ -61,9 +62,9 @@ func (s *server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p, err := s.plan(prompt, body.Get("max_tokens"))
+	p, err := s.plan(prompt, body.Get("max_tokens"), "max_completion_tokens")
 	if err != nil {
-		anthropicError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		anthropicError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	proceed, die := s.faultGate(w, r)
@@ -84,7 +85,7 @@ func (s *server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	msg["content"] = []any{map[string]any{"type": "text", "text": text}}
 	msg["stop_reason"] = anthropicStop(req.stopReason)
-	msg["usage"] = s.anthropicUsage(usageOf(req), true)
+	msg["usage"] = s.anthropicUsage(s.usageOf(req))
 	writeJSON(w, http.StatusOK, msg)
 }
 
@@ -117,6 +118,6 @@ func (s *server) messagesStream(w http.ResponseWriter, r *http.Request, p genPla
 	_ = sse.event("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
 	_ = sse.event("message_delta", map[string]any{"type": "message_delta",
 		"delta": map[string]any{"stop_reason": anthropicStop(req.stopReason), "stop_sequence": nil},
-		"usage": s.anthropicUsage(usageOf(req), true)})
+		"usage": s.anthropicUsage(s.usageOf(req))})
 	_ = sse.event("message_stop", map[string]any{"type": "message_stop"})
 }

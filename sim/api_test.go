@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/internal/usage"
 )
 
 // claudeCodeBody is a request in Claude Code's shape (clients.md §1.3).
@@ -60,15 +61,15 @@ func TestAnthropicMessagesStreamClaudeCodeShape(t *testing.T) {
 	if got := delta.data.Get("usage.output_tokens").Int(); got != 24 || delta.data.Get("delta.stop_reason").String() != "max_tokens" {
 		t.Errorf("message_delta %s, want 24 output tokens and stop_reason max_tokens", delta.raw)
 	}
-	if delta.data.Get("usage.cache_read_input_tokens").Exists() {
-		t.Errorf("cold turn reports cache reads: %s", delta.raw)
+	if delta.data.Get("usage.cache_read_input_tokens").Int() != 0 || delta.data.Get("usage.cache_creation_input_tokens").Int() == 0 {
+		t.Errorf("cold turn: %s, want no cache reads and a cache write", delta.raw)
 	}
 	history = append(history, map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "text", "text": text}}},
 		map[string]any{"role": "user", "content": "thanks, now run the tests"})
 	_, _, delta = turn(history)
-	input := delta.data.Get("usage.input_tokens").Int()
-	if got := delta.data.Get("usage.cache_read_input_tokens").Int(); got < input/2 || got >= input {
-		t.Errorf("second turn cache_read_input_tokens = %d of %d input tokens, want most of them", got, input)
+	u := usage.ParseAnthropic(delta.data.Get("usage"))
+	if u.Cached < u.Prompt/2 || u.Cached >= u.Prompt {
+		t.Errorf("second turn cache_read_input_tokens = %d of a %d-token prompt, want most of it (%s)", u.Cached, u.Prompt, delta.raw)
 	}
 }
 

@@ -11,10 +11,17 @@ import (
 // OpenAI-compatible endpoints: /v1/chat/completions and /v1/completions, in
 // vLLM's response shapes.
 
-func (s *server) openAIUsage(u usage) map[string]any {
+// openAIUsage is vLLM 0.32's usage object: with --enable-prompt-tokens-details
+// prompt_tokens_details is always there, cached_tokens 0 included; chat also
+// reports created_cache_tokens (completions leave it null).
+func (s *server) openAIUsage(u usage, chat bool) map[string]any {
 	m := map[string]any{"prompt_tokens": u.prompt, "completion_tokens": u.completion, "total_tokens": u.prompt + u.completion, "prompt_tokens_details": nil}
-	if s.cfg.PromptDetails && u.cached > 0 {
-		m["prompt_tokens_details"] = map[string]any{"cached_tokens": u.cached}
+	if s.cfg.PromptDetails {
+		d := map[string]any{"cached_tokens": u.cached, "created_cache_tokens": nil}
+		if chat {
+			d["created_cache_tokens"] = u.created
+		}
+		m["prompt_tokens_details"] = d
 	}
 	return m
 }
@@ -52,7 +59,7 @@ func (s *server) openAIPrompt(w http.ResponseWriter, r *http.Request, chat bool)
 			maxTok = gjson.Parse("16") // the completions API default
 		}
 	}
-	p, err := s.plan(prompt, maxTok)
+	p, err := s.plan(prompt, maxTok, "max_tokens")
 	if err != nil {
 		openAIError(w, http.StatusBadRequest, err.Error())
 		return body, genPlan{}, false
@@ -120,7 +127,7 @@ func (s *server) openAI(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	resp := base(object)
 	resp["choices"] = []any{choice}
-	resp["usage"] = s.openAIUsage(usageOf(req))
+	resp["usage"] = s.openAIUsage(s.usageOf(req), chat)
 	writeJSON(w, http.StatusOK, resp)
 }
 
@@ -168,7 +175,7 @@ func (s *server) openAIStream(ctx context.Context, w http.ResponseWriter, p genP
 	if includeUsage {
 		c := base(object)
 		c["choices"] = []any{}
-		c["usage"] = s.openAIUsage(usageOf(req))
+		c["usage"] = s.openAIUsage(s.usageOf(req), chat)
 		_ = sse.event("", c)
 	}
 	_ = sse.event("", "[DONE]")

@@ -21,7 +21,7 @@ func (s *server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		openAIError(w, http.StatusNotFound, err.Error())
 		return
 	}
-	p, err := s.plan(Tokenize(renderChat(responsesTurns(body), toolsRaw(body.Get("tools")))), body.Get("max_output_tokens"))
+	p, err := s.plan(Tokenize(renderChat(responsesTurns(body), toolsRaw(body.Get("tools")))), body.Get("max_output_tokens"), "max_output_tokens")
 	if err != nil {
 		openAIError(w, http.StatusBadRequest, err.Error())
 		return
@@ -41,7 +41,7 @@ func (s *server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	writeJSON(w, http.StatusOK, rs.object("completed", text, s.responsesUsage(usageOf(req))))
+	writeJSON(w, http.StatusOK, rs.object("completed", text, s.responsesUsage(s.usageOf(req))))
 }
 
 type responseState struct {
@@ -69,7 +69,7 @@ func (rs *responseState) object(status, text string, usage any) map[string]any {
 
 func (s *server) responsesUsage(u usage) map[string]any {
 	return map[string]any{
-		"input_tokens": u.prompt, "input_tokens_details": map[string]any{"cached_tokens": u.cached},
+		"input_tokens": u.prompt, "input_tokens_details": map[string]any{"cached_tokens": u.cached, "cache_write_tokens": u.created},
 		"output_tokens": u.completion, "output_tokens_details": map[string]any{"reasoning_tokens": 0},
 		"total_tokens": u.prompt + u.completion,
 	}
@@ -112,5 +112,5 @@ func (s *server) responsesStream(w http.ResponseWriter, r *http.Request, p genPl
 	_ = send("response.content_part.done", map[string]any{"item_id": rs.itemID, "output_index": 0, "content_index": 0,
 		"part": map[string]any{"type": "output_text", "text": full, "annotations": []any{}}})
 	_ = send("response.output_item.done", map[string]any{"output_index": 0, "item": rs.item("completed", full, true)})
-	_ = send("response.completed", map[string]any{"response": rs.object("completed", full, s.responsesUsage(usageOf(req)))})
+	_ = send("response.completed", map[string]any{"response": rs.object("completed", full, s.responsesUsage(s.usageOf(req)))})
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -67,12 +68,13 @@ func (s *server) routes() http.Handler {
 
 func (s *server) handleModels(w http.ResponseWriter, r *http.Request) {
 	type model struct {
-		ID          string `json:"id"`
-		Object      string `json:"object"`
-		Created     int64  `json:"created"`
-		OwnedBy     string `json:"owned_by"`
-		Root        string `json:"root"`
-		MaxModelLen int    `json:"max_model_len"`
+		ID          string  `json:"id"`
+		Object      string  `json:"object"`
+		Created     int64   `json:"created"`
+		OwnedBy     string  `json:"owned_by"`
+		Root        string  `json:"root"`
+		Parent      *string `json:"parent"` // null: a base model, not an adapter
+		MaxModelLen int     `json:"max_model_len"`
 	}
 	var data []model
 	for _, n := range s.cfg.ServedNames {
@@ -119,7 +121,7 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request, anthropic bool
 	if err != nil {
 		msg := fmt.Sprintf("malformed request: %v", err)
 		if anthropic {
-			anthropicError(w, http.StatusBadRequest, "invalid_request_error", msg)
+			anthropicError(w, http.StatusBadRequest, msg)
 		} else {
 			openAIError(w, http.StatusBadRequest, msg)
 		}
@@ -139,7 +141,7 @@ func (s *server) checkModel(model string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("The model `%s` does not exist.", model)
+	return fmt.Errorf("The model `%s` does not exist. Valid aliases: %s.", model, strings.Join(s.cfg.ServedNames, ", "))
 }
 
 // faultGate applies the fault flags to a generation request. It returns
@@ -185,19 +187,30 @@ type genPlan struct {
 // plan checks the prompt length and resolves how many tokens to generate:
 // the request's max tokens (default defaultOutputTokens), clamped to the
 // context left and to --sim-output-tokens (which reports "stop").
-func (s *server) plan(prompt []uint32, maxTok gjson.Result) (genPlan, error) {
+//
+// The checks and their texts are vLLM 0.32.0's (vllm/renderers/params.py):
+// an output limit above max_model_len is refused, naming the parameter as
+// the endpoint calls it (param: max_tokens for chat and completions,
+// max_completion_tokens for Messages, max_output_tokens for Responses); a
+// smaller one is clamped to the context the prompt leaves.
+func (s *server) plan(prompt []uint32, maxTok gjson.Result, param string) (genPlan, error) {
 	if len(prompt) == 0 {
 		return genPlan{}, errors.New("The prompt is empty.")
 	}
 	if len(prompt) >= s.maxLen {
-		return genPlan{}, fmt.Errorf("This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.", s.maxLen, len(prompt))
+		return genPlan{}, fmt.Errorf("This model's maximum context length is %d tokens. However, your prompt contains %d input tokens, "+
+			"which exceeds this limit even without any output tokens. Please reduce the length of the input prompt.", s.maxLen, len(prompt))
 	}
 	want := defaultOutputTokens
 	if maxTok.Exists() && maxTok.Type != gjson.Null {
 		if maxTok.Type != gjson.Number || maxTok.Int() < 1 {
 			return genPlan{}, fmt.Errorf("max_tokens must be an integer of at least 1, got %s", maxTok.Raw)
 		}
-		want = int(min(maxTok.Int(), int64(s.maxLen)))
+		if maxTok.Int() > int64(s.maxLen) {
+			return genPlan{}, fmt.Errorf("%s=%d cannot be greater than max_model_len=%d. Please request fewer output tokens.",
+				param, maxTok.Int(), s.maxLen)
+		}
+		want = int(maxTok.Int())
 	}
 	p := genPlan{prompt: prompt, maxTokens: min(want, s.maxLen-len(prompt)), stopReason: "length"}
 	if s.cfg.OutputTokens > 0 && s.cfg.OutputTokens < p.maxTokens {
@@ -235,12 +248,19 @@ func (s *server) run(ctx context.Context, p genPlan, die bool, emit func(text st
 }
 
 // usage is what a finished request reports.
+// usage is one request's token counts as vLLM reports them. created is
+// vLLM's num_cache_creation_tokens: the prompt tokens this request computed
+// and wrote to the prefix cache (its full prompt blocks less the hits).
 type usage struct {
-	prompt, completion, cached int
+	prompt, completion, cached, created int
 }
 
-func usageOf(req *request) usage {
-	return usage{prompt: req.seq.NumPrompt, completion: req.seq.Output, cached: max(req.seq.CachedTokens, 0)}
+func (s *server) usageOf(req *request) usage {
+	u := usage{prompt: req.seq.NumPrompt, completion: req.seq.Output, cached: max(req.seq.CachedTokens, 0)}
+	if bs := s.cfg.BlockSize; bs > 0 {
+		u.created = max(u.prompt/bs*bs-u.cached, 0)
+	}
+	return u
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -249,16 +269,23 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// errorType is the class vLLM names an HTTP error by.
+func errorType(code int) string {
+	return map[int]string{400: "BadRequestError", 404: "NotFoundError", 409: "ConflictError", 500: "InternalServerError", 503: "ServiceUnavailableError"}[code]
+}
+
 func openAIError(w http.ResponseWriter, code int, msg string) {
-	typ := map[int]string{400: "BadRequestError", 404: "NotFoundError", 409: "ConflictError", 500: "InternalServerError", 503: "ServiceUnavailableError"}[code]
+	typ := errorType(code)
 	if typ == "" {
 		typ = http.StatusText(code)
 	}
 	writeJSON(w, code, map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
 }
 
-func anthropicError(w http.ResponseWriter, code int, typ, msg string) {
-	writeJSON(w, code, map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}})
+// anthropicError is vLLM 0.32's Messages error: the OpenAI error class as
+// the type ({"type":"error","error":{"type":"BadRequestError",...}}).
+func anthropicError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]any{"type": "error", "error": map[string]any{"type": errorType(code), "message": msg}})
 }
 
 func newID(prefix string) string {

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/internal/usage"
 )
 
 const fast = "1000" // --sim-time-scale for tests that do not watch timing
@@ -29,8 +30,11 @@ func TestSecondTurnHitsCacheOnSameInstanceOnly(t *testing.T) {
 	if got := r1.Get("usage.completion_tokens").Int(); got != gen {
 		t.Errorf("completion_tokens = %d, want %d", got, gen)
 	}
-	if d := r1.Get("usage.prompt_tokens_details"); d.Type.String() != "Null" {
-		t.Errorf("cold request reports prompt_tokens_details %s, want null", d.Raw)
+	// vLLM 0.32: details present with cached_tokens 0, and the full prompt
+	// blocks it wrote to the cache.
+	if d := r1.Get("usage.prompt_tokens_details"); d.Get("cached_tokens").Int() != 0 || !d.Get("cached_tokens").Exists() ||
+		d.Get("created_cache_tokens").Int() != int64(p1/16*16) {
+		t.Errorf("cold request reports prompt_tokens_details %s, want cached_tokens 0 and created_cache_tokens %d", d.Raw, p1/16*16)
 	}
 	turn2 := append(turn1, msg("assistant", r1.Get("choices.0.message.content").String()), msg("user", words("more", 400)))
 	_, r2 := post(t, a.URL+"/v1/chat/completions", chatBody(turn2, gen))
@@ -40,7 +44,7 @@ func TestSecondTurnHitsCacheOnSameInstanceOnly(t *testing.T) {
 		t.Errorf("turn 2 on the same instance: cached_tokens = %d, want %d (prompt %d + output %d)", got, want, p1, gen)
 	}
 	_, r3 := post(t, b.URL+"/v1/chat/completions", chatBody(turn2, gen))
-	if d := r3.Get("usage.prompt_tokens_details"); d.Type.String() != "Null" {
+	if d := r3.Get("usage.prompt_tokens_details"); d.Get("cached_tokens").Int() != 0 {
 		t.Errorf("turn 2 on another instance reports %s, want no cached tokens", d.Raw)
 	}
 }
@@ -84,7 +88,8 @@ func TestMetricsAgreeWithUsage(t *testing.T) {
 	_, r := post(t, p.URL+"/v1/completions", map[string]any{"prompt": words("plain", 100), "max_tokens": 7})
 	add(r.Get("usage.prompt_tokens").Int(), r.Get("usage.completion_tokens").Int(), r.Get("usage.prompt_tokens_details.cached_tokens").Int())
 	_, r = post(t, p.URL+"/v1/messages", map[string]any{"model": "test-model", "max_tokens": 9, "messages": base})
-	add(r.Get("usage.input_tokens").Int(), r.Get("usage.output_tokens").Int(), r.Get("usage.cache_read_input_tokens").Int())
+	a := usage.ParseAnthropic(r.Get("usage"))
+	add(int64(a.Prompt), int64(a.Output), int64(a.Cached))
 	_, r = post(t, p.URL+"/v1/responses", map[string]any{"model": "test-model", "max_output_tokens": 5, "input": words("resp", 50)})
 	add(r.Get("usage.input_tokens").Int(), r.Get("usage.output_tokens").Int(), r.Get("usage.input_tokens_details.cached_tokens").Int())
 	if cached == 0 {
@@ -214,8 +219,8 @@ func TestErrors(t *testing.T) {
 		{"messages missing", "/v1/chat/completions", `{"model":"test-model"}`, 400, "error.message", "messages"},
 		{"bad max_tokens", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":0}`, 400, "error.message", "max_tokens"},
 		{"prompt too long", "/v1/completions", `{"prompt":"` + words("long", 1500) + `"}`, 400, "error.message", "maximum context length is"},
-		{"anthropic malformed", "/v1/messages", `not json`, 400, "error.type", "invalid_request_error"},
-		{"anthropic unknown model", "/v1/messages?beta=true", `{"model":"x","max_tokens":1,"messages":[]}`, 404, "error.type", "not_found_error"},
+		{"anthropic malformed", "/v1/messages", `not json`, 400, "error.type", "BadRequestError"},
+		{"anthropic unknown model", "/v1/messages?beta=true", `{"model":"x","max_tokens":1,"messages":[]}`, 404, "error.type", "NotFoundError"},
 		{"bad completion prompt", "/v1/completions", `{"prompt":{"a":1}}`, 400, "error.message", "prompt must be"},
 	}
 	for _, tc := range tests {
