@@ -34,6 +34,7 @@ func main() {
 			serveCommand(),
 			routeCommand(),
 			gpu.Command(),
+			devicesCommand(),
 			panel.StatusCommand(),
 			sim.Command(),
 			bench.Command(),

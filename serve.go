@@ -206,14 +206,6 @@ func engineDevices(ctx context.Context, cfg serveConfig, log *slog.Logger) (rank
 	return d, nil
 }
 
-// cpuEngineOverhead is what one CPU engine takes besides its KV cache: its
-// API server, EngineCore and worker each import torch (about 1 GiB of
-// resident memory apiece, measured with vLLM 0.32.0), plus a small model.
-const cpuEngineOverhead = 3 << 30
-
-// minCPUKVCache is the smallest automatic KV cache per rank.
-const minCPUKVCache = 256 << 20
-
 // cpuDevices cuts the warden's CPUs into one core set per rank and sizes
 // each rank's KV cache (vLLM's CPU default is a share of all host RAM per
 // instance, which several instances would each take).
@@ -235,18 +227,13 @@ func cpuDevices(cfg serveConfig, d rankDevices, log *slog.Logger) (rankDevices, 
 	if err != nil {
 		return d, fmt.Errorf("reading the memory available: %w", err)
 	}
-	need := uint64(cfg.DP) * cpuEngineOverhead
-	if cfg.CPUKVCache == "auto" {
-		if avail < need+uint64(cfg.DP)*minCPUKVCache*2 {
-			return d, fmt.Errorf("%d CPU engines need about %s each plus their KV cache, but %s is available: "+
-				"lower --dp, free memory, or set --cpu-kv-cache", cfg.DP, hostcpu.Bytes(cpuEngineOverhead), hostcpu.Bytes(avail))
-		}
-		d.kvBytes = (avail - need) / 2 / uint64(cfg.DP) &^ (64<<20 - 1) // whole 64 MiB
-	} else {
-		d.kvBytes, _ = hostcpu.ParseSize(cfg.CPUKVCache)
-		if total := need + d.kvBytes*uint64(cfg.DP); total > avail {
-			log.Warn("the CPU engines may not fit in memory", "need", hostcpu.Bytes(total), "available", hostcpu.Bytes(avail))
-		}
+	var fits bool
+	if d.kvBytes, fits, err = hostcpu.KVCache(cfg.CPUKVCache, cfg.DP, avail); err != nil {
+		return d, err
+	}
+	if !fits {
+		log.Warn("the CPU engines may not fit in memory", "kv_cache_per_rank", hostcpu.Bytes(d.kvBytes),
+			"engine_overhead", hostcpu.Bytes(hostcpu.EngineOverhead), "ranks", cfg.DP, "available", hostcpu.Bytes(avail))
 	}
 	log.Info("CPU engines", "ranks", cfg.DP, "kv_cache_per_rank", hostcpu.Bytes(d.kvBytes),
 		"memory_available", hostcpu.Bytes(avail), "cpus", topo.Summary())

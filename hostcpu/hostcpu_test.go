@@ -189,3 +189,20 @@ func TestParseSize(t *testing.T) {
 		t.Error("ParseSize accepted \"lots\"")
 	}
 }
+
+func TestKVCache(t *testing.T) {
+	const gib = 1 << 30
+	kv, fits, err := KVCache("auto", 2, 22*gib)
+	if err != nil || !fits || kv != 4*gib { // (22 - 2x3) / 2 / 2
+		t.Errorf("auto, dp 2, 22 GiB: %s %v %v; want 4 GiB", Bytes(kv), fits, err)
+	}
+	if _, _, err := KVCache("auto", 4, 12*gib); err == nil || !strings.Contains(err.Error(), "lower --dp") {
+		t.Errorf("auto, dp 4, 12 GiB: %v; want a refusal", err)
+	}
+	if kv, fits, err := KVCache("8GiB", 2, 12*gib); err != nil || fits || kv != 8*gib {
+		t.Errorf("8GiB x 2 in 12 GiB: %s %v %v; want taken as given, not fitting", Bytes(kv), fits, err)
+	}
+	if _, _, err := KVCache("much", 1, 12*gib); err == nil {
+		t.Error("a size that is not one was accepted")
+	}
+}

@@ -171,3 +171,32 @@ func Bytes(n uint64) string { return humanize.IBytes(n) }
 func (t Topology) Summary() string {
 	return fmt.Sprintf("%d physical cores, %s", len(t.Cores()), t.describe())
 }
+
+// EngineOverhead is what one vLLM CPU engine takes besides its KV cache:
+// its API server, EngineCore and worker each import torch (about 1 GiB of
+// resident memory apiece, measured with vLLM 0.32.0 and a tiny model).
+const EngineOverhead = 3 << 30
+
+// minAutoKV is the smallest automatic KV cache per rank.
+const minAutoKV = 256 << 20
+
+// KVCache sizes each of dp ranks' KV cache from setting, "auto" or a size
+// (ParseSize), given the memory available. auto is half of what the
+// engines' own EngineOverhead leaves, split over the ranks, in whole
+// 64 MiB; it is an error when that is below 256 MiB. A given size is taken
+// as it is; fits says whether the engines should fit in avail.
+func KVCache(setting string, dp int, avail uint64) (perRank uint64, fits bool, err error) {
+	need := uint64(dp) * EngineOverhead
+	if setting == "auto" {
+		if avail < need+uint64(dp)*minAutoKV*2 {
+			return 0, false, fmt.Errorf("%d CPU engines need about %s each plus their KV cache, but %s is available: "+
+				"lower --dp, free memory, or set --cpu-kv-cache", dp, Bytes(EngineOverhead), Bytes(avail))
+		}
+		return (avail - need) / 2 / uint64(dp) &^ (64<<20 - 1), true, nil
+	}
+	perRank, err = ParseSize(setting)
+	if err != nil {
+		return 0, false, err
+	}
+	return perRank, need+perRank*uint64(dp) <= avail, nil
+}

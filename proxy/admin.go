@@ -3,6 +3,7 @@ package proxy
 import (
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -206,7 +207,11 @@ func (p *Proxy) resetOne(r *http.Request, rep *replica) resetResult {
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 			resp.Body.Close()
 			out.Status = resp.StatusCode
-			if resp.StatusCode/100 != 2 {
+			switch {
+			case resp.StatusCode == http.StatusNotFound:
+				err = errors.New("the engine has no /reset_prefix_cache: vLLM serves it only in dev mode " +
+					"(start the warden with VLLM_SERVER_DEV_MODE=1 in its environment; its engines inherit it)")
+			case resp.StatusCode/100 != 2:
 				err = fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
 			}
 		}

@@ -213,3 +213,13 @@ func TestModelsServeWhatTheEngineSays(t *testing.T) {
 		t.Errorf("without an engine answer: %s", b)
 	}
 }
+
+func TestResetWithoutDevModeSaysHowToEnableIt(t *testing.T) {
+	e := httptest.NewServer(http.NotFoundHandler()) // vLLM outside dev mode: no /reset_prefix_cache
+	defer e.Close()
+	_, front := testProxyBackends(t, Config{}, []Backend{{Rank: 0, URL: e.URL, MaxNumSeqs: 8}})
+	resp, body := post(t, front.URL+"/warden/reset_prefix_cache", "")
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "VLLM_SERVER_DEV_MODE=1") {
+		t.Errorf("reset on an engine without the route: %d %s", resp.StatusCode, body)
+	}
+}

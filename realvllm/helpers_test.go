@@ -91,11 +91,12 @@ type warden struct {
 	done           chan error // gets Wait's result
 }
 
-// startWarden runs the warden binary with args on a free port and waits
+// startWarden runs the warden binary with args (env added to its
+// environment) on a free port and waits
 // (up to 8 minutes: two CPU engines import torch and vLLM three times
 // each) for the ready line on stdout. The warden is SIGKILLed when the
 // test ends if it still runs; its engines follow it (Pdeathsig).
-func startWarden(t *testing.T, args ...string) *warden {
+func startWarden(t *testing.T, env []string, args ...string) *warden {
 	t.Helper()
 	port := simproc.FreePort(t)
 	args = append([]string{args[0], "--port", strconv.Itoa(port)}, args[1:]...)
@@ -106,6 +107,7 @@ func startWarden(t *testing.T, args ...string) *warden {
 		stderr: &simproc.SyncBuffer{}, done: make(chan error, 1)}
 	w.cmd = exec.Command(simproc.Binary(t), args...)
 	w.cmd.Stdout, w.cmd.Stderr = w.stdout, w.stderr
+	w.cmd.Env = append(os.Environ(), env...)
 	w.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	start := time.Now()
 	if err := w.cmd.Start(); err != nil {

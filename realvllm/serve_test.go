@@ -22,7 +22,8 @@ var system = words("You are a coding agent.", 330)
 // order: it ends with an engine crash and restart and a SIGINT drain.
 func TestServeCPU(t *testing.T) {
 	needEngine(t)
-	w := startWarden(t, engineArgs(2)...)
+	// Dev mode: vLLM serves /reset_prefix_cache only with it.
+	w := startWarden(t, []string{"VLLM_SERVER_DEV_MODE=1"}, engineArgs(2)...)
 
 	t.Run("startup progress and the ready line", func(t *testing.T) {
 		errs := w.stderr.String()
@@ -170,6 +171,21 @@ func TestServeCPU(t *testing.T) {
 		}
 	})
 
+	t.Run("reset_prefix_cache empties every replica's cache", func(t *testing.T) {
+		turn := chat(msgs("system", system, "user", "a question asked twice"), "")
+		resp, _ := post(t, w.url+"/v1/chat/completions", turn, "X-Session-Id", "reset-1")
+		rank := strconv.Itoa(rankOf(t, resp))
+		if _, out := post(t, w.url+"/v1/chat/completions", turn, "X-Warden-Replica", rank); jsonGet(out, "usage.prompt_tokens_details.cached_tokens").Int() == 0 {
+			t.Fatalf("the repeated request was not cached: %s", jsonGet(out, "usage").Raw)
+		}
+		if resp, out := post(t, w.url+"/warden/reset_prefix_cache", ""); resp.StatusCode != 200 {
+			t.Fatalf("reset: %s %s", resp.Status, out)
+		}
+		if _, out := post(t, w.url+"/v1/chat/completions", turn, "X-Warden-Replica", rank); jsonGet(out, "usage.prompt_tokens_details.cached_tokens").Int() != 0 {
+			t.Errorf("cached after the reset: %s", jsonGet(out, "usage").Raw)
+		}
+	})
+
 	t.Run("engine metrics reach the status", func(t *testing.T) {
 		st := w.status(t)
 		for _, r := range st.Replicas {
@@ -201,7 +217,7 @@ func TestServeCPU(t *testing.T) {
 
 	t.Run("warden route in front of the running engines", func(t *testing.T) {
 		st := w.status(t)
-		rt := startWarden(t, "route", "--replica", st.Replicas[0].URL, "--replica", st.Replicas[1].URL)
+		rt := startWarden(t, nil, "route", "--replica", st.Replicas[0].URL, "--replica", st.Replicas[1].URL)
 		resp, out := post(t, rt.url+"/v1/chat/completions", chat(msgs("user", "routed"), ""))
 		if resp.StatusCode != 200 || jsonGet(out, "usage.completion_tokens").Int() != 8 {
 			t.Errorf("through route: %s %s", resp.Status, out)
@@ -312,7 +328,11 @@ func TestServeCPU(t *testing.T) {
 func TestWardenSIGKILLLeavesNoVLLMProcess(t *testing.T) {
 	needEngine(t)
 	before := vllmProcesses()
-	w := startWarden(t, engineArgs(1)...)
+	w := startWarden(t, nil, engineArgs(1)...)
+	// Outside dev mode vLLM has no /reset_prefix_cache; the warden says how to get it.
+	if resp, out := post(t, w.url+"/warden/reset_prefix_cache", ""); resp.StatusCode != 502 || !strings.Contains(out, "VLLM_SERVER_DEV_MODE=1") {
+		t.Errorf("reset without dev mode: %s %s", resp.Status, out)
+	}
 	engine := tree(int32(w.cmd.Process.Pid))
 	names := map[string]bool{}
 	for _, p := range engine {

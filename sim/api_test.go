@@ -115,6 +115,10 @@ func TestResponsesStream(t *testing.T) {
 }
 
 func TestResetPrefixCache(t *testing.T) {
+	if p := simproc.Start(t, "--sim-time-scale", fast); func() int { c, _ := post(t, p.URL+"/reset_prefix_cache", ""); return c }() != http.StatusNotFound {
+		t.Error("/reset_prefix_cache served without VLLM_SERVER_DEV_MODE (vLLM serves it in dev mode only)")
+	}
+	t.Setenv("VLLM_SERVER_DEV_MODE", "1")
 	p := simproc.Start(t, "--sim-time-scale", fast, "--enable-prompt-tokens-details")
 	body := chatBody([]map[string]any{msg("user", words("reset", 200))}, 4)
 	post(t, p.URL+"/v1/chat/completions", body)
@@ -127,6 +131,7 @@ func TestResetPrefixCache(t *testing.T) {
 }
 
 func TestResetPrefixCacheRefusedWhileRunning(t *testing.T) {
+	t.Setenv("VLLM_SERVER_DEV_MODE", "1")
 	p := simproc.Start(t, "--sim-time-scale", "1")
 	body := chatBody([]map[string]any{msg("user", "long answer please")}, 5000)
 	body["stream"] = true

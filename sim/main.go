@@ -50,7 +50,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 30 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("Starting vLLM API server on http://" + ln.Addr().String())
+	log.Info("Starting vLLM server on http://" + ln.Addr().String()) // vLLM 0.32's line
 	log.Info("Application startup complete.")
 	select {
 	case <-ctx.Done():

@@ -51,7 +51,9 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /version", s.handleVersion)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("POST /reset_prefix_cache", s.handleReset)
+	if devMode() {
+		mux.HandleFunc("POST /reset_prefix_cache", s.handleReset)
+	}
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
 	mux.HandleFunc("POST /v1/messages", s.handleMessages)
@@ -94,6 +96,14 @@ func (s *server) handleVersion(w http.ResponseWriter, r *http.Request) {
 		v["child_pid"] = s.childPID
 	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+// devMode reports VLLM_SERVER_DEV_MODE, which vLLM reads as an integer
+// and without which it serves none of its dev endpoints (/reset_prefix_cache
+// among them; entrypoints/launchers/api_server/routers.py, 0.32.0).
+func devMode() bool {
+	n, _ := strconv.Atoi(os.Getenv("VLLM_SERVER_DEV_MODE"))
+	return n != 0
 }
 
 // handleReset drops cached-but-free blocks; like vLLM it refuses while any
