@@ -305,6 +305,7 @@ func runServe(c *cli.Context) error {
 	for _, b := range backends {
 		px.SetReplicaState(b.Rank, false, "starting", "engine loading")
 	}
+	px.SetStarting(true)
 	srv, served := startHTTP(ln, px.Handler(), log)
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
@@ -324,6 +325,7 @@ func runServe(c *cli.Context) error {
 		return cli.Exit("warden serve: "+err.Error(), 1)
 	}
 	px.CheckNow(ctx)
+	px.SetStarting(false)
 	if cfg.Engine == "vllm" {
 		log.Info("engines ready", "vllm_version", launch.Version(ctx, backends[0].URL))
 	}

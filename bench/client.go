@@ -56,7 +56,9 @@ func newConversation(api API, model, system, sessionID, deviceID, billing string
 	m := mustJSON(model)
 	switch api {
 	case APIOpenAI:
-		c.head = fmt.Appendf(nil, `{"model":%s,"max_tokens":%d,"stream":true,"stream_options":{"include_usage":true},"prompt_cache_key":%s,"messages":[`,
+		// ignore_eos: every turn produces max_tokens, on real engines as on
+		// the simulator (vLLM's sampling parameter, as its own benchmarks use).
+		c.head = fmt.Appendf(nil, `{"model":%s,"max_tokens":%d,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true},"prompt_cache_key":%s,"messages":[`,
 			m, maxTokens, mustJSON(sessionID))
 		c.msgs.WriteString(`{"role":"system","content":`)
 		c.msgs.Write(mustJSON(system))

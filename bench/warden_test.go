@@ -18,6 +18,7 @@ func TestABAgainstWardenOverSimulators(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts simulator processes")
 	}
+	t.Setenv("VLLM_SERVER_DEV_MODE", "1") // the engines serve /reset_prefix_cache, as vLLM in dev mode
 	var backends []proxy.Backend
 	for i := 0; i < 2; i++ {
 		p := simproc.Start(t, "--sim-time-scale", "20", "--max-num-seqs", "32", "--stream-interval", "4")

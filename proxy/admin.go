@@ -36,7 +36,14 @@ func (p *Proxy) routes() http.Handler {
 	return mux
 }
 
+// serveHealth answers 200 while at least one replica is healthy, once the
+// launcher said the start is over (SetStarting): a script that waits on
+// /health (warden wait) gets every replica, not the first one loaded.
 func (p *Proxy) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	if p.starting.Load() {
+		writeError(w, http.StatusServiceUnavailable, "starting: engines are loading")
+		return
+	}
 	for _, r := range p.replicaList() {
 		if r.healthy() {
 			w.WriteHeader(http.StatusOK)

@@ -77,6 +77,11 @@ func TestOwnEndpoints(t *testing.T) {
 	if code, _ := get("/health"); code != 200 {
 		t.Errorf("/health with a healthy replica: %d", code)
 	}
+	p.SetStarting(true) // warden serve: the other engines still load
+	if code, body := get("/health"); code != 503 || !strings.Contains(body, "starting") {
+		t.Errorf("/health while the engines start: %d %s, want 503", code, body)
+	}
+	p.SetStarting(false)
 	if code, body := get("/warden/status"); code != 200 || !strings.Contains(body, `"policy": "adaptive"`) {
 		t.Errorf("/warden/status: %d %s", code, body)
 	}

@@ -115,7 +115,8 @@ type Proxy struct {
 	metrics      *metrics
 	series       *series
 	handler      http.Handler
-	clients      *clients // model-name mapping and request adaptation (clients.go)
+	clients      *clients    // model-name mapping and request adaptation (clients.go)
+	starting     atomic.Bool // engines still starting: /health is 503 (SetStarting)
 
 	mu          sync.Mutex // guards everything below and the replicas' balancer fields
 	policy      string
@@ -192,6 +193,11 @@ func newTransport() *http.Transport {
 // Handler returns the warden's HTTP handler: proxied /v1/* and its own
 // endpoints.
 func (p *Proxy) Handler() http.Handler { return p.handler }
+
+// SetStarting marks the start of the engines as under way (true) or over
+// (false); /health answers 503 while it is under way, even though the
+// replicas already loaded take requests.
+func (p *Proxy) SetStarting(on bool) { p.starting.Store(on) }
 
 // SetReplicaState records the launcher's view of a replica (its OnState
 // callback). up=false takes it out of rotation at once.

@@ -74,7 +74,9 @@ fi
 serve+=($serve_args)
 
 echo "bench-ab: $warden ${serve[*]} -- ${engine_args[*]}" >&2
-"$warden" "${serve[@]}" -- "${engine_args[@]}" >"$out/warden.out" 2>"$out/warden.err" &
+# Dev mode: vLLM (and the simulator) serve /reset_prefix_cache only with it,
+# which --reset-cache in BENCH_ARGS needs; the engines listen on loopback.
+VLLM_SERVER_DEV_MODE=1 "$warden" "${serve[@]}" -- "${engine_args[@]}" >"$out/warden.out" 2>"$out/warden.err" &
 warden_pid=$!
 cleanup() {
   trap - INT TERM EXIT

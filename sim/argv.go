@@ -123,7 +123,7 @@ var flags = map[string]flagSpec{
 	"enable-force-include-usage":   {kindBool, "", "always send a streaming usage chunk", boolSetter(func(c *Config) *bool { return &c.ForceUsage })},
 	"served-model-name":            {kindList, "", "names the model answers to, one or more (default: MODEL)", nil},
 
-	"sim-profile":          {kindValue, "WARDEN_SIM_PROFILE", "hardware profile (default " + DefaultProfile + "; " + ReferenceProfile + " is fitted to the reference measurement, " + ReferenceProfileV1 + " its first fit)", strSetter(func(c *Config) *string { return &c.Profile })},
+	"sim-profile":          {kindValue, "WARDEN_SIM_PROFILE", "hardware profile (default " + DefaultProfile + "; " + ReferenceProfile + " is fitted to the reference measurement, " + ReferenceProfileV1 + " its first fit, " + CPUTinyProfile + " the tiny test model on vLLM's CPU build)", strSetter(func(c *Config) *string { return &c.Profile })},
 	"sim-time-scale":       {kindValue, "WARDEN_SIM_TIME_SCALE", "simulated seconds per wall second (default 1)", floatSetter(func(c *Config) *float64 { return &c.TimeScale })},
 	"sim-load-seconds":     {kindValue, "WARDEN_SIM_LOAD_SECONDS", "wall seconds of simulated loading before the port opens (default 0)", floatSetter(func(c *Config) *float64 { return &c.LoadSeconds })},
 	"sim-kv-tokens":        {kindValue, "WARDEN_SIM_KV_TOKENS", "KV cache capacity in tokens (overrides the profile)", intSetter(func(c *Config) *int { return &c.KVTokens })},

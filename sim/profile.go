@@ -23,6 +23,15 @@ const ReferenceProfile = "a4000-qwen3-4b-2507-bf16-vllm026-fit"
 // (docs/router.md, docs/calibration.md §3-§7) can be reproduced.
 const ReferenceProfileV1 = "a4000-qwen3-4b-2507-bf16-vllm026-fit-v1"
 
+// CPUTinyProfile is the tiny test model of scripts/vllm-cpu.sh on vLLM
+// 0.32.0's CPU build, one core per engine (this project's CI machines: a
+// 2-core Xeon with AVX-512), fitted to the step times that
+// `WARDEN_MEASURE=1 go test -run MeasureStepTimes ./realvllm` measured
+// (docs/vllm-cpu.md): float32 KV of 2 layers x 2 KV heads x 32 dims (1 KiB
+// a token), 0.47M float32 weights. Give --sim-kv-tokens the real engine's
+// num_gpu_blocks x block_size and --block-size 32 to match one.
+const CPUTinyProfile = "vllm032-cpu-tiny-1core"
+
 const gib = 1 << 30
 
 // Profile is a hardware + model description: the KV capacity formula inputs
@@ -61,6 +70,12 @@ var Profiles = map[string]Profile{
 		KVBytesPerToken: 147456, WeightBytes: 8.05e9, DecodeGBps: 360,
 		T0: 1.2e-3, A: 2 * 130e-6, B: 2 * 9.3e-9, C: 0.15e-3, DefaultMaxNumSeqs: 32,
 		FitKVTokens: 38000,
+	},
+	CPUTinyProfile: {
+		Name: CPUTinyProfile, CUDATotalGiB: 1, WeightsGiB: 467840 * 4.0 / gib,
+		KVBytesPerToken: 1024, WeightBytes: 467840 * 4, DecodeGBps: 4.1,
+		T0: 3.4e-3, A: 30e-6, B: 4.5e-9, C: 0.25e-3, DefaultMaxNumSeqs: 128,
+		FitKVTokens: 262144, // --cpu-kv-cache 256MiB
 	},
 	ReferenceProfileV1: {
 		Name: ReferenceProfileV1, CUDATotalGiB: 15.61, WeightsGiB: 7.61,
