@@ -105,10 +105,10 @@ func (s Sizes) chars(tokens int) int {
 
 // calibrationChars are the two text lengths whose token counts give the
 // target's characters per token (the difference cancels the template). The
-// long one stays within a 4k context for tokenizers of 2 or more characters
-// a token (the real-engine tier's tiny model has 2.2; the first choice,
-// 20,000 characters, was refused by it as longer than its context).
-const calibrationShort, calibrationLong = 1000, 7000
+// long one stays within a 4k context even for a tokenizer of one character
+// a token (the real-engine tier's tiny model refused the first choice,
+// 20,000 characters, as longer than its context).
+const calibrationShort, calibrationLong = 500, 3500
 
 // measureCharsPerToken returns the characters per token of generated text
 // for the given tokenizer.
