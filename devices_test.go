@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -29,5 +31,31 @@ func TestDevicesShowsTheCPUSplit(t *testing.T) {
 	out, _ = exec.Command(simproc.Binary(t), "devices", "--dp", "4096").CombinedOutput()
 	if !strings.Contains(string(out), "--dp 4096 needs at least 4096 physical CPU cores") {
 		t.Errorf("too many ranks for the cores:\n%s", out)
+	}
+}
+
+func TestServeDeviceCPURefusesMoreRanksThanCores(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("CPU topology is read from Linux sysfs")
+	}
+	fake := t.TempDir() + "/vllm"
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--dp", "4096"}, "--dp 4096 needs at least 4096 physical CPU cores"},
+		{[]string{"--tp", "2"}, "--tp 2 with --device cpu"},
+		{[]string{"--cpu-kv-cache", "lots"}, `--cpu-kv-cache: "lots" is not a size`},
+		{[]string{"--engine", "sim"}, "needs no device"},
+	} {
+		args := append([]string{"serve", "--model", "m", "--device", "cpu", "--vllm", fake,
+			"--port", strconv.Itoa(simproc.FreePort(t))}, tc.args...)
+		out, err := exec.Command(simproc.Binary(t), args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("serve %v: %v\n%s\nwant %q", tc.args, err, out, tc.want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/NVIDIA/go-nvml v0.13.4-1 // GPU discovery (NVML); mocks for tests
+	github.com/dustin/go-humanize v1.1.0 // memory sizes: --cpu-kv-cache parsing, byte formatting
 	github.com/google/go-cmp v0.7.0 // cmp.Diff in table tests
 	github.com/jedib0t/go-pretty/v6 v6.8.3 // terminal tables: status, gpus, summary
 	github.com/prometheus/client_golang v1.25.0 // /metrics of the warden and the simulator
@@ -15,12 +16,8 @@ require (
 	github.com/tidwall/sjson v1.2.9 // surgical request body edits
 	github.com/urfave/cli/v2 v2.27.7 // command tree, flags with WARDEN_* env vars
 	go.uber.org/goleak v1.3.0 // goroutine-leak checks in tests
+	golang.org/x/sys v0.50.0 // CPU affinity of CPU engines (sched_setaffinity)
 	golang.org/x/term v0.44.0 // terminal detection for live displays
-)
-
-require (
-	github.com/dustin/go-humanize v1.1.0 // memory sizes: --cpu-kv-cache parsing, byte formatting
-	golang.org/x/sys v0.50.0
 )
 
 require (

