@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/tidwall/gjson"
 
+	"github.com/lmwarden/warden/internal/simproc"
 	"github.com/lmwarden/warden/internal/usage"
 	"github.com/lmwarden/warden/proxy/panel"
 )
@@ -95,7 +95,7 @@ func TestSimStatusNumbersMatchWhatHappened(t *testing.T) {
 				t.Errorf("replica %d %s: status %v, actual %v", r, c.what, c.got, c.want)
 			}
 		}
-		if want := engineKVCapacity(t, proc.URL); row.KVCapacityTokens != want {
+		if want, _, err := simproc.KVCapacity(proc.URL); err != nil || row.KVCapacityTokens != want {
 			t.Errorf("replica %d KV capacity %d, engine says %d", r, row.KVCapacityTokens, want)
 		}
 		if row.PrefixQueries > 0 && row.HitRate != row.PrefixHits/row.PrefixQueries {
@@ -163,34 +163,3 @@ func anthropicUsage(stream string) usage.Anthropic {
 	return u
 }
 
-// engineKVCapacity reads num_gpu_blocks x block_size from the engine's cache_config_info.
-func engineKVCapacity(t *testing.T, url string) int {
-	t.Helper()
-	resp, err := http.Get(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var buf bytes.Buffer
-	buf.ReadFrom(resp.Body)
-	for _, line := range strings.Split(buf.String(), "\n") {
-		if !strings.HasPrefix(line, "vllm:cache_config_info{") {
-			continue
-		}
-		blocks := labelValue(line, "num_gpu_blocks")
-		size := labelValue(line, "block_size")
-		return blocks * size
-	}
-	t.Fatal("no vllm:cache_config_info")
-	return 0
-}
-
-func labelValue(line, name string) int {
-	_, rest, ok := strings.Cut(line, name+`="`)
-	if !ok {
-		return 0
-	}
-	v, _, _ := strings.Cut(rest, `"`)
-	n, _ := strconv.Atoi(v)
-	return n
-}

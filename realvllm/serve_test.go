@@ -193,10 +193,10 @@ func TestServeCPU(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			text := get(t, r.URL+"/metrics")
-			blocks, size := labelInt(text, "num_gpu_blocks"), labelInt(text, "block_size")
-			if size != 32 || blocks == 0 || r.KVCapacityTokens != blocks*size {
-				t.Errorf("replica %d: kv capacity %d, want num_gpu_blocks %d x block_size %d from cache_config_info", r.Rank, r.KVCapacityTokens, blocks, size)
+			capacity, size, err := simproc.KVCapacity(r.URL)
+			if err != nil || size != 32 || capacity == 0 || r.KVCapacityTokens != capacity {
+				t.Errorf("replica %d: kv capacity %d, want num_gpu_blocks x block_size %d (block %d) from cache_config_info (%v)",
+					r.Rank, r.KVCapacityTokens, capacity, size, err)
 			}
 			eventually(t, 5*time.Second, "prefix counters equal the engine's", func() bool {
 				r := w.status(t).Replicas[r.Rank]
@@ -349,23 +349,6 @@ func TestWardenSIGKILLLeavesNoVLLMProcess(t *testing.T) {
 	eventually(t, 30*time.Second, "no vLLM process of this install left", func() bool {
 		return len(vllmProcesses()) <= len(before)
 	})
-}
-
-// labelInt reads the first value of label in vllm:cache_config_info.
-func labelInt(metrics, label string) int {
-	for _, l := range strings.Split(metrics, "\n") {
-		if !strings.HasPrefix(l, "vllm:cache_config_info{") {
-			continue
-		}
-		_, after, ok := strings.Cut(l, label+`="`)
-		if !ok {
-			return 0
-		}
-		v, _, _ := strings.Cut(after, `"`)
-		n, _ := strconv.Atoi(v)
-		return n
-	}
-	return 0
 }
 
 func tail(s string, n int) string {

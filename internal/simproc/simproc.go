@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -258,4 +259,39 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// KVCapacity reads an engine's KV capacity from its GET /metrics as the
+// proxy must (num_gpu_blocks x block_size of vllm:cache_config_info, read
+// here by hand so that a test does not check the parser with itself), and
+// returns the block size too.
+func KVCapacity(url string) (tokens, blockSize int, err error) {
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "vllm:cache_config_info{") {
+			blocks, size := labelInt(line, "num_gpu_blocks"), labelInt(line, "block_size")
+			return blocks * size, size, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("%s/metrics has no vllm:cache_config_info", url)
+}
+
+func labelInt(line, name string) int {
+	_, rest, ok := strings.Cut(line, `,`+name+`="`)
+	if !ok {
+		if _, rest, ok = strings.Cut(line, `{`+name+`="`); !ok {
+			return 0
+		}
+	}
+	v, _, _ := strings.Cut(rest, `"`)
+	n, _ := strconv.Atoi(v)
+	return n
 }
