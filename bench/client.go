@@ -71,7 +71,11 @@ func newConversation(api API, model, system, sessionID, deviceID, billing string
 		if billing != "" {
 			blocks = fmt.Appendf(nil, `{"type":"text","text":%s},%s`, mustJSON(billing), blocks)
 		}
-		c.tail = fmt.Appendf(nil, `],"system":[%s],"metadata":{"user_id":%s},"max_tokens":%d,"stream":true}`,
+		// ignore_eos: the simulator generates max_tokens with it; vLLM's
+		// Messages endpoint drops the field (0.32 has no such parameter
+		// there), so on a real engine an Anthropic turn ends at the model's
+		// end of sequence, within max_tokens, as the reference's did.
+		c.tail = fmt.Appendf(nil, `],"system":[%s],"metadata":{"user_id":%s},"max_tokens":%d,"ignore_eos":true,"stream":true}`,
 			blocks, mustJSON(string(userID)), maxTokens)
 	}
 	return c

@@ -121,7 +121,7 @@ func (t *clientTransport) clampMaxTokens(r *http.Request, resp *http.Response, b
 	}
 	resp.Body.Close()
 	if t.c.once("clamp:" + r.URL.Path) {
-		t.c.log.Info("output limit lowered to the context left (the engine refuses a max_tokens beyond it)",
+		t.c.log.Info("output limit lowered to what the engine's context allows (it refuses a larger max_tokens)",
 			"path", r.URL.Path, "requested", requested, "max_tokens", left)
 	}
 	t.c.log.Debug("max_tokens clamped", "path", r.URL.Path, "requested", requested, "max_tokens", left,

@@ -162,4 +162,3 @@ func anthropicUsage(stream string) usage.Anthropic {
 	}
 	return u
 }
-

@@ -89,7 +89,9 @@ func TestServeCPU(t *testing.T) {
 	})
 
 	t.Run("anthropic messages streamed, count_tokens agrees", func(t *testing.T) {
-		body := `{"model":"` + served + `","max_tokens":6,"stream":true,"system":` + strconv.Quote(system) +
+		// ignore_eos as the bench sends it: vLLM's Messages endpoint has no
+		// such field and must take the request anyway.
+		body := `{"model":"` + served + `","max_tokens":6,"ignore_eos":true,"stream":true,"system":` + strconv.Quote(system) +
 			`,"messages":[{"role":"user","content":"list the files"}]}`
 		sid := "ca92e60e-3cb8-4c5e-8d21-fdf99ef4af9c"
 		var u usage.Anthropic
@@ -104,7 +106,7 @@ func TestServeCPU(t *testing.T) {
 				if jsonGet(d, "type").Str == "message_delta" {
 					u = usage.ParseAnthropic(jsonGet(d, "usage"))
 					// vLLM 0.32: input_tokens excludes cache reads and writes.
-					if !jsonGet(d, "usage.cache_creation_input_tokens").Exists() || u.Output != 6 {
+					if !jsonGet(d, "usage.cache_creation_input_tokens").Exists() || u.Output < 1 || u.Output > 6 {
 						t.Errorf("turn %d message_delta %s", turn, d)
 					}
 				}
@@ -113,7 +115,7 @@ func TestServeCPU(t *testing.T) {
 		if u.Cached == 0 || u.Cached >= u.Prompt {
 			t.Errorf("second turn: %d of %d prompt tokens cached, want most", u.Cached, u.Prompt)
 		}
-		count := strings.Replace(body, `"stream":true,`, "", 1)
+		count := strings.Replace(strings.Replace(body, `"stream":true,`, "", 1), `"ignore_eos":true,`, "", 1)
 		resp, out := post(t, w.url+"/v1/messages/count_tokens", count)
 		if resp.StatusCode != 200 || uint64(jsonGet(out, "input_tokens").Int()) != u.Prompt {
 			t.Errorf("count_tokens %s %s, want input_tokens %d (the prompt the engine served)", resp.Status, out, u.Prompt)

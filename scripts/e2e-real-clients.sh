@@ -7,22 +7,27 @@
 # Installs Claude Code, Codex and opencode from npm into a temporary folder
 # (the only step that needs the network), builds the warden, then re-runs
 # itself inside a loopback-only network namespace (unshare -n; ip link set lo
-# up) where it starts `warden serve --engine sim --dp 2` and runs each client
-# for real for two turns of one conversation, with dummy keys, non-essential
-# traffic off and nothing changed but the base URL. After each client it reads
-# /warden/status and checks that both turns landed on one replica and that
-# the second turn was served mostly from the prefix cache.
+# up) where it starts `warden serve --engine sim --dp 2` with the simulator's
+# defaults (answers of drawn lengths, the default KV cache, no output cap)
+# and runs each client for real for TURNS turns of one conversation, with
+# dummy keys, non-essential traffic off and nothing changed but the base URL.
+# Around every turn it reads /warden/status, prints the turn's requests per
+# replica and its cached share, and checks that every turn was answered,
+# that all of a client's requests landed on one replica, and that every
+# follow-up turn was served mostly from the prefix cache.
 #
 # Environment: CLIENTS (default "claude codex opencode"), CLAUDE_VERSION,
 # CODEX_VERSION, OPENCODE_VERSION (npm versions, default latest),
-# E2E_DIR (work folder; default a new temporary one, removed on success),
-# MIN_CACHED (least cached share of turn 2, default 0.5).
-# Needs: go, npm, node, unshare (user namespaces or root), ip, curl, python3.
+# TURNS (default 5), E2E_DIR (work folder; default a new temporary one,
+# removed on success), MIN_CACHED (least cached share of a follow-up turn,
+# default 0.5).
+# Needs: go, npm, node, unshare (user namespaces or root), ip, curl, jq.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CLIENTS=${CLIENTS:-claude codex opencode}
 MIN_CACHED=${MIN_CACHED:-0.5}
+TURNS=${TURNS:-5}
 MODEL=Qwen/Qwen3-4B-Instruct-2507
 
 log() { printf '== %s\n' "$*" >&2; }
@@ -30,7 +35,7 @@ die() { printf 'FAIL: %s\n' "$*" >&2; exit 1; }
 
 # ---------------------------------------------------------------- outside
 if [[ "${1:-}" != "--inside" ]]; then
-	for t in go npm node unshare ip curl python3; do
+	for t in go npm node unshare ip curl jq; do
 		command -v "$t" >/dev/null || die "$t is not installed"
 	done
 	export E2E_DIR=${E2E_DIR:-$(mktemp -d /tmp/warden-e2e-clients.XXXXXX)}
@@ -51,7 +56,7 @@ if [[ "${1:-}" != "--inside" ]]; then
 	npm install --no-audit --no-fund --loglevel=error --prefix "$E2E_DIR/npm" "${pkgs[@]}" >&2
 	if [[ $(id -u) -eq 0 ]]; then ns=(unshare -n); else ns=(unshare -rn); fi
 	log "entering a loopback-only network namespace (${ns[*]})"
-	if "${ns[@]}" env CLIENTS="$CLIENTS" MIN_CACHED="$MIN_CACHED" E2E_DIR="$E2E_DIR" bash "$0" --inside; then
+	if "${ns[@]}" env CLIENTS="$CLIENTS" MIN_CACHED="$MIN_CACHED" TURNS="$TURNS" E2E_DIR="$E2E_DIR" bash "$0" --inside; then
 		[[ -n "${KEEP:-}" ]] || rm -rf "$E2E_DIR"
 		exit 0
 	fi
@@ -68,8 +73,7 @@ fi
 log "isolated: only loopback is up ($(ip -brief link | tr '\n' ' '))"
 
 PORT=18431
-"$W/warden" serve --engine sim --dp 2 --model "$MODEL" --port "$PORT" --log-dir "$W/engines" -- \
-	--sim-kv-tokens 400000 --sim-output-tokens 24 --sim-time-scale 20 >"$W/warden.log" 2>&1 &
+"$W/warden" serve --engine sim --dp 2 --model "$MODEL" --port "$PORT" --log-dir "$W/engines" >"$W/warden.log" 2>&1 &
 WARDEN=$!
 trap 'kill -INT $WARDEN 2>/dev/null; wait $WARDEN 2>/dev/null || true' EXIT
 URL=http://127.0.0.1:$PORT
@@ -83,40 +87,60 @@ log "warden serves $MODEL on $URL with 2 simulated replicas"
 
 status() { curl -fsS "$URL/warden/status"; }
 
-# check NAME BEFORE MIDDLE AFTER: status snapshots before turn 1, between the
-# turns and after turn 2. Every request of the client must be on one replica;
-# turn 2 must be mostly cached.
-check() {
-	python3 - "$@" <<-'EOF'
-		import json, sys
-		name, before, middle, after, min_cached = sys.argv[1], *map(json.loads, sys.argv[2:5]), float(sys.argv[5])
-		def delta(a, b, key):
-		    return {r["rank"]: b["replicas"][i][key] - a["replicas"][i][key] for i, r in enumerate(a["replicas"])}
-		reqs = {k: v for k, v in delta(before, after, "requests").items() if v}
-		new, sticky = delta(before, after, "new"), delta(before, after, "sticky")
-		p2, c2 = sum(delta(middle, after, "prompt_tokens").values()), sum(delta(middle, after, "cached_tokens").values())
-		share = c2 / p2 if p2 else 0
-		print(f"{name}: requests per replica {reqs}; new {sum(new.values())}, sticky {sum(sticky.values())}; "
-		      f"turn 2: {c2}/{p2} prompt tokens cached ({share:.0%})")
-		ok = len(reqs) == 1 and sum(sticky.values()) >= 1 and share >= min_cached
-		print(f"{name}: {'PASS' if ok else 'FAIL'}: both turns on replica {list(reqs)} and turn 2 mostly cached" if ok
-		      else f"{name}: FAIL (want one replica, a sticky turn, turn 2 cached >= {min_cached:.0%})")
-		sys.exit(0 if ok else 1)
-	EOF
+# turn_line NAME N BEFORE AFTER: one turn's requests per replica and cached
+# share, from two status snapshots; prints "rank cached prompt" last.
+turn_line() {
+	jq -rn --arg name "$1" --arg n "$2" --argjson a "$3" --argjson b "$4" '
+		[range(0; $a.replicas | length) as $i | {rank: $a.replicas[$i].rank,
+			req: ($b.replicas[$i].requests - $a.replicas[$i].requests),
+			prompt: ($b.replicas[$i].prompt_tokens - $a.replicas[$i].prompt_tokens),
+			cached: ($b.replicas[$i].cached_tokens - $a.replicas[$i].cached_tokens)}] as $d
+		| ($d | map(.prompt) | add) as $p | ($d | map(.cached) | add) as $c
+		| "\($name) turn \($n): requests per replica \($d | map(select(.req > 0) | "\(.rank):\(.req)") | join(" ")); " +
+		  "\($c) of \($p) prompt tokens cached (\(if $p > 0 then ($c * 100 / $p | floor) else 0 end)%)\t" +
+		  "\($d | map(select(.req > 0) | .rank) | join(",")) \($c) \($p)"'
 }
 
-# run NAME TURN1 TURN2: each a command line; output goes to NAME.out.
+# run NAME CMD1 CMD2: turn 1 is CMD1, turns 2..TURNS are CMD2 (a follow-up
+# of the same conversation) with the turn number in $n; output goes to
+# NAME.out. Checks every turn answered, one replica for all, follow-ups
+# mostly cached.
 run() {
-	local name=$1 b m a
-	b=$(status)
-	log "$name turn 1: ${2}"
-	(eval "$2") >"$W/$name.out" 2>&1 || { tail -20 "$W/$name.out" >&2; return 1; }
-	m=$(status)
-	log "$name turn 2: ${3}"
-	(eval "$3") >>"$W/$name.out" 2>&1 || { tail -20 "$W/$name.out" >&2; return 1; }
-	a=$(status)
-	sed 's/^/    | /' "$W/$name.out" | tail -8 >&2
-	check "$name" "$b" "$m" "$a" "$MIN_CACHED"
+	local name=$1 first=$2 next=$3 before after line ranks="" ok=1 n
+	: >"$W/$name.out"
+	for n in $(seq "$TURNS"); do
+		before=$(status)
+		local cmd=$first
+		[[ $n -gt 1 ]] && cmd=$next
+		log "$name turn $n: ${cmd//\$n/$n}"
+		if ! (export n; eval "$cmd") >>"$W/$name.out" 2>&1; then
+			tail -20 "$W/$name.out" >&2
+			printf '%s: FAIL: turn %d was not answered\n' "$name" "$n"
+			return 1
+		fi
+		after=$(status)
+		line=$(turn_line "$name" "$n" "$before" "$after")
+		printf '%s\n' "${line%%$'\t'*}"
+		read -r r c p <<<"${line##*$'\t'}"
+		ranks+="$r,"
+		if [[ $n -gt 1 ]] && ! awk -v c="$c" -v p="$p" -v m="$MIN_CACHED" 'BEGIN { exit !(p > 0 && c >= m * p) }'; then
+			printf '%s: turn %d cached less than %s of its prompt\n' "$name" "$n" "$MIN_CACHED"
+			ok=0
+		fi
+	done
+	sed 's/^/    | /' "$W/$name.out" | tail -6 | cut -c1-160 >&2
+	local distinct
+	distinct=$(tr ',' '\n' <<<"$ranks" | sed '/^$/d' | sort -u | tr '\n' ' ')
+	if [[ $(wc -w <<<"$distinct") -ne 1 ]]; then
+		printf '%s: turns landed on replicas %s, want one\n' "$name" "$distinct"
+		ok=0
+	fi
+	if [[ $ok -eq 1 ]]; then
+		printf '%s: PASS: %d turns answered, all on replica %s, follow-ups cached >= %s\n' "$name" "$TURNS" "$distinct" "$MIN_CACHED"
+		return 0
+	fi
+	printf '%s: FAIL\n' "$name"
+	return 1
 }
 
 # Claude Code: the base URL, a dummy key, non-essential traffic off. Its own
@@ -151,26 +175,30 @@ setup_opencode() {
 }
 opencode_env="env HOME=$W/home-opencode OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_SHARE=1"
 
+# The conversation: a first task, then follow-ups that refer back to it.
+FIRST='Say hi in five words.'
+NEXT='Follow-up $n: answer in five words what turn this is.'
+
 failed=0
 for c in $CLIENTS; do
 	case $c in
 	claude)
 		mkdir -p "$W/home-claude" "$W/claude-work"
 		run claude \
-			"cd $W/claude-work && timeout 180 $claude_env $BIN/claude -p --session-id $SID 'Say hi in five words.'" \
-			"cd $W/claude-work && timeout 180 $claude_env $BIN/claude -p --resume $SID 'Now say bye in five words.'" || failed=1
+			"cd $W/claude-work && timeout 180 $claude_env $BIN/claude -p --session-id $SID '$FIRST'" \
+			"cd $W/claude-work && timeout 180 $claude_env $BIN/claude -p --resume $SID \"$NEXT\"" || failed=1
 		;;
 	codex)
 		setup_codex
 		run codex \
-			"cd $W/codex-work && timeout 180 $codex_env $BIN/codex exec --skip-git-repo-check 'Say hi in five words.' </dev/null" \
-			"cd $W/codex-work && timeout 180 $codex_env $BIN/codex exec --skip-git-repo-check resume --last 'Now say bye in five words.' </dev/null" || failed=1
+			"cd $W/codex-work && timeout 180 $codex_env $BIN/codex exec --skip-git-repo-check '$FIRST' </dev/null" \
+			"cd $W/codex-work && timeout 180 $codex_env $BIN/codex exec --skip-git-repo-check resume --last \"$NEXT\" </dev/null" || failed=1
 		;;
 	opencode)
 		setup_opencode
 		run opencode \
-			"cd $W/opencode-work && timeout 180 $opencode_env $BIN/opencode run --model warden/qwen3-4b 'Say hi in five words.' </dev/null" \
-			"cd $W/opencode-work && timeout 180 $opencode_env $BIN/opencode run --continue --model warden/qwen3-4b 'Now say bye in five words.' </dev/null" || failed=1
+			"cd $W/opencode-work && timeout 180 $opencode_env $BIN/opencode run --model warden/qwen3-4b '$FIRST' </dev/null" \
+			"cd $W/opencode-work && timeout 180 $opencode_env $BIN/opencode run --continue --model warden/qwen3-4b \"$NEXT\" </dev/null" || failed=1
 		;;
 	esac
 done

@@ -62,7 +62,10 @@ func (s *server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p, err := s.plan(prompt, body.Get("max_tokens"), "max_completion_tokens")
+	// vLLM 0.32's Messages request has no ignore_eos (it is dropped as an
+	// unknown field); the simulator honours it so that the bench's
+	// Anthropic protocol keeps its fixed output length here.
+	p, err := s.plan(prompt, body.Get("max_tokens"), "max_completion_tokens", body.Get("ignore_eos").Bool())
 	if err != nil {
 		anthropicError(w, http.StatusBadRequest, err.Error())
 		return

@@ -13,7 +13,7 @@ import (
 // claudeCodeBody is a request in Claude Code's shape (clients.md §1.3).
 func claudeCodeBody(history []any) map[string]any {
 	return map[string]any{
-		"model": "test-model", "max_tokens": 24, "stream": true,
+		"model": "test-model", "max_tokens": 24, "stream": true, "ignore_eos": true,
 		"system": []any{
 			map[string]any{"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.332.0b8; cc_entrypoint=cli;"},
 			map[string]any{"type": "text", "text": words("You are Claude Code", 500), "cache_control": map[string]any{"type": "ephemeral"}},

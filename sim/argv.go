@@ -31,7 +31,7 @@ type Config struct {
 	DecodeGBps     float64 // --sim-decode-gbps: effective decode bandwidth (0: profile)
 	PrefillScale   float64 // --sim-prefill-scale: multiplies the profile's prefill cost (0: 1)
 	Seed           uint64  // --sim-seed: varies generated text
-	OutputTokens   int     // --sim-output-tokens: cap on generated tokens (0: max_tokens)
+	OutputTokens   int     // --sim-output-tokens: answer length instead of the drawn one (0: drawn)
 	ReserveFullISL bool    // --sim-reserve-full-isl: full-sequence admission gate
 	PrefixStats    string  // --sim-prefix-stats: admission | lookup | lookup-all
 	Watermark      float64 // --sim-watermark: fraction of blocks kept free at admission
@@ -130,7 +130,7 @@ var flags = map[string]flagSpec{
 	"sim-decode-gbps":      {kindValue, "WARDEN_SIM_DECODE_GBPS", "effective decode memory bandwidth in GB/s (calibration knob)", floatSetter(func(c *Config) *float64 { return &c.DecodeGBps })},
 	"sim-prefill-scale":    {kindValue, "WARDEN_SIM_PREFILL_SCALE", "multiply the profile's per-token prefill cost (calibration knob; 2 = half-rate tensor cores)", floatSetter(func(c *Config) *float64 { return &c.PrefillScale })},
 	"sim-seed":             {kindValue, "WARDEN_SIM_SEED", "seed for generated text (default 0)", func(c *Config, v string) error { n, err := strconv.ParseUint(v, 10, 64); c.Seed = n; return err }},
-	"sim-output-tokens":    {kindValue, "WARDEN_SIM_OUTPUT_TOKENS", "cap on tokens generated per request (0: exactly max_tokens)", intSetter(func(c *Config) *int { return &c.OutputTokens })},
+	"sim-output-tokens":    {kindValue, "WARDEN_SIM_OUTPUT_TOKENS", "tokens generated per request within max_tokens and the context, instead of a length drawn from coding agents' answers (0: drawn; ignore_eos requests always get max_tokens)", intSetter(func(c *Config) *int { return &c.OutputTokens })},
 	"sim-reserve-full-isl": {kindBool, "WARDEN_SIM_RESERVE_FULL_ISL", "admit only when the whole prompt fits, vLLM >= 0.20 (default true)", boolSetter(func(c *Config) *bool { return &c.ReserveFullISL })},
 	"sim-prefix-stats":     {kindValue, "WARDEN_SIM_PREFIX_STATS", "when prefix queries count: admission (0.26), lookup (0.11-0.25), lookup-all (0.10)", strSetter(func(c *Config) *string { return &c.PrefixStats })},
 	"sim-watermark":        {kindValue, "WARDEN_SIM_WATERMARK", "fraction of blocks kept free when admitting (0: off)", floatSetter(func(c *Config) *float64 { return &c.Watermark })},

@@ -59,7 +59,7 @@ func (s *server) openAIPrompt(w http.ResponseWriter, r *http.Request, chat bool)
 			maxTok = gjson.Parse("16") // the completions API default
 		}
 	}
-	p, err := s.plan(prompt, maxTok, "max_tokens")
+	p, err := s.plan(prompt, maxTok, "max_tokens", body.Get("ignore_eos").Bool())
 	if err != nil {
 		openAIError(w, http.StatusBadRequest, err.Error())
 		return body, genPlan{}, false

@@ -21,7 +21,7 @@ func (s *server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		openAIError(w, http.StatusNotFound, err.Error())
 		return
 	}
-	p, err := s.plan(Tokenize(renderChat(responsesTurns(body), toolsRaw(body.Get("tools")))), body.Get("max_output_tokens"), "max_output_tokens")
+	p, err := s.plan(Tokenize(renderChat(responsesTurns(body), toolsRaw(body.Get("tools")))), body.Get("max_output_tokens"), "max_output_tokens", body.Get("ignore_eos").Bool())
 	if err != nil {
 		openAIError(w, http.StatusBadRequest, err.Error())
 		return

@@ -22,10 +22,6 @@ import (
 // Version is what /version reports.
 const Version = "0.26.0-sim"
 
-// defaultOutputTokens is generated when a request names no max tokens (vLLM
-// would run to EOS; the sim has none).
-const defaultOutputTokens = 256
-
 // maxBodyBytes caps request bodies (agent conversations reach a few MB).
 const maxBodyBytes = 64 << 20
 
@@ -194,16 +190,20 @@ type genPlan struct {
 	stopReason string
 }
 
-// plan checks the prompt length and resolves how many tokens to generate:
-// the request's max tokens (default defaultOutputTokens), clamped to the
-// context left and to --sim-output-tokens (which reports "stop").
+// plan checks the prompt length and resolves how many tokens to generate,
+// as vLLM would with a model that stops: the limit is the request's max
+// tokens (absent: the context left, vLLM's default), clamped to the context
+// left; within it the answer has the length drawOutputTokens gives it
+// (finish reason "stop"), or reaches the limit ("length"). ignore_eos
+// (vLLM's sampling parameter) generates the whole limit; --sim-output-tokens
+// N replaces the draw by N.
 //
 // The checks and their texts are vLLM 0.32.0's (vllm/renderers/params.py):
 // an output limit above max_model_len is refused, naming the parameter as
 // the endpoint calls it (param: max_tokens for chat and completions,
 // max_completion_tokens for Messages, max_output_tokens for Responses); a
 // smaller one is clamped to the context the prompt leaves.
-func (s *server) plan(prompt []uint32, maxTok gjson.Result, param string) (genPlan, error) {
+func (s *server) plan(prompt []uint32, maxTok gjson.Result, param string, ignoreEOS bool) (genPlan, error) {
 	if len(prompt) == 0 {
 		return genPlan{}, errors.New("The prompt is empty.")
 	}
@@ -211,7 +211,7 @@ func (s *server) plan(prompt []uint32, maxTok gjson.Result, param string) (genPl
 		return genPlan{}, fmt.Errorf("This model's maximum context length is %d tokens. However, your prompt contains %d input tokens, "+
 			"which exceeds this limit even without any output tokens. Please reduce the length of the input prompt.", s.maxLen, len(prompt))
 	}
-	want := defaultOutputTokens
+	limit := s.maxLen - len(prompt)
 	if maxTok.Exists() && maxTok.Type != gjson.Null {
 		if maxTok.Type != gjson.Number || maxTok.Int() < 1 {
 			return genPlan{}, fmt.Errorf("max_tokens must be an integer of at least 1, got %s", maxTok.Raw)
@@ -220,11 +220,18 @@ func (s *server) plan(prompt []uint32, maxTok gjson.Result, param string) (genPl
 			return genPlan{}, fmt.Errorf("%s=%d cannot be greater than max_model_len=%d. Please request fewer output tokens.",
 				param, maxTok.Int(), s.maxLen)
 		}
-		want = int(maxTok.Int())
+		limit = min(limit, int(maxTok.Int()))
 	}
-	p := genPlan{prompt: prompt, maxTokens: min(want, s.maxLen-len(prompt)), stopReason: "length"}
-	if s.cfg.OutputTokens > 0 && s.cfg.OutputTokens < p.maxTokens {
-		p.maxTokens, p.stopReason = s.cfg.OutputTokens, "stop"
+	p := genPlan{prompt: prompt, maxTokens: limit, stopReason: "length"}
+	if ignoreEOS {
+		return p, nil
+	}
+	n := s.cfg.OutputTokens
+	if n == 0 {
+		n = drawOutputTokens(s.cfg.Seed, prompt)
+	}
+	if n < limit {
+		p.maxTokens, p.stopReason = n, "stop"
 	}
 	return p, nil
 }

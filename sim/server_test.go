@@ -13,8 +13,10 @@ import (
 
 const fast = "1000" // --sim-time-scale for tests that do not watch timing
 
+// chatBody is a chat request that generates exactly maxTokens (ignore_eos,
+// as the bench sends): tests of the cache and the scheduler need known lengths.
 func chatBody(msgs []map[string]any, maxTokens int) map[string]any {
-	return map[string]any{"model": "test-model", "messages": msgs, "max_tokens": maxTokens}
+	return map[string]any{"model": "test-model", "messages": msgs, "max_tokens": maxTokens, "ignore_eos": true}
 }
 
 func TestSecondTurnHitsCacheOnSameInstanceOnly(t *testing.T) {
@@ -280,5 +282,33 @@ func TestPreemptionUnderKVPressureCompletesEveryRequest(t *testing.T) {
 	}
 	if m["vllm:generation_tokens_total"] != 1200 || m["vllm:kv_cache_usage_perc"] != 0 {
 		t.Errorf("generation tokens %v (want 1200), kv usage %v (want 0)", m["vllm:generation_tokens_total"], m["vllm:kv_cache_usage_perc"])
+	}
+}
+
+// Answers end like a model's: a length drawn from agent turns, the same for
+// one prompt on every replica, "stop" within the limit; ignore_eos fills it.
+func TestAnswersStopOnTheirOwn(t *testing.T) {
+	a := simproc.Start(t, "--sim-time-scale", fast, "--enable-prompt-tokens-details")
+	b := simproc.Start(t, "--sim-time-scale", fast, "--enable-prompt-tokens-details")
+	turn := []map[string]any{msg("user", "Summarise what a prefix cache is in one line.")}
+	body := map[string]any{"model": "test-model", "messages": turn, "max_tokens": 32000}
+	_, ra := post(t, a.URL+"/v1/chat/completions", body)
+	_, rb := post(t, b.URL+"/v1/chat/completions", body)
+	n := ra.Get("usage.completion_tokens").Int()
+	if ra.Get("choices.0.finish_reason").Str != "stop" || n < 1 || n >= 32000 || rb.Get("usage.completion_tokens").Int() != n {
+		t.Errorf("max_tokens 32000: %d tokens (%s) on one replica, %d on the other; want one drawn length, stop",
+			n, ra.Get("choices.0.finish_reason").Str, rb.Get("usage.completion_tokens").Int())
+	}
+	body["max_tokens"] = n - 1
+	if _, r := post(t, a.URL+"/v1/chat/completions", body); r.Get("choices.0.finish_reason").Str != "length" || r.Get("usage.completion_tokens").Int() != n-1 {
+		t.Errorf("max_tokens below the drawn length: %s", r.Get("usage").Raw)
+	}
+	msgBody := map[string]any{"model": "test-model", "messages": turn, "max_tokens": 32000}
+	if _, r := post(t, a.URL+"/v1/messages", msgBody); r.Get("stop_reason").Str != "end_turn" || r.Get("usage.output_tokens").Int() != n {
+		t.Errorf("Messages: %s %s, want end_turn after the same %d tokens", r.Get("stop_reason").Str, r.Get("usage").Raw, n)
+	}
+	msgBody["ignore_eos"], msgBody["max_tokens"] = true, 300
+	if _, r := post(t, a.URL+"/v1/messages", msgBody); r.Get("stop_reason").Str != "max_tokens" || r.Get("usage.output_tokens").Int() != 300 {
+		t.Errorf("Messages with ignore_eos: %s %s, want max_tokens after 300", r.Get("stop_reason").Str, r.Get("usage").Raw)
 	}
 }
