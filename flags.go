@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/urfave/cli/v2"
@@ -55,6 +56,8 @@ func routerFlags() []cli.Flag {
 			Usage: "bearer token for admin endpoints from non-loopback callers (policy switch, cache reset, replicas)"},
 		&cli.StringFlag{Name: "api-key", EnvVars: envVars("API_KEY"),
 			Usage: "require this key from clients on /v1/* (Authorization: Bearer KEY or x-api-key: KEY; 401 otherwise); never logged, not forwarded to engines"},
+		&cli.StringFlag{Name: "max-body-bytes", Value: "32MiB", EnvVars: envVars("MAX_BODY_BYTES"),
+			Usage: "largest request body accepted (e.g. 32MiB); larger ones get 413 (agent conversations reach a few MB)"},
 		&cli.DurationFlag{Name: "response-header-timeout", Value: 10 * time.Minute, EnvVars: envVars("RESPONSE_HEADER_TIMEOUT"),
 			Usage: "how long to wait for an engine's response headers (a non-streaming answer sends them when complete); then 504 naming the replica"},
 		&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, EnvVars: envVars("DRAIN_TIMEOUT"),
@@ -84,6 +87,10 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 	if c.Duration("response-header-timeout") <= 0 {
 		return proxy.Config{}, "", fmt.Errorf("--response-header-timeout must be positive, got %v", c.Duration("response-header-timeout"))
 	}
+	maxBody, err := humanize.ParseBytes(c.String("max-body-bytes"))
+	if err != nil || maxBody == 0 || maxBody > 1<<40 {
+		return proxy.Config{}, "", fmt.Errorf("--max-body-bytes %q is not a size such as 32MiB", c.String("max-body-bytes"))
+	}
 	policy := c.String("policy")
 	if !c.Bool("affinity") {
 		policy = proxy.PolicyOff
@@ -96,7 +103,7 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 		SessionHeaders: c.StringSlice("session-header"), KeepBillingHeader: c.Bool("keep-billing-header"),
 		AdminToken: c.String("admin-token"), APIKey: c.String("api-key"),
 		ResponseHeaderTimeout: c.Duration("response-header-timeout"), StrictModel: c.Bool("strict-model"),
-		BalancerInterval: c.Duration("balancer-interval"),
+		BalancerInterval: c.Duration("balancer-interval"), MaxBodyBytes: int64(maxBody),
 		AdmitWait:        c.Duration("admit-wait"), MoveCooldown: c.Int("move-cooldown"), KVFill: c.Float64("kv-fill"),
 	}
 	return cfg, net.JoinHostPort(c.String("host"), strconv.Itoa(port)), nil

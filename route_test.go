@@ -76,6 +76,9 @@ func TestRouteConfig(t *testing.T) {
 		t.Errorf("--admit-wait -1s --move-cooldown 5 WARDEN_KV_FILL=0.9: %v %d %v (%v)", cfg.Proxy.AdmitWait, cfg.Proxy.MoveCooldown, cfg.Proxy.KVFill, err)
 	}
 	t.Setenv("WARDEN_KV_FILL", "")
+	if cfg, err := parseRoute(t, "--replica", "http://h:1", "--max-body-bytes", "1MiB"); err != nil || cfg.Proxy.MaxBodyBytes != 1<<20 {
+		t.Errorf("--max-body-bytes 1MiB: %d (%v)", cfg.Proxy.MaxBodyBytes, err)
+	}
 	if cfg, _ := parseRoute(t, "--replica", "http://h:1", "--state-file", "none"); cfg.StateFile != "" {
 		t.Errorf("--state-file none: %q, want no state file", cfg.StateFile)
 	}
@@ -96,6 +99,7 @@ func TestRouteConfig(t *testing.T) {
 		{[]string{"--replica", "http://h:1", "--move-cooldown", "-1"}, "--move-cooldown must be >= 0"},
 		{[]string{"--replica", "http://h:1", "--kv-fill", "5"}, "--kv-fill must be a fraction"},
 		{[]string{"--replica", "http://h:1", "--kv-fill", "-0.5"}, "--kv-fill must be a fraction"},
+		{[]string{"--replica", "http://h:1", "--max-body-bytes", "lots"}, "--max-body-bytes"},
 	} {
 		if _, err := parseRoute(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("route %v: error %v, want one containing %q", tc.args, err, tc.err)

@@ -225,21 +225,33 @@ func (p *Proxy) NoteRestart(rank int) {
 	}
 }
 
+// Bounds on reading what is left of an over-limit body before the 413.
+const (
+	drainMaxBytes = 64 << 20
+	drainMaxTime  = 10 * time.Second
+)
+
 // readBody reads the request body up to the limit, answering 413 itself
-// when it is over.
+// when it is over. Before the 413 it reads and drops the rest of the body
+// (up to drainMaxBytes, for drainMaxTime): a client that sends its whole
+// body before reading (no Expect: 100-continue, as Python's urllib and
+// httpx) would otherwise get a broken pipe instead of the answer.
 func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, true
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
+	body, err := io.ReadAll(io.LimitReader(r.Body, p.cfg.MaxBodyBytes+1))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "reading request body: "+err.Error())
+		return nil, false
+	}
+	if int64(len(body)) > p.cfg.MaxBodyBytes {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(drainMaxTime))
+		if n, _ := io.CopyN(io.Discard, r.Body, drainMaxBytes); n == drainMaxBytes {
+			w.Header().Set("Connection", "close") // more is coming: this connection cannot be reused
+		}
 		writeError(w, http.StatusRequestEntityTooLarge,
 			fmt.Sprintf("request body exceeds the warden's limit of %d bytes (--max-body-bytes)", p.cfg.MaxBodyBytes))
-		return nil, false
-	case err != nil:
-		writeError(w, http.StatusBadRequest, "reading request body: "+err.Error())
 		return nil, false
 	}
 	return body, true

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -143,6 +145,33 @@ func TestBodyOverTheLimitGets413(t *testing.T) {
 	}
 	if e.count() != 0 {
 		t.Error("an over-limit body reached the engine")
+	}
+}
+
+// A client that writes its whole body before it reads (no Expect:
+// 100-continue, as Python's urllib and httpx do) reads the 413 and its
+// message instead of a broken pipe.
+func TestBodyOverTheLimitWithoutExpectReadsThe413(t *testing.T) {
+	e := newFakeEngine(t)
+	_, front := testProxy(t, Config{MaxBodyBytes: 64 << 10}, e)
+	body := `{"model":"m","pad":"` + strings.Repeat("x", 4<<20) + `"}`
+	conn, err := net.Dial("tcp", strings.TrimPrefix(front.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	head := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
+	if _, err := io.WriteString(conn, head+body); err != nil {
+		t.Fatalf("writing the whole body (as urllib does): %v", err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), "--max-body-bytes") {
+		t.Errorf("status %d body %s", resp.StatusCode, b)
 	}
 }
 
