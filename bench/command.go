@@ -45,6 +45,7 @@ func flags() []cli.Flag {
 		&cli.BoolFlag{Name: "carry", Value: d.Carry, Usage: "run each variant's stages back to back as one load: sessions carry over from one stage to the next (new ones are added), so stages after the first measure sessions at mixed turns, as the reference's continuous run did; --carry=false starts every stage's sessions together (lockstep). Ignored with --alternate", EnvVars: env("CARRY")},
 		&cli.StringFlag{Name: "admin-token", Usage: "bearer token for POST /warden/policy and /warden/reset_prefix_cache when the warden is not on loopback", EnvVars: env("ADMIN_TOKEN")},
 		&cli.StringFlag{Name: "out", Usage: "results folder (default bench-results/<timestamp>)", EnvVars: env("OUT")},
+		&cli.Float64Flag{Name: "max-failed", Value: 0.1, Usage: "exit 1 when a stage lost more than this share of its turns to errors (or no turn succeeded at all); results are still written", EnvVars: env("MAX_FAILED")},
 		&cli.BoolFlag{Name: "no-progress", Usage: "no progress bars on stderr", EnvVars: env("NO_PROGRESS")},
 		&cli.BoolFlag{Name: "verbose", Usage: "debug logging (every failed turn)", EnvVars: env("VERBOSE")},
 	}
@@ -99,6 +100,9 @@ func configFrom(c *cli.Context) (Config, error) {
 		cfg.Out = filepath.Join("bench-results", time.Now().Format("20060102-150405"))
 	}
 	cfg.Progress = !c.Bool("no-progress")
+	if f := c.Float64("max-failed"); f <= 0 || f > 1 {
+		return cfg, fmt.Errorf("--max-failed must be a share in (0, 1], got %v", f)
+	}
 	return cfg, cfg.Validate()
 }
 
@@ -132,5 +136,11 @@ func action(c *cli.Context) error {
 	if errors.Is(runErr, context.Canceled) {
 		return cli.Exit("bench interrupted; partial results written to "+cfg.Out, 130)
 	}
-	return runErr
+	if runErr != nil {
+		return runErr
+	}
+	if err := res.Failed(c.Float64("max-failed")); err != nil {
+		return cli.Exit("warden bench: "+err.Error()+" (results in "+cfg.Out+")", 1)
+	}
+	return nil
 }

@@ -2,6 +2,9 @@ package bench
 
 import (
 	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,5 +58,47 @@ func TestCommandRejectsBadFlags(t *testing.T) {
 	t.Setenv("WARDEN_BENCH_TIME_SCALE", "0.1")
 	if _, _, err := runCLI(t, "--url", "http://127.0.0.1:1"); err == nil || !strings.Contains(err.Error(), "--time-scale") {
 		t.Errorf("WARDEN_BENCH_TIME_SCALE=0.1: err %v", err)
+	}
+}
+
+// An engine that refuses every turn makes the bench exit non-zero with the
+// engine's message, results still written.
+func TestCommandFailsWhenNoTurnSucceeds(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/models":
+			io.WriteString(w, `{"object":"list","data":[{"id":"m","object":"model"}]}`)
+		case "/metrics":
+			io.WriteString(w, "vllm:num_requests_running 0\n")
+		case "/warden/status":
+			http.NotFound(w, r) // an engine, not a warden
+		default:
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"type":"error","error":{"type":"BadRequestError","message":"the engine says no"}}`)
+		}
+	}))
+	defer srv.Close()
+	dir := filepath.Join(t.TempDir(), "res")
+	_, stderr, err := runCLI(t, "--url", srv.URL, "--ab", "none", "--stages", "1", "--stage", "1s", "--time-scale", "10",
+		"--poll", "200ms", "--turns", "1", "--chars-per-token", "4", "--out", dir)
+	if err == nil || !strings.Contains(err.Error(), "no turn succeeded") || !strings.Contains(err.Error(), "the engine says no") {
+		t.Fatalf("bench against a refusing engine: err %v\n%s", err, stderr)
+	}
+	if _, statErr := os.Stat(filepath.Join(dir, FileTurns)); statErr != nil {
+		t.Errorf("results not written: %v", statErr)
+	}
+}
+
+func TestFailedNamesTheStageOverTheBound(t *testing.T) {
+	res := &Results{
+		Stages: []StageSummary{{Sessions: 4, Turns: 95, Errors: 5}, {Variant: "off", Sessions: 8, Turns: 80, Errors: 20}},
+		Turns:  []TurnRecord{{Sessions: 4}, {Sessions: 8, Variant: "off", Error: "HTTP 502: replica 1 down"}},
+	}
+	if err := res.Failed(0.1); err == nil || !strings.Contains(err.Error(), "stage 8 sessions [off]: 20 of 100 turns failed") ||
+		!strings.Contains(err.Error(), "replica 1 down") {
+		t.Errorf("Failed(0.1) = %v", err)
+	}
+	if err := res.Failed(0.25); err != nil {
+		t.Errorf("within the bound: %v", err)
 	}
 }

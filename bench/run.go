@@ -257,3 +257,43 @@ func maxInt(xs []int) int {
 	}
 	return m
 }
+
+// Failed says whether the run failed as a measurement: no turn succeeded,
+// or a stage lost more than maxShare of its turns to errors (0 < maxShare
+// <= 1). The error names the first such stage and its first error message.
+func (res *Results) Failed(maxShare float64) error {
+	ok, failed, first := 0, 0, ""
+	for _, t := range res.Turns {
+		if t.Error == "" {
+			ok++
+			continue
+		}
+		failed++
+		if first == "" {
+			first = t.Error
+		}
+	}
+	if ok == 0 && failed > 0 {
+		return fmt.Errorf("no turn succeeded (%d failed); the first error: %s", failed, first)
+	}
+	for _, s := range res.Stages {
+		total := s.Turns + s.Errors
+		if total == 0 || float64(s.Errors) <= maxShare*float64(total) {
+			continue
+		}
+		msg := ""
+		for _, t := range res.Turns {
+			if t.Error != "" && t.Sessions == s.Sessions && t.Variant == s.Variant {
+				msg = t.Error
+				break
+			}
+		}
+		name := fmt.Sprintf("%d sessions", s.Sessions)
+		if s.Variant != "" {
+			name += " [" + s.Variant + "]"
+		}
+		return fmt.Errorf("stage %s: %d of %d turns failed, more than %.0f%%; the first error: %s",
+			name, s.Errors, total, 100*maxShare, msg)
+	}
+	return nil
+}
