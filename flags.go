@@ -104,7 +104,7 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 		AdminToken: c.String("admin-token"), APIKey: c.String("api-key"),
 		ResponseHeaderTimeout: c.Duration("response-header-timeout"), StrictModel: c.Bool("strict-model"),
 		BalancerInterval: c.Duration("balancer-interval"), MaxBodyBytes: int64(maxBody),
-		AdmitWait:        c.Duration("admit-wait"), MoveCooldown: c.Int("move-cooldown"), KVFill: c.Float64("kv-fill"),
+		AdmitWait: c.Duration("admit-wait"), MoveCooldown: c.Int("move-cooldown"), KVFill: c.Float64("kv-fill"),
 	}
 	return cfg, net.JoinHostPort(c.String("host"), strconv.Itoa(port)), nil
 }
