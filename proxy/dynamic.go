@@ -177,6 +177,7 @@ func (p *Proxy) RemoveReplica(rawURL string, rank int) (ReplicaInfo, error) {
 	}
 	r := cur.list[i]
 	p.publish(slices.Delete(slices.Clone(cur.list), i, i+1))
+	p.route.forget(r.rank)
 	info := ReplicaInfo{Rank: r.rank, URL: canonicalURL(r.target), MaxNumSeqs: r.seqs(), Sessions: p.sessions.active[r.rank]}
 	p.log.Info("replica removed", "replica", r.rank, "url", info.URL, "sessions_to_fail_over", info.Sessions,
 		"in_flight", r.inflight.Load())

@@ -135,6 +135,35 @@ func TestRouteStateResidency(t *testing.T) {
 	}
 }
 
+// A removed replica leaves the adaptive state: its shared-prefix estimate
+// no longer counts, its conversations are resident nowhere, and a request
+// that was running there ends without bringing it back.
+func TestRouteStateForgetsARemovedReplica(t *testing.T) {
+	rs := newRouteState(0)
+	t0 := time.Unix(0, 0)
+	for rank, shared := range []uint64{2000, 6000} {
+		tk := rs.begin(fmt.Sprint("first-", rank), 48000, rank, ReasonNew, t0)
+		rs.end(tk, Usage{Known: true, Prompt: 11800, Cached: shared, Completion: 200}, 1, t0.Add(time.Second))
+	}
+	if got := rs.bestShared(); got != 6000 {
+		t.Fatalf("best shared prefix %d, want replica 1's 6000", got)
+	}
+	running := rs.begin("first-1", 48000, 1, ReasonSticky, t0.Add(2*time.Second))
+	rs.forget(1)
+	if got := rs.bestShared(); got != 2000 {
+		t.Errorf("after removing replica 1: best shared prefix %d, want replica 0's 2000", got)
+	}
+	sv := SessionView{Key: "first-1"}
+	rs.sessionView(&sv, 48000, []ReplicaView{{Rank: 0, Healthy: true, KVCapacity: 30000}})
+	if sv.ResidentOn != -1 {
+		t.Errorf("a conversation of the removed replica is resident on %d", sv.ResidentOn)
+	}
+	rs.end(running, Usage{Known: true, Prompt: 12000, Cached: 11000, Completion: 100}, 1, t0.Add(3*time.Second))
+	if _, back := rs.reps[1]; back {
+		t.Error("the end of a request that ran on the removed replica brought its state back")
+	}
+}
+
 func TestRouteStateBound(t *testing.T) {
 	rs := newRouteState(3)
 	for i := range 10 {

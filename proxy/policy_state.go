@@ -156,7 +156,9 @@ func (rs *routeState) policy(name string) {
 	}
 }
 
-// forget removes a replica's state (the replica was removed).
+// forget removes a replica's state (the replica was removed): its prefix
+// estimates, its conversations' residency and its share of bestShared.
+// Requests still running there end without bringing it back.
 func (rs *routeState) forget(rank int) {
 	r := rs.reps[rank]
 	if r == nil {
@@ -218,20 +220,20 @@ func (rs *routeState) end(t *routeTicket, u Usage, ttfb float64, now time.Time) 
 		return
 	}
 	t.closed = true
-	r := rs.rep(t.rank)
-	r.inflight--
-	r.flyTok -= t.foot
 	const alpha = 0.1
-	r.turn.add(now.Sub(t.start).Seconds(), alpha)
-	if ttfb >= 0 {
-		r.wait.add(ttfb, alpha)
+	if u.Known && u.Prompt > 0 && t.bytes >= minBodyForEstimate {
+		rs.tpb.add(float64(u.Prompt)/float64(t.bytes), alpha)
 	}
-	if u.Known && u.Prompt > 0 {
-		if t.bytes >= minBodyForEstimate {
-			rs.tpb.add(float64(u.Prompt)/float64(t.bytes), alpha)
+	r := rs.reps[t.rank] // nil: the replica was removed (forget) while this ran
+	if r != nil {
+		r.inflight--
+		r.flyTok -= t.foot
+		r.turn.add(now.Sub(t.start).Seconds(), alpha)
+		if ttfb >= 0 {
+			r.wait.add(ttfb, alpha)
 		}
 		computed := float64(u.Prompt - min(u.Cached, u.Prompt))
-		if t.quiet && ttfb >= 0 && computed >= 512 {
+		if u.Known && u.Prompt > 0 && t.quiet && ttfb >= 0 && computed >= 512 {
 			r.prefill.add(ttfb/computed, alpha)
 		}
 	}
@@ -244,12 +246,14 @@ func (rs *routeState) end(t *routeTicket, u Usage, ttfb float64, now time.Time) 
 	if u.Known && u.Prompt > 0 {
 		if s.turns == 0 {
 			s.shared = int(u.Cached)
-			r.shared.add(float64(u.Cached), alpha)
+			if r != nil {
+				r.shared.add(float64(u.Cached), alpha)
+			}
 		}
 		s.tokens = int(u.Prompt + u.Completion)
 	}
 	s.turns++
-	if s.rank == t.rank { // still its prefix's replica: most recently used now
+	if r != nil && s.rank == t.rank { // still its prefix's replica: most recently used now
 		r.lru.unlink(s)
 		r.lru.pushFront(s)
 	}
