@@ -72,15 +72,8 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 	if port < 1 || port > 65535 {
 		return proxy.Config{}, "", fmt.Errorf("--port %d is not a TCP port", port)
 	}
-	if c.Int("spill-threshold") < 0 {
-		return proxy.Config{}, "", fmt.Errorf("--spill-threshold must be >= 0 (0 means auto)")
-	}
-	if c.Int("move-cooldown") < 0 {
-		return proxy.Config{}, "", fmt.Errorf("--move-cooldown must be >= 0 turns (0 means auto), got %d", c.Int("move-cooldown"))
-	}
-	if f := c.Float64("kv-fill"); f < 0 || f > 4 {
-		return proxy.Config{}, "", fmt.Errorf("--kv-fill must be a fraction of the KV cache in (0, 4] (0 means auto), got %v", f)
-	}
+	// Zero is a user's mistake for these two (their defaults are not zero);
+	// in proxy.Config zero means the default, so they are checked here.
 	if c.Duration("balancer-interval") <= 0 {
 		return proxy.Config{}, "", fmt.Errorf("--balancer-interval must be positive, got %v", c.Duration("balancer-interval"))
 	}
@@ -95,9 +88,6 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 	if !c.Bool("affinity") {
 		policy = proxy.PolicyOff
 	}
-	if err := proxy.ValidPolicy(policy); err != nil {
-		return proxy.Config{}, "", err
-	}
 	cfg := proxy.Config{
 		ServedModel: servedName, Policy: policy, SpillThreshold: c.Int("spill-threshold"),
 		SessionHeaders: c.StringSlice("session-header"), KeepBillingHeader: c.Bool("keep-billing-header"),
@@ -105,6 +95,9 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 		ResponseHeaderTimeout: c.Duration("response-header-timeout"), StrictModel: c.Bool("strict-model"),
 		BalancerInterval: c.Duration("balancer-interval"), MaxBodyBytes: int64(maxBody),
 		AdmitWait: c.Duration("admit-wait"), MoveCooldown: c.Int("move-cooldown"), KVFill: c.Float64("kv-fill"),
+	}
+	if err := cfg.Validate(); err != nil {
+		return proxy.Config{}, "", err
 	}
 	return cfg, net.JoinHostPort(c.String("host"), strconv.Itoa(port)), nil
 }

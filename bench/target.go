@@ -9,9 +9,9 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/tidwall/gjson"
+
+	"github.com/lmwarden/warden/internal/promtext"
 )
 
 // Target is the server under load: a warden (it serves /warden/status) or a
@@ -217,37 +217,28 @@ const (
 // grouped by their "engine" label (vLLM's internal data-parallel engines);
 // a page without that label is one replica.
 func parseEngineMetrics(body []byte) (sample, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	fams, err := promtext.Parse(bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("parsing /metrics: %w", err)
 	}
 	s := sample{}
-	add := func(name string, set func(*replicaSample, float64)) {
-		for _, n := range []string{name, name + "_total"} {
-			f, ok := fams[n]
-			if !ok {
-				continue
+	add := func(byEngine map[string]float64, set func(*replicaSample, float64)) {
+		for key, v := range byEngine {
+			if key == "" {
+				key = "0"
 			}
-			for _, m := range f.GetMetric() {
-				key := "0"
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "engine" {
-						key = l.GetValue()
-					}
-				}
-				v := m.GetGauge().GetValue() + m.GetCounter().GetValue() + m.GetUntyped().GetValue()
-				r := s[key]
-				set(&r, v)
-				s[key] = r
-			}
+			r := s[key]
+			set(&r, v)
+			s[key] = r
 		}
 	}
-	add(metricRunning, func(r *replicaSample, v float64) { r.Running += v })
-	add(metricWaiting, func(r *replicaSample, v float64) { r.Waiting += v })
-	add(metricPreempt, func(r *replicaSample, v float64) { r.Preemptions += v; r.PreemptKnown = true })
-	add(metricQueries, func(r *replicaSample, v float64) { r.Queries += v; r.CounterKnownSet = true })
-	add(metricHits, func(r *replicaSample, v float64) { r.Hits += v })
+	gauge := func(name string) map[string]float64 { m, _ := fams.SumBy(name, "engine"); return m }
+	counter := func(base string) map[string]float64 { m, _ := fams.CounterBy(base, "engine"); return m }
+	add(gauge(metricRunning), func(r *replicaSample, v float64) { r.Running += v })
+	add(gauge(metricWaiting), func(r *replicaSample, v float64) { r.Waiting += v })
+	add(counter(metricPreempt), func(r *replicaSample, v float64) { r.Preemptions += v; r.PreemptKnown = true })
+	add(counter(metricQueries), func(r *replicaSample, v float64) { r.Queries += v; r.CounterKnownSet = true })
+	add(counter(metricHits), func(r *replicaSample, v float64) { r.Hits += v })
 	return s, nil
 }
 

@@ -250,7 +250,7 @@ func appendText(sb *strings.Builder, v gjson.Result) {
 		return
 	}
 	v.ForEach(func(_, blk gjson.Result) bool {
-		if t := blk.Get("text").Str; blk.Get("type").Str == "text" && !strings.HasPrefix(t, "x-anthropic-billing-header") {
+		if t := blk.Get("text").Str; blk.Get("type").Str == "text" && !strings.HasPrefix(t, billingPrefix) {
 			sb.WriteString(t)
 		}
 		return true

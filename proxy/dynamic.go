@@ -13,9 +13,9 @@ import (
 	"strconv"
 	"strings"
 
-	dto "github.com/prometheus/client_model/go"
 	"github.com/tidwall/gjson"
 
+	"github.com/lmwarden/warden/internal/promtext"
 	"github.com/lmwarden/warden/proxy/panel"
 )
 
@@ -375,20 +375,21 @@ func jsonDecode(body io.Reader, v any) error {
 // serve` on another host behind `warden route`): its replicas' engine
 // figures summed, KV use weighted by each engine's capacity. ok is false
 // when the text is not a warden's.
-func wardenSample(fams map[string]*dto.MetricFamily) (s engineSample, ok bool) {
+func wardenSample(fams promtext.Families) (s engineSample, ok bool) {
 	if fams[panel.MetricEngineRunning] == nil {
 		return s, false
 	}
-	s.running, _ = sum(fams, panel.MetricEngineRunning)
-	s.waiting, _ = sum(fams, panel.MetricEngineWaiting)
-	s.queries, s.hasQueries = sum(fams, panel.MetricEnginePrefixQuery)
-	s.hits, s.hasHits = sum(fams, panel.MetricEnginePrefixHits)
-	s.prompt, s.hasPrompt = sum(fams, panel.MetricEnginePromptTokens)
-	s.generated, s.hasGen = sum(fams, panel.MetricEngineGenTokens)
-	s.preemptions, s.hasPreem = sum(fams, panel.MetricEnginePreemptions)
-	capOf := byReplica(fams[panel.MetricEngineKVCapacity])
+	s.running, _ = fams.Sum(panel.MetricEngineRunning)
+	s.waiting, _ = fams.Sum(panel.MetricEngineWaiting)
+	s.queries, s.hasQueries = fams.Sum(panel.MetricEnginePrefixQuery)
+	s.hits, s.hasHits = fams.Sum(panel.MetricEnginePrefixHits)
+	s.prompt, s.hasPrompt = fams.Sum(panel.MetricEnginePromptTokens)
+	s.generated, s.hasGen = fams.Sum(panel.MetricEngineGenTokens)
+	s.preemptions, s.hasPreem = fams.Sum(panel.MetricEnginePreemptions)
+	capOf, _ := fams.SumBy(panel.MetricEngineKVCapacity, "replica")
+	usage, _ := fams.SumBy(panel.MetricEngineKVUsage, "replica")
 	var used, capacity float64
-	for rep, ratio := range byReplica(fams[panel.MetricEngineKVUsage]) {
+	for rep, ratio := range usage {
 		used += ratio * capOf[rep]
 		capacity += capOf[rep]
 	}
@@ -396,17 +397,4 @@ func wardenSample(fams map[string]*dto.MetricFamily) (s engineSample, ok bool) {
 		s.kvUsed, s.kvCapacity = used/capacity, int(capacity)
 	}
 	return s, true
-}
-
-// byReplica maps a family's "replica" label to its gauge value.
-func byReplica(f *dto.MetricFamily) map[string]float64 {
-	out := map[string]float64{}
-	for _, m := range f.GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "replica" {
-				out[l.GetValue()] = m.GetGauge().GetValue()
-			}
-		}
-	}
-	return out
 }

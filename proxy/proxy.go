@@ -51,21 +51,38 @@ type Config struct {
 	FailCooldown          time.Duration // out of rotation after reqFailsDown failed requests at least this long; 0 = 10s
 }
 
+// Validate checks the settings a user gives (each named by the warden flag
+// that sets it); zero values are valid and mean the defaults. It is the one
+// place they are checked: the commands call it before anything starts, New
+// again.
+func (c Config) Validate() error {
+	if err := ValidPolicy(c.Policy); c.Policy != "" && err != nil {
+		return err
+	}
+	switch {
+	case c.SpillThreshold < 0:
+		return fmt.Errorf("--spill-threshold must be >= 0 (0 means auto), got %d", c.SpillThreshold)
+	case c.MoveCooldown < 0:
+		return fmt.Errorf("--move-cooldown must be >= 0 turns (0 means auto = %d), got %d", DefaultMoveCooldown, c.MoveCooldown)
+	case c.KVFill < 0 || c.KVFill > 4:
+		return fmt.Errorf("--kv-fill must be a fraction of the KV cache in (0, 4] (0 means auto = %v), got %v", DefaultFill, c.KVFill)
+	case c.BalancerInterval < 0:
+		return fmt.Errorf("--balancer-interval must be positive, got %v", c.BalancerInterval)
+	case c.ResponseHeaderTimeout < 0:
+		return fmt.Errorf("--response-header-timeout must be positive, got %v", c.ResponseHeaderTimeout)
+	}
+	return nil
+}
+
 func (c *Config) defaults() error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
 	if c.Policy == "" {
 		c.Policy = PolicyAdaptive
 	}
 	if err := ValidPolicy(c.Policy); err != nil {
 		return err
-	}
-	if c.SpillThreshold < 0 {
-		return fmt.Errorf("spill threshold %d: must be >= 0 (0 = auto)", c.SpillThreshold)
-	}
-	if c.MoveCooldown < 0 {
-		return fmt.Errorf("move cooldown %d: must be >= 0 turns (0 = %d)", c.MoveCooldown, DefaultMoveCooldown)
-	}
-	if c.KVFill < 0 || c.KVFill > 4 {
-		return fmt.Errorf("KV fill %v: must be in (0, 4] (a fraction of each replica's KV capacity; 0 = %v)", c.KVFill, DefaultFill)
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 32 << 20

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+
+	"github.com/lmwarden/warden/internal/promtext"
 )
 
 // maxMetricsBytes bounds one /metrics response.
@@ -70,59 +70,32 @@ type engineSample struct {
 	hasQueries, hasHits, hasPrompt, hasGen, hasPreem bool
 }
 
-// parseMetrics reads vLLM's Prometheus text with expfmt, summing samples
-// over labels (engines). It accepts counter names with and without _total
-// and either KV usage gauge name.
+// parseMetrics reads vLLM's Prometheus text, summing samples over labels
+// (engines). It accepts counter names with and without _total and either
+// KV usage gauge name.
 func parseMetrics(r io.Reader) (engineSample, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(r)
+	fams, err := promtext.Parse(r)
 	if err != nil {
-		return engineSample{}, fmt.Errorf("parse metrics: %w", err)
+		return engineSample{}, err
 	}
 	if ws, ok := wardenSample(fams); ok && fams["vllm:num_requests_running"] == nil {
 		return ws, nil // another warden (route in front of serve): dynamic.go
 	}
 	var s engineSample
-	s.running, _ = sum(fams, "vllm:num_requests_running")
-	s.waiting, _ = sum(fams, "vllm:num_requests_waiting")
-	if v, ok := sum(fams, "vllm:kv_cache_usage_perc"); ok {
+	s.running, _ = fams.Sum("vllm:num_requests_running")
+	s.waiting, _ = fams.Sum("vllm:num_requests_waiting")
+	if v, ok := fams.Sum("vllm:kv_cache_usage_perc"); ok {
 		s.kvUsed = v
 	} else {
-		s.kvUsed, _ = sum(fams, "vllm:gpu_cache_usage_perc")
+		s.kvUsed, _ = fams.Sum("vllm:gpu_cache_usage_perc")
 	}
-	s.queries, s.hasQueries = sumCounter(fams, "vllm:prefix_cache_queries")
-	s.hits, s.hasHits = sumCounter(fams, "vllm:prefix_cache_hits")
-	s.prompt, s.hasPrompt = sumCounter(fams, "vllm:prompt_tokens")
-	s.generated, s.hasGen = sumCounter(fams, "vllm:generation_tokens")
-	s.preemptions, s.hasPreem = sumCounter(fams, "vllm:num_preemptions")
+	s.queries, s.hasQueries = fams.Counter("vllm:prefix_cache_queries")
+	s.hits, s.hasHits = fams.Counter("vllm:prefix_cache_hits")
+	s.prompt, s.hasPrompt = fams.Counter("vllm:prompt_tokens")
+	s.generated, s.hasGen = fams.Counter("vllm:generation_tokens")
+	s.preemptions, s.hasPreem = fams.Counter("vllm:num_preemptions")
 	s.kvCapacity = kvCapacity(fams["vllm:cache_config_info"])
 	return s, nil
-}
-
-func sumCounter(fams map[string]*dto.MetricFamily, base string) (float64, bool) {
-	if v, ok := sum(fams, base+"_total"); ok {
-		return v, true
-	}
-	return sum(fams, base)
-}
-
-func sum(fams map[string]*dto.MetricFamily, name string) (float64, bool) {
-	f := fams[name]
-	if f == nil {
-		return 0, false
-	}
-	var total float64
-	for _, m := range f.GetMetric() {
-		switch {
-		case m.Gauge != nil:
-			total += m.GetGauge().GetValue()
-		case m.Counter != nil:
-			total += m.GetCounter().GetValue()
-		case m.Untyped != nil:
-			total += m.GetUntyped().GetValue()
-		}
-	}
-	return total, true
 }
 
 // kvCapacity is num_gpu_blocks x block_size from vllm:cache_config_info,

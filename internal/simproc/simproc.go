@@ -21,8 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/lmwarden/warden/internal/promtext"
 )
 
 var (
@@ -218,25 +217,19 @@ func ScrapeMetrics(url string) (map[string]float64, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("scrape %s: status %d", url, resp.StatusCode)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	families, err := promtext.Parse(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("parse %s: %w", url, err)
 	}
 	out := map[string]float64{}
 	for name, fam := range families {
 		for _, m := range fam.GetMetric() {
-			switch {
-			case m.Counter != nil:
-				out[name] += m.Counter.GetValue()
-			case m.Gauge != nil:
-				out[name] += m.Gauge.GetValue()
-			case m.Histogram != nil:
-				out[name+"_sum"] += m.Histogram.GetSampleSum()
-				out[name+"_count"] += float64(m.Histogram.GetSampleCount())
-			case m.Untyped != nil:
-				out[name] += m.Untyped.GetValue()
+			if h := m.GetHistogram(); h != nil {
+				out[name+"_sum"] += h.GetSampleSum()
+				out[name+"_count"] += float64(h.GetSampleCount())
+				continue
 			}
+			out[name] += promtext.Value(m)
 		}
 	}
 	return out, nil
