@@ -3,15 +3,18 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/promtext"
+	"github.com/lmwarden/warden/proxy/panel"
 )
 
 // Target is the server under load: a warden (it serves /warden/status) or a
@@ -132,7 +135,11 @@ func (t *Target) Policy(ctx context.Context) (string, error) {
 	if code != http.StatusOK {
 		return "", fmt.Errorf("GET /warden/status: HTTP %d", code)
 	}
-	return gjson.GetBytes(body, "policy").String(), nil
+	var st panel.Status
+	if err := json.Unmarshal(body, &st); err != nil {
+		return "", fmt.Errorf("reading /warden/status: %w", err)
+	}
+	return st.Policy, nil
 }
 
 // SetPolicy switches the warden's routing policy (POST /warden/policy).
@@ -174,7 +181,7 @@ func (t *Target) Sample(ctx context.Context) (sample, error) {
 		if code != http.StatusOK {
 			return nil, fmt.Errorf("GET /warden/status: HTTP %d", code)
 		}
-		return parseWardenStatus(body), nil
+		return parseWardenStatus(body)
 	}
 	body, code, err := t.get(ctx, "/metrics")
 	if err != nil {
@@ -186,22 +193,19 @@ func (t *Target) Sample(ctx context.Context) (sample, error) {
 	return parseEngineMetrics(body)
 }
 
-// parseWardenStatus reads only the fields it needs from panel.Status JSON.
-func parseWardenStatus(body []byte) sample {
+// parseWardenStatus reads the replicas of the warden's status (panel.Status).
+func parseWardenStatus(body []byte) (sample, error) {
+	var st panel.Status
+	if err := json.Unmarshal(body, &st); err != nil {
+		return nil, fmt.Errorf("reading /warden/status: %w", err)
+	}
 	s := sample{}
-	gjson.GetBytes(body, "replicas").ForEach(func(_, r gjson.Result) bool {
-		s[r.Get("rank").String()] = replicaSample{
-			Running:         r.Get("running").Float(),
-			Waiting:         r.Get("waiting").Float(),
-			Hits:            r.Get("prefix_hits").Float(),
-			Queries:         r.Get("prefix_queries").Float(),
-			CounterKnownSet: r.Get("prefix_queries").Exists(),
-			Preemptions:     r.Get("preemptions").Float(),
-			PreemptKnown:    r.Get("preemptions").Exists(),
-		}
-		return true
-	})
-	return s
+	for _, r := range st.Replicas {
+		s[strconv.Itoa(r.Rank)] = replicaSample{Running: r.Running, Waiting: r.Waiting,
+			Hits: r.PrefixHits, Queries: r.PrefixQueries, CounterKnownSet: true,
+			Preemptions: r.Preemptions, PreemptKnown: true}
+	}
+	return s, nil
 }
 
 // Engine metric names; the prefix counters are accepted with or without _total.

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"io"
 	"math"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/lmwarden/warden/proxy/panel"
 )
 
 func TestParseEngineMetrics(t *testing.T) {
@@ -88,10 +91,23 @@ func TestEngineStats(t *testing.T) {
 }
 
 func TestWardenStatusSample(t *testing.T) {
-	s := parseWardenStatus([]byte(`{"policy":"sticky","replicas":[{"rank":0,"running":3,"waiting":2,"prefix_hits":7,"prefix_queries":9,"preemptions":4},{"rank":1,"running":0}],"series":[]}`))
-	want := sample{"0": {Running: 3, Waiting: 2, Hits: 7, Queries: 9, CounterKnownSet: true, Preemptions: 4, PreemptKnown: true}, "1": {}}
+	body, err := json.Marshal(panel.Status{Policy: "sticky", Replicas: []panel.Replica{
+		{Rank: 0, Running: 3, Waiting: 2, PrefixHits: 7, PrefixQueries: 9, Preemptions: 4}, {Rank: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := parseWardenStatus(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The warden reports every counter (0 when the engine has said nothing yet).
+	want := sample{"0": {Running: 3, Waiting: 2, Hits: 7, Queries: 9, CounterKnownSet: true, Preemptions: 4, PreemptKnown: true},
+		"1": {CounterKnownSet: true, PreemptKnown: true}}
 	if diff := cmp.Diff(want, s); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if _, err := parseWardenStatus([]byte(`{"replicas":"nope"}`)); err == nil {
+		t.Error("a malformed status was read")
 	}
 }
 
