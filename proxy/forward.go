@@ -49,13 +49,7 @@ func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 	case modelRewrite:
 		f.model = p.clients.servedModel() // identity sees the served name on every turn
 	}
-	if k, ok := fromHeaders(r.Header, p.cfg.SessionHeaders); ok {
-		req.key = k
-	} else if f.valid {
-		req.key = fromBody(f)
-	} else {
-		req.key = SessionKey{Source: SourceNone}
-	}
+	req.key = extract(r.Header, f, p.cfg.SessionHeaders)
 	var drop toolDrop
 	if strings.HasPrefix(r.URL.Path, "/v1/messages") {
 		drop = serverTools(f.tools) // read now: the edits below move bytes under f

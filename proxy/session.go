@@ -63,13 +63,21 @@ type SessionKey struct {
 // session source: see ParsePin.
 func Extract(h http.Header, body []byte, extraHeaders []string) SessionKey {
 	if k, ok := fromHeaders(h, extraHeaders); ok {
+		return k // no body scan needed
+	}
+	return extract(h, scanFields(bytesView(body)), extraHeaders)
+}
+
+// extract is Extract over a body already scanned (the proxy's request path
+// scans once and may have mapped the model name in f first).
+func extract(h http.Header, f fields, extraHeaders []string) SessionKey {
+	if k, ok := fromHeaders(h, extraHeaders); ok {
 		return k
 	}
-	view := bytesView(body)
-	if !looksLikeObject(view) {
+	if !f.valid {
 		return SessionKey{Source: SourceNone}
 	}
-	return fromBody(scanFields(view))
+	return fromBody(f)
 }
 
 // fromBody tries the body sources in order.
