@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/proxy/identity"
 )
 
 // TestOffSeesTheLoadOfTheLastTick checks the vLLM-style balancer's view is
@@ -35,7 +36,7 @@ func TestOffSeesTheLoadOfTheLastTick(t *testing.T) {
 			p.ticking = tc.ticking
 			p.mu.Unlock()
 
-			first := p.place(SessionKey{Key: "a"}, false, 0, nil, 0, 0)
+			first := p.place(identity.SessionKey{Key: "a"}, false, 0, nil, 0, 0)
 			if first.d.Rank != 0 {
 				t.Fatalf("first turn on an idle pair went to %d, want 0 (ties to the lowest rank)", first.d.Rank)
 			}
@@ -44,7 +45,7 @@ func TestOffSeesTheLoadOfTheLastTick(t *testing.T) {
 			p.mu.Unlock()
 			first.rep.inflight.Add(-1) // the turn ends
 			clk.add(time.Second)       // long past the interval, but no tick since
-			second := p.place(SessionKey{Key: "a"}, false, 0, nil, 0, 0)
+			second := p.place(identity.SessionKey{Key: "a"}, false, 0, nil, 0, 0)
 			if second.d.Rank != tc.want {
 				t.Errorf("second turn went to replica %d, want %d", second.d.Rank, tc.want)
 			}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/tidwall/sjson"
+
+	"github.com/lmwarden/warden/proxy/identity"
 )
 
 // BenchmarkOverhead compares a request through the proxy with the same
@@ -83,9 +85,9 @@ func BenchmarkPlace(b *testing.B) {
 	for i := range 8 {
 		bs = append(bs, Backend{Rank: i, URL: fmt.Sprintf("http://127.0.0.1:%d", 9000+i), MaxNumSeqs: 256})
 	}
-	keys := make([]SessionKey, 10_000)
+	keys := make([]identity.SessionKey, 10_000)
 	for i := range keys {
-		keys[i] = SessionKey{Key: fmt.Sprintf("session-%d", i), Source: SourceClaudeHeader}
+		keys[i] = identity.SessionKey{Key: fmt.Sprintf("session-%d", i), Source: identity.SourceClaudeHeader}
 	}
 	for _, pol := range []string{PolicyAdaptive, PolicySticky} {
 		b.Run(pol, func(b *testing.B) {
@@ -105,7 +107,7 @@ func BenchmarkPlace(b *testing.B) {
 // prompt, tools, a long history, metadata at the end.
 func agentBody(withMetadata bool) []byte {
 	b := `{"model":"claude","max_tokens":128000,"stream":true,"messages":[]}`
-	b, _ = sjson.Set(b, "system", []map[string]string{{"type": "text", "text": billingPrefix + " cc_version=2.1.332.0b8;"},
+	b, _ = sjson.Set(b, "system", []map[string]string{{"type": "text", "text": identity.BillingPrefix + " cc_version=2.1.332.0b8;"},
 		{"type": "text", "text": strings.Repeat("You are Claude Code. Follow the rules. ", 400)}})
 	for i := range 60 {
 		role := []string{"user", "assistant"}[i%2]
@@ -128,16 +130,16 @@ func BenchmarkExtract(b *testing.B) {
 		body []byte
 		want string
 	}{
-		{"header", header, withMeta, SourceClaudeHeader},
-		{"metadata", http.Header{}, withMeta, SourceClaudeMetadata},
-		{"fingerprint", http.Header{}, noMeta, SourceFingerprint},
+		{"header", header, withMeta, identity.SourceClaudeHeader},
+		{"metadata", http.Header{}, withMeta, identity.SourceClaudeMetadata},
+		{"fingerprint", http.Header{}, noMeta, identity.SourceFingerprint},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(c.body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if k := Extract(c.h, c.body, nil); k.Source != c.want {
+				if k := identity.Extract(c.h, c.body, nil); k.Source != c.want {
 					b.Fatalf("source %s, want %s", k.Source, c.want)
 				}
 			}
@@ -149,7 +151,7 @@ func BenchmarkExtract(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			copy(buf, withMeta)
-			if out := stripBilling(buf, scanFields(bytesView(buf)).system); len(out) == len(buf) {
+			if out := stripBilling(buf, identity.Scan(buf).System); len(out) == len(buf) {
 				b.Fatal("nothing stripped")
 			}
 		}

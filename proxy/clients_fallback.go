@@ -11,6 +11,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/lmwarden/warden/proxy/identity"
 )
 
 // clientTransport wraps the engines' transport for two engine answers that a
@@ -250,7 +252,7 @@ func appendText(sb *strings.Builder, v gjson.Result) {
 		return
 	}
 	v.ForEach(func(_, blk gjson.Result) bool {
-		if t := blk.Get("text").Str; blk.Get("type").Str == "text" && !strings.HasPrefix(t, billingPrefix) {
+		if t := blk.Get("text").Str; blk.Get("type").Str == "text" && !strings.HasPrefix(t, identity.BillingPrefix) {
 			sb.WriteString(t)
 		}
 		return true

@@ -8,6 +8,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/lmwarden/warden/proxy/identity"
 )
 
 // claudeHeaders are the headers Claude Code 2.1.332 sends on every Messages
@@ -70,18 +72,18 @@ func TestSimClaudeCodeTwoTurnsThroughTheWarden(t *testing.T) {
 	for turn := 1; turn <= 2; turn++ {
 		resp, out := post(t, front.URL+"/v1/messages?beta=true", body, claudeHeaders(session)...)
 		text, input, cached := sseUsage(out)
-		t.Logf("turn %d: replica %s (%s), %d/%d input tokens cached", turn, resp.Header.Get(PinHeader), resp.Header.Get(RouteHeader), cached, input)
+		t.Logf("turn %d: replica %s (%s), %d/%d input tokens cached", turn, resp.Header.Get(identity.PinHeader), resp.Header.Get(RouteHeader), cached, input)
 		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") || text == "" {
 			t.Fatalf("turn %d: status %d %s: %s", turn, resp.StatusCode, resp.Header.Get("Content-Type"), out)
 		}
 		switch turn {
 		case 1:
-			home = resp.Header.Get(PinHeader)
+			home = resp.Header.Get(identity.PinHeader)
 			if resp.Header.Get(RouteHeader) != "new" {
 				t.Errorf("turn 1 route %s", resp.Header.Get(RouteHeader))
 			}
 		case 2:
-			if r := resp.Header.Get(PinHeader); r != home || resp.Header.Get(RouteHeader) != "sticky" {
+			if r := resp.Header.Get(identity.PinHeader); r != home || resp.Header.Get(RouteHeader) != "sticky" {
 				t.Errorf("turn 2 on replica %s (%s), turn 1 on %s", r, resp.Header.Get(RouteHeader), home)
 			}
 			if cached < input*8/10 {
@@ -127,7 +129,7 @@ func TestSimCodexResponsesTwoTurns(t *testing.T) {
 				done = gjson.Get(d, "response")
 			}
 		}
-		homes = append(homes, resp.Header.Get(PinHeader))
+		homes = append(homes, resp.Header.Get(identity.PinHeader))
 		cached = append(cached, done.Get("usage.input_tokens_details.cached_tokens").Int())
 		body, _ = sjson.Set(body, "input.-1", map[string]any{"type": "message", "role": "assistant",
 			"content": []map[string]string{{"type": "output_text", "text": done.Get("output.0.content.0.text").Str}}})

@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/proxy/identity"
 )
 
 // Names Claude Code sends for its main loop and its small background model
@@ -86,14 +87,14 @@ func TestStrictModelRefusesOtherNamesLikeVLLM(t *testing.T) {
 func TestMappingKeepsSessionIdentityAcrossNames(t *testing.T) {
 	turn1 := `{"model":"` + claudeMain + `","system":"sys","messages":[{"role":"user","content":"task"}]}`
 	turn2 := `{"model":"` + claudeSmall + `","system":"sys","messages":[{"role":"user","content":"task"},{"role":"assistant","content":"ok"},{"role":"user","content":"more"}]}`
-	keys := func(served string) (SessionKey, SessionKey) {
+	keys := func(served string) (identity.SessionKey, identity.SessionKey) {
 		p, _ := testProxy(t, Config{ServedModel: served}, newFakeEngine(t))
 		k1 := p.prepare(httptest.NewRequest("POST", "/v1/messages", nil), []byte(turn1)).key
 		k2 := p.prepare(httptest.NewRequest("POST", "/v1/messages", nil), []byte(turn2)).key
 		return k1, k2
 	}
 	k1, k2 := keys("served-model")
-	if k1.Source != SourceFingerprint || k1 != k2 {
+	if k1.Source != identity.SourceFingerprint || k1 != k2 {
 		t.Errorf("mapped: turn keys differ: %+v vs %+v", k1, k2)
 	}
 	if u1, u2 := keys(""); u1 == u2 { // without mapping the name is part of the fingerprint

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/proxy/identity"
 )
 
 func TestParseReplica(t *testing.T) {
@@ -80,7 +81,7 @@ func homes(t *testing.T, front string, sessions []string) (map[string]string, ma
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("session %s: %d %s", s, resp.StatusCode, body)
 		}
-		rank[s], route[s] = resp.Header.Get(PinHeader), resp.Header.Get(RouteHeader)
+		rank[s], route[s] = resp.Header.Get(identity.PinHeader), resp.Header.Get(RouteHeader)
 	}
 	return rank, route
 }
@@ -198,8 +199,8 @@ func TestProbedReplicaEntersRotationOnlyOnceItAnswers(t *testing.T) {
 	}
 	for i := range 5 {
 		resp, _ := post(t, front.URL+"/v1/chat/completions", chatBody("s"+strconv.Itoa(i), false, ""))
-		if resp.StatusCode != http.StatusOK || resp.Header.Get(PinHeader) != "0" {
-			t.Errorf("session %d: %d on replica %s, want 200 on 0", i, resp.StatusCode, resp.Header.Get(PinHeader))
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(identity.PinHeader) != "0" {
+			t.Errorf("session %d: %d on replica %s, want 200 on 0", i, resp.StatusCode, resp.Header.Get(identity.PinHeader))
 		}
 	}
 }

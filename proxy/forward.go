@@ -19,12 +19,17 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/lmwarden/warden/proxy/identity"
 )
+
+// RouteHeader names the placement reason on every proxied response.
+const RouteHeader = "X-Warden-Route"
 
 // request is a client request read and prepared for forwarding.
 type request struct {
 	body   []byte
-	key    SessionKey
+	key    identity.SessionKey
 	kind   apiKind
 	stream bool
 	strip  bool   // the warden asked for the usage chunk: drop it from the stream
@@ -37,28 +42,28 @@ type request struct {
 // its usage chunk when the client did not, and finds the session key.
 func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 	req := &request{body: body, kind: kindOf(r.URL.Path)}
-	f := scanFields(bytesView(body)) // one pass over the top-level keys
+	f := identity.Scan(body) // one pass over the top-level keys
 	if req.kind != apiNone {
-		req.stream = f.stream.Bool()
+		req.stream = f.Stream.Bool()
 	}
-	model := p.clients.resolveModel(f.model)
+	model := p.clients.resolveModel(f.Model)
 	switch model {
 	case modelRefuse:
-		req.refuse = strings.Clone(f.model.Str)
+		req.refuse = strings.Clone(f.Model.Str)
 		return req
 	case modelRewrite:
-		f.model = p.clients.servedModel() // identity sees the served name on every turn
+		f.Model = p.clients.servedModel() // identity sees the served name on every turn
 	}
-	req.key = extract(r.Header, f, p.cfg.SessionHeaders)
+	req.key = identity.ExtractFrom(r.Header, f, p.cfg.SessionHeaders)
 	var drop toolDrop
 	if strings.HasPrefix(r.URL.Path, "/v1/messages") {
-		drop = serverTools(f.tools) // read now: the edits below move bytes under f
+		drop = serverTools(f.Tools) // read now: the edits below move bytes under f
 	}
 	// Edits last: they move bytes under f (the key above is a copy).
 	if strings.HasPrefix(r.URL.Path, "/v1/messages") && !p.cfg.KeepBillingHeader {
-		req.body = stripBilling(req.body, f.system)
+		req.body = stripBilling(req.body, f.System)
 	}
-	if req.stream && req.kind == apiOpenAI && !f.streamOptions.Get("include_usage").Bool() {
+	if req.stream && req.kind == apiOpenAI && !f.StreamOptions.Get("include_usage").Bool() {
 		if b, err := sjson.SetBytes(req.body, "stream_options.include_usage", true); err == nil {
 			req.body, req.strip = b, true
 		}
@@ -85,18 +90,18 @@ func kindOf(path string) apiKind {
 // stripBilling removes a first system block whose text starts with
 // "x-anthropic-billing-header:" (Claude Code's per-conversation line, which
 // would otherwise defeat prefix sharing of the system prompt behind it).
-// system is the body's "system" value from scanFields (its Index locates it
+// system is the body's "system" value from identity.Scan (its Index locates it
 // in body). The block is cut out in place (body is the proxy's own buffer),
 // from its first byte to the next block's first byte.
 func stripBilling(body []byte, system gjson.Result) []byte {
 	first := system.Get("0")
-	if !strings.HasPrefix(first.Get("text").Str, billingPrefix) {
+	if !strings.HasPrefix(first.Get("text").Str, identity.BillingPrefix) {
 		return body
 	}
 	end := first.Index + len(first.Raw)
 	if next := system.Get("1"); next.Index > end {
 		end = next.Index
-	} else if !strings.HasPrefix(strings.TrimLeft(bytesView(body)[min(end, len(body)):], " \t\r\n"), "]") {
+	} else if !bytes.HasPrefix(bytes.TrimLeft(body[min(end, len(body)):], " \t\r\n"), []byte("]")) {
 		return body // not a well-formed array: leave it to the engine's 400
 	}
 	if first.Index <= 0 || end > len(body) || body[first.Index] != '{' {
@@ -149,18 +154,18 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 	out.Body = io.NopCloser(bytes.NewReader(req.body))
 	out.ContentLength = int64(len(req.body))
 	out.GetBody = nil
-	out.Header.Del(PinHeader)
+	out.Header.Del(identity.PinHeader)
 	out.Header.Del("Accept-Encoding") // the tap reads plain bytes
 	if p.cfg.APIKey != "" {           // the warden's key is not the engines' business
 		out.Header.Del("Authorization")
 		out.Header.Del("X-Api-Key")
 	}
 	h := w.Header()
-	h.Set(PinHeader, strconv.Itoa(rep.rank))
+	h.Set(identity.PinHeader, strconv.Itoa(rep.rank))
 	h.Set(RouteHeader, string(pl.d.Reason))
 	rep.rp.ServeHTTP(w, out)
 	if at.retry {
-		h.Del(PinHeader)
+		h.Del(identity.PinHeader)
 		h.Del(RouteHeader)
 	}
 	return at.retry

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/proxy/identity"
 )
 
 // Fuzz targets for the three parsers that read what clients and engines
@@ -49,7 +51,7 @@ func FuzzPrepareSessionKey(f *testing.F) {
 			r.Header["X-Claude-Code-Session-Id"] = []string{header}
 		}
 		req := p.prepare(r, bytes.Clone(body))
-		if len(req.key.Key) > maxKeyLen {
+		if len(req.key.Key) > identity.MaxKeyLen {
 			t.Fatalf("key of %d bytes", len(req.key.Key))
 		}
 		if again := p.prepare(r, bytes.Clone(body)); again.key != req.key {
@@ -58,7 +60,7 @@ func FuzzPrepareSessionKey(f *testing.F) {
 		if req.refuse == "" && json.Valid(body) && !json.Valid(req.body) {
 			t.Fatalf("prepare broke valid JSON:\n in: %s\nout: %s", body, req.body)
 		}
-		if k := Extract(r.Header, body, nil); len(k.Key) > maxKeyLen {
+		if k := identity.Extract(r.Header, body, nil); len(k.Key) > identity.MaxKeyLen {
 			t.Fatalf("Extract: key of %d bytes", len(k.Key))
 		}
 	})

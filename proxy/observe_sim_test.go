@@ -15,6 +15,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/simproc"
 	"github.com/lmwarden/warden/internal/usage"
+	"github.com/lmwarden/warden/proxy/identity"
 	"github.com/lmwarden/warden/proxy/panel"
 )
 
@@ -57,7 +58,7 @@ func TestSimStatusNumbersMatchWhatHappened(t *testing.T) {
 			if resp.StatusCode != 200 || !strings.Contains(out, "message_stop") {
 				t.Fatalf("anthropic turn: %d %s", resp.StatusCode, out)
 			}
-			rank, _ := strconv.Atoi(resp.Header.Get(PinHeader))
+			rank, _ := strconv.Atoi(resp.Header.Get(identity.PinHeader))
 			o.note(id, rank, resp.Header.Get(RouteHeader))
 			u := anthropicUsage(out)
 			o.prompt[rank] += int64(u.Prompt)

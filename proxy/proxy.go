@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lmwarden/warden/proxy/identity"
 	"github.com/lmwarden/warden/proxy/panel"
 )
 
@@ -291,7 +292,7 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 		writeModelNotFound(w, r.URL.Path, req.refuse)
 		return
 	}
-	pin, pinned, err := ParsePin(r.Header)
+	pin, pinned, err := identity.ParsePin(r.Header)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -330,7 +331,7 @@ type placement struct {
 // place decides and increments the chosen replica's in-flight count in one
 // critical section, so that a burst cannot herd onto one replica. Replicas
 // in skip are treated as unavailable (a retry).
-func (p *Proxy) place(key SessionKey, pinned bool, pin int, skip []int, bodyBytes int, waited time.Duration) placement {
+func (p *Proxy) place(key identity.SessionKey, pinned bool, pin int, skip []int, bodyBytes int, waited time.Duration) placement {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.clock()

@@ -15,6 +15,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/proxy/identity"
 )
 
 func TestStreamWithoutIncludeUsageNeverShowsTheUsageChunk(t *testing.T) {
@@ -38,7 +39,7 @@ func TestStreamWithoutIncludeUsageNeverShowsTheUsageChunk(t *testing.T) {
 	if r.PromptTokens != 100 || r.CachedTokens != 64 || r.CompletionTokens != 3 {
 		t.Errorf("usage not collected: prompt %d cached %d completion %d", r.PromptTokens, r.CachedTokens, r.CompletionTokens)
 	}
-	if got := resp.Header.Get(PinHeader); got != "0" {
+	if got := resp.Header.Get(identity.PinHeader); got != "0" {
 		t.Errorf("X-Warden-Replica = %q, want 0", got)
 	}
 	if got := resp.Header.Get(RouteHeader); got != "new" {
@@ -106,7 +107,7 @@ func TestClaudeBillingBlockIsRemovedUnlessKept(t *testing.T) {
 		_, front := testProxy(t, Config{KeepBillingHeader: keep}, e)
 		post(t, front.URL+"/v1/messages?beta=true", body)
 		sys := gjson.Get(e.lastBody(), "system")
-		has := strings.Contains(sys.Raw, billingPrefix)
+		has := strings.Contains(sys.Raw, identity.BillingPrefix)
 		if has != keep || !strings.Contains(sys.Raw, "You are Claude Code.") {
 			t.Errorf("keep=%v: engine got system %s", keep, sys.Raw)
 		}
@@ -123,8 +124,8 @@ func TestRetryOnAnotherReplicaWhenTheFirstRefusesConnections(t *testing.T) {
 	e := newFakeEngine(t)
 	p, front := testProxyBackends(t, Config{Policy: PolicyOff}, []Backend{{Rank: 0, URL: dead}, {Rank: 1, URL: e.srv.URL}})
 	resp, body := post(t, front.URL+"/v1/chat/completions", chatBody("s", false, ""))
-	if resp.StatusCode != 200 || resp.Header.Get(PinHeader) != "1" {
-		t.Fatalf("status %d replica %q: %s", resp.StatusCode, resp.Header.Get(PinHeader), body)
+	if resp.StatusCode != 200 || resp.Header.Get(identity.PinHeader) != "1" {
+		t.Fatalf("status %d replica %q: %s", resp.StatusCode, resp.Header.Get(identity.PinHeader), body)
 	}
 	if e.count() != 1 || !strings.Contains(e.lastBody(), `"hello"`) {
 		t.Errorf("the retry did not replay the body: %q", e.lastBody())
@@ -238,11 +239,11 @@ func TestBurstOfNewConversationsSpreadsEvenly(t *testing.T) {
 func TestPinHeader(t *testing.T) {
 	e0, e1 := newFakeEngine(t), newFakeEngine(t)
 	p, front := testProxy(t, Config{}, e0, e1)
-	resp, _ := post(t, front.URL+"/v1/chat/completions", chatBody("s", false, ""), PinHeader, "1")
-	if resp.Header.Get(PinHeader) != "1" || resp.Header.Get(RouteHeader) != "pinned" {
-		t.Errorf("pinned request went to %s (%s)", resp.Header.Get(PinHeader), resp.Header.Get(RouteHeader))
+	resp, _ := post(t, front.URL+"/v1/chat/completions", chatBody("s", false, ""), identity.PinHeader, "1")
+	if resp.Header.Get(identity.PinHeader) != "1" || resp.Header.Get(RouteHeader) != "pinned" {
+		t.Errorf("pinned request went to %s (%s)", resp.Header.Get(identity.PinHeader), resp.Header.Get(RouteHeader))
 	}
-	if h := e1.heads[0].Get(PinHeader); h != "" {
+	if h := e1.heads[0].Get(identity.PinHeader); h != "" {
 		t.Errorf("pin header forwarded to the engine: %q", h)
 	}
 	settled(t, p)
@@ -250,7 +251,7 @@ func TestPinHeader(t *testing.T) {
 		t.Error("pinned turn not counted")
 	}
 	for _, v := range []string{"7", "x"} {
-		resp, body := post(t, front.URL+"/v1/chat/completions", chatBody("s", false, ""), PinHeader, v)
+		resp, body := post(t, front.URL+"/v1/chat/completions", chatBody("s", false, ""), identity.PinHeader, v)
 		if resp.StatusCode < 400 || !strings.Contains(body, "X-Warden-Replica") {
 			t.Errorf("pin %q: status %d body %s", v, resp.StatusCode, body)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/proxy/identity"
 )
 
 // badInput is one hostile or broken request and what the warden must
@@ -48,8 +49,8 @@ func badInputs() []badInput {
 		{"unknown model", "POST", chat, `{"model":"nope","max_tokens":2,"messages":[{"role":"user","content":"x"}]}`, json, 404, "does not exist"},
 		{"unknown /v1 path", "POST", "/v1/nothing/here", `{}`, json, 404, ""},
 		{"unknown path", "GET", "/nothing/here", "", nil, 404, ""},
-		{"bad pin", "POST", chat, simChat("p"), map[string]string{"Content-Type": "application/json", PinHeader: "99"}, 503, "X-Warden-Replica"},
-		{"non-numeric pin", "POST", chat, simChat("p"), map[string]string{"Content-Type": "application/json", PinHeader: "one"}, 400, "X-Warden-Replica"},
+		{"bad pin", "POST", chat, simChat("p"), map[string]string{"Content-Type": "application/json", identity.PinHeader: "99"}, 503, "X-Warden-Replica"},
+		{"non-numeric pin", "POST", chat, simChat("p"), map[string]string{"Content-Type": "application/json", identity.PinHeader: "one"}, 400, "X-Warden-Replica"},
 		{"admin without a JSON body", "POST", "/warden/policy", "sticky", nil, 400, "policy"},
 		{"admin unknown policy", "POST", "/warden/policy", `{"policy":"nope"}`, nil, 400, "nope"},
 	}
@@ -92,7 +93,7 @@ func TestBadInputGetsAClearAnswerAndNothingLeaks(t *testing.T) {
 	}
 	p.mu.Lock()
 	for k := range p.sessions.m {
-		if len(k) > maxKeyLen {
+		if len(k) > identity.MaxKeyLen {
 			t.Errorf("a session key of %d bytes is kept", len(k))
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/proxy/identity"
 )
 
 // Reliability tests against real simulator processes: engines killed,
@@ -97,9 +98,9 @@ func TestEngineKilledMidStreamEndsWithAnErrorEventAndSessionsFailOver(t *testing
 	procs, bs := simSet(t, slow, fast)
 	p, front := testProxyBackends(t, Config{}, bs)
 	// The victim stream is pinned to replica 0, its session lives there.
-	resp, rest := openStream(t, context.Background(), front.URL, streamBody("victim", 4000), PinHeader, "0")
-	if resp.Header.Get(PinHeader) != "0" {
-		t.Fatalf("stream went to replica %s", resp.Header.Get(PinHeader))
+	resp, rest := openStream(t, context.Background(), front.URL, streamBody("victim", 4000), identity.PinHeader, "0")
+	if resp.Header.Get(identity.PinHeader) != "0" {
+		t.Fatalf("stream went to replica %s", resp.Header.Get(identity.PinHeader))
 	}
 	procs[0].Kill() // SIGKILL to the engine's process group, mid-stream
 	tail, err := io.ReadAll(rest)
@@ -116,8 +117,8 @@ func TestEngineKilledMidStreamEndsWithAnErrorEventAndSessionsFailOver(t *testing
 	// fails over to replica 1.
 	for i := range 20 {
 		r, body := post(t, front.URL+"/v1/chat/completions", simChat(fmt.Sprintf("other-%d", i)))
-		if r.StatusCode != http.StatusOK || r.Header.Get(PinHeader) != "1" {
-			t.Fatalf("request %d after the kill: status %d replica %s: %s", i, r.StatusCode, r.Header.Get(PinHeader), body)
+		if r.StatusCode != http.StatusOK || r.Header.Get(identity.PinHeader) != "1" {
+			t.Fatalf("request %d after the kill: status %d replica %s: %s", i, r.StatusCode, r.Header.Get(identity.PinHeader), body)
 		}
 	}
 	r, body := post(t, front.URL+"/v1/chat/completions", simChat("victim"))
@@ -167,7 +168,7 @@ func TestEngineAnswering500sIsNamedThenTakenOutAndBackWhenHealthy(t *testing.T) 
 	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
 	p, front := testProxyBackends(t, Config{Clock: clock.now, FailCooldown: time.Minute}, bs)
 	for i := range reqFailsDown {
-		resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"), PinHeader, "0")
+		resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"), identity.PinHeader, "0")
 		msg := gjson.Get(body, "error.message").Str
 		if resp.StatusCode != http.StatusInternalServerError || !strings.HasPrefix(msg, "replica 0: simulated failure") {
 			t.Fatalf("failure %d: status %d, body %s", i, resp.StatusCode, body)
@@ -179,8 +180,8 @@ func TestEngineAnswering500sIsNamedThenTakenOutAndBackWhenHealthy(t *testing.T) 
 	}
 	for i := range 10 {
 		resp, _ := post(t, front.URL+"/v1/chat/completions", simChat(fmt.Sprintf("n%d", i)))
-		if resp.StatusCode != http.StatusOK || resp.Header.Get(PinHeader) != "1" {
-			t.Fatalf("request %d while replica 0 is out: status %d replica %s", i, resp.StatusCode, resp.Header.Get(PinHeader))
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(identity.PinHeader) != "1" {
+			t.Fatalf("request %d while replica 0 is out: status %d replica %s", i, resp.StatusCode, resp.Header.Get(identity.PinHeader))
 		}
 	}
 	p.CheckNow(context.Background()) // healthy, but still within the cooldown
@@ -207,7 +208,7 @@ func TestHungEngineTimesOutNamedAndIsBackAfterItRecovers(t *testing.T) {
 	}
 	defer syscall.Kill(-pid, syscall.SIGCONT)
 	for range reqFailsDown {
-		resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"), PinHeader, "0")
+		resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"), identity.PinHeader, "0")
 		if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(body, "replica 0: no response headers within 300ms") {
 			t.Fatalf("hung engine: status %d: %s", resp.StatusCode, body)
 		}
@@ -215,15 +216,15 @@ func TestHungEngineTimesOutNamedAndIsBackAfterItRecovers(t *testing.T) {
 	simproc.Poll(t, "the hung replica out of rotation", func() bool { return !p.Status().Replicas[0].Up })
 	for i := range 5 {
 		resp, _ := post(t, front.URL+"/v1/chat/completions", simChat(fmt.Sprintf("n%d", i)))
-		if resp.StatusCode != http.StatusOK || resp.Header.Get(PinHeader) != "1" {
-			t.Fatalf("request %d while replica 0 hangs: status %d replica %s", i, resp.StatusCode, resp.Header.Get(PinHeader))
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(identity.PinHeader) != "1" {
+			t.Fatalf("request %d while replica 0 hangs: status %d replica %s", i, resp.StatusCode, resp.Header.Get(identity.PinHeader))
 		}
 	}
 	if err := syscall.Kill(-pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	simproc.Poll(t, "the recovered replica back in rotation", func() bool { return p.Status().Replicas[0].Up })
-	resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"), PinHeader, "0")
+	resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"), identity.PinHeader, "0")
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("after recovery: status %d: %s", resp.StatusCode, body)
 	}

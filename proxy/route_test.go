@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/proxy/identity"
 )
 
 // fakeClock is a settable clock for Config.Clock.
@@ -48,7 +49,7 @@ func sendHeld(t *testing.T, p *Proxy, url, body string, kv ...string) func() (st
 	go func() {
 		defer close(done)
 		resp, _ := post(t, url+"/v1/chat/completions", body, kv...)
-		rank, route = resp.Header.Get(PinHeader), resp.Header.Get(RouteHeader)
+		rank, route = resp.Header.Get(identity.PinHeader), resp.Header.Get(RouteHeader)
 	}()
 	simproc.Poll(t, "request in flight", func() bool { return p.Status().InFlight == before+1 })
 	return func() (string, string) { <-done; return rank, route }
@@ -127,8 +128,8 @@ func TestLeastInFlightAndHashPolicies(t *testing.T) {
 	first, _ := post(t, front.URL+"/v1/chat/completions", chatBody("h", false, ""))
 	for range 3 {
 		resp, _ := post(t, front.URL+"/v1/chat/completions", chatBody("h", false, ""))
-		if resp.Header.Get(PinHeader) != first.Header.Get(PinHeader) || resp.Header.Get(RouteHeader) != "hash" {
-			t.Errorf("hash moved the session: %s (%s)", resp.Header.Get(PinHeader), resp.Header.Get(RouteHeader))
+		if resp.Header.Get(identity.PinHeader) != first.Header.Get(identity.PinHeader) || resp.Header.Get(RouteHeader) != "hash" {
+			t.Errorf("hash moved the session: %s (%s)", resp.Header.Get(identity.PinHeader), resp.Header.Get(RouteHeader))
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/proxy/identity"
 )
 
 func TestMain(m *testing.M) { simproc.Main(m) }
@@ -75,7 +76,7 @@ func (c *conversation) turn(t *testing.T, next string) (rank int, route string, 
 	answer := gjson.Get(body, "choices.0.message.content").Str
 	c.body, _ = sjson.Set(c.body, "messages.-1", map[string]string{"role": "assistant", "content": answer})
 	c.body, _ = sjson.Set(c.body, "messages.-1", map[string]string{"role": "user", "content": next})
-	rank, _ = strconv.Atoi(resp.Header.Get(PinHeader))
+	rank, _ = strconv.Atoi(resp.Header.Get(identity.PinHeader))
 	return rank, resp.Header.Get(RouteHeader), gjson.Get(body, "usage.prompt_tokens").Int(),
 		gjson.Get(body, "usage.prompt_tokens_details.cached_tokens").Int()
 }

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+
+	"github.com/lmwarden/warden/proxy/identity"
 )
 
 // resettingEngine answers its first request and resets the kept-alive
@@ -43,7 +45,7 @@ func TestResetOnAKeptAliveConnectionGoesToAnotherReplica(t *testing.T) {
 		[]Backend{{Rank: 0, URL: a.URL, MaxNumSeqs: 32}, {Rank: 1, URL: b.URL, MaxNumSeqs: 32}})
 	body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 	resp, _ := post(t, front.URL+"/v1/chat/completions", body, "X-Claude-Code-Session-Id", "s1")
-	home, _ := strconv.Atoi(resp.Header.Get(PinHeader))
+	home, _ := strconv.Atoi(resp.Header.Get(identity.PinHeader))
 	if resp.StatusCode != 200 {
 		t.Fatalf("first turn: %d", resp.StatusCode)
 	}
@@ -51,7 +53,7 @@ func TestResetOnAKeptAliveConnectionGoesToAnotherReplica(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("second turn, home %d reset the connection: %d %s", home, resp.StatusCode, out)
 	}
-	if got, _ := strconv.Atoi(resp.Header.Get(PinHeader)); got == home {
+	if got, _ := strconv.Atoi(resp.Header.Get(identity.PinHeader)); got == home {
 		t.Errorf("second turn answered by replica %d, the one that reset", got)
 	}
 	if na.Load()+nb.Load() != 3 {

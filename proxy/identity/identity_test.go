@@ -1,4 +1,4 @@
-package proxy
+package identity
 
 import (
 	"net/http"
@@ -103,7 +103,7 @@ func TestExtract(t *testing.T) {
 
 func TestCapKeyHashesLongKeys(t *testing.T) {
 	k := capKey(strings.Repeat("x", 1000), "s").Key
-	if len(k) > maxKeyLen || !strings.HasPrefix(k, "h:") {
+	if len(k) > MaxKeyLen || !strings.HasPrefix(k, "h:") {
 		t.Fatalf("capKey gave %q", k)
 	}
 	if k == capKey(strings.Repeat("x", 999), "s").Key {
@@ -168,28 +168,3 @@ func TestParsePin(t *testing.T) {
 	}
 }
 
-func TestStripBilling(t *testing.T) {
-	tests := []struct{ name, in, want string }{
-		{"billing block first of two",
-			`{"system":[` + billing + `, {"type":"text","text":"S"}],"x":1}`,
-			`{"system":[{"type":"text","text":"S"}],"x":1}`},
-		{"billing block alone",
-			`{"system":[` + billing + `],"x":1}`,
-			`{"system":[],"x":1}`},
-		{"no billing block", `{"system":[{"type":"text","text":"S"}]}`, `{"system":[{"type":"text","text":"S"}]}`},
-		{"system as a string", `{"system":"x-anthropic-billing-header: a"}`, `{"system":"x-anthropic-billing-header: a"}`},
-		{"billing block not first is kept",
-			`{"system":[{"type":"text","text":"S"},` + billing + `]}`,
-			`{"system":[{"type":"text","text":"S"},` + billing + `]}`},
-		{"malformed", `{"system":[` + billing, `{"system":[` + billing},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			b := []byte(tt.in)
-			got := string(stripBilling(b, scanFields(bytesView(b)).system))
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("stripBilling (-want +got):\n%s", diff)
-			}
-		})
-	}
-}

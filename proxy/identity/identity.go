@@ -1,4 +1,12 @@
-package proxy
+// Package identity says which conversation a request belongs to: the
+// session key of a proxied request and how it was found (agent headers,
+// body fields, a fingerprint of the conversation's start), and the
+// client's pin to a replica. It reads the request's headers and one pass
+// over the body's top-level JSON keys (Scan), never unmarshalling a large
+// agent body; the proxy shares that scan with its request rewrites. It owns
+// no state and imports nothing of the project; docs/clients.md says what
+// each agent sends.
+package identity
 
 import (
 	"crypto/sha256"
@@ -32,14 +40,11 @@ const (
 // that served it.
 const PinHeader = "X-Warden-Replica"
 
-// RouteHeader names the placement reason on every proxied response.
-const RouteHeader = "X-Warden-Route"
+// MaxKeyLen caps a session key; longer values are replaced by their hash.
+const MaxKeyLen = 256
 
-// maxKeyLen caps a session key; longer values are replaced by their hash.
-const maxKeyLen = 256
-
-// billingPrefix starts Claude Code's per-conversation first system block.
-const billingPrefix = "x-anthropic-billing-header:"
+// BillingPrefix starts Claude Code's per-conversation first system block.
+const BillingPrefix = "x-anthropic-billing-header:"
 
 var legacyClaudeSession = regexp.MustCompile(`_session_([0-9a-fA-F-]{36})$`)
 
@@ -65,36 +70,36 @@ func Extract(h http.Header, body []byte, extraHeaders []string) SessionKey {
 	if k, ok := fromHeaders(h, extraHeaders); ok {
 		return k // no body scan needed
 	}
-	return extract(h, scanFields(bytesView(body)), extraHeaders)
+	return ExtractFrom(h, Scan(body), extraHeaders)
 }
 
-// extract is Extract over a body already scanned (the proxy's request path
-// scans once and may have mapped the model name in f first).
-func extract(h http.Header, f fields, extraHeaders []string) SessionKey {
+// ExtractFrom is Extract over a body already scanned (the proxy's request
+// path scans once and may have mapped the model name in f first).
+func ExtractFrom(h http.Header, f Fields, extraHeaders []string) SessionKey {
 	if k, ok := fromHeaders(h, extraHeaders); ok {
 		return k
 	}
-	if !f.valid {
+	if !f.Valid {
 		return SessionKey{Source: SourceNone}
 	}
 	return fromBody(f)
 }
 
 // fromBody tries the body sources in order.
-func fromBody(f fields) SessionKey {
-	if v := claudeMetadata(f.metadata); v != "" {
+func fromBody(f Fields) SessionKey {
+	if v := claudeMetadata(f.Metadata); v != "" {
 		return capKey(v, SourceClaudeMetadata)
 	}
-	if v := firstString(f.promptCacheKey, f.promptCacheKeyCamel); v != "" {
+	if v := firstString(f.PromptCacheKey, f.PromptCacheKeyCamel); v != "" {
 		return capKey(v, SourcePromptCacheKey)
 	}
-	if v := firstString(f.clientMetadata.Get("session_id")); v != "" {
+	if v := firstString(f.ClientMetadata.Get("session_id")); v != "" {
 		return capKey(v, SourceClientMetadata)
 	}
 	if v := f.fingerprint(); v != "" {
 		return SessionKey{Key: v, Source: SourceFingerprint}
 	}
-	if v := firstString(f.user, f.safetyIdentifier); v != "" {
+	if v := firstString(f.User, f.SafetyIdentifier); v != "" {
 		k := capKey(v, SourceUser)
 		k.Key = "user:" + k.Key
 		return k
@@ -130,53 +135,58 @@ func bytesView(b []byte) string {
 	return unsafe.String(&b[0], len(b))
 }
 
-// fields are the top-level body values session identity reads.
-type fields struct {
-	model, system, instructions, messages, input, metadata gjson.Result
-	promptCacheKey, promptCacheKeyCamel, clientMetadata    gjson.Result
-	user, safetyIdentifier                                 gjson.Result
-	stream, streamOptions                                  gjson.Result
-	tools                                                  gjson.Result // read by clients.go
-	valid                                                  bool         // the body looked like a JSON object
+// Fields are the top-level body values session identity reads, and those
+// the proxy's rewrites need (Stream, StreamOptions, Tools). They point into
+// the body they were scanned from: valid while it is unchanged, never
+// longer than the request.
+type Fields struct {
+	Model, System, Instructions, Messages, Input, Metadata gjson.Result
+	PromptCacheKey, PromptCacheKeyCamel, ClientMetadata    gjson.Result
+	User, SafetyIdentifier                                 gjson.Result
+	Stream, StreamOptions                                  gjson.Result
+	Tools                                                  gjson.Result
+	Valid                                                  bool // the body looked like a JSON object
 }
 
-// scanFields walks the body's top-level keys once (each value is skipped
-// over, not decoded).
-func scanFields(body string) fields {
-	f := fields{valid: looksLikeObject(body)}
-	if !f.valid {
+// Scan walks the body's top-level keys once (each value is skipped over,
+// not decoded), viewing the body without copying it.
+func Scan(body []byte) Fields { return scanFields(bytesView(body)) }
+
+func scanFields(body string) Fields {
+	f := Fields{Valid: looksLikeObject(body)}
+	if !f.Valid {
 		return f
 	}
 	gjson.Parse(body).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "model":
-			f.model = v
+			f.Model = v
 		case "system":
-			f.system = v
+			f.System = v
 		case "instructions":
-			f.instructions = v
+			f.Instructions = v
 		case "messages":
-			f.messages = v
+			f.Messages = v
 		case "input":
-			f.input = v
+			f.Input = v
 		case "metadata":
-			f.metadata = v
+			f.Metadata = v
 		case "prompt_cache_key":
-			f.promptCacheKey = v
+			f.PromptCacheKey = v
 		case "promptCacheKey":
-			f.promptCacheKeyCamel = v
+			f.PromptCacheKeyCamel = v
 		case "client_metadata":
-			f.clientMetadata = v
+			f.ClientMetadata = v
 		case "user":
-			f.user = v
+			f.User = v
 		case "safety_identifier":
-			f.safetyIdentifier = v
+			f.SafetyIdentifier = v
 		case "stream":
-			f.stream = v
+			f.Stream = v
 		case "stream_options":
-			f.streamOptions = v
+			f.StreamOptions = v
 		case "tools":
-			f.tools = v
+			f.Tools = v
 		}
 		return true
 	})
@@ -268,7 +278,7 @@ func firstString(vs ...gjson.Result) string {
 }
 
 func capKey(v, source string) SessionKey {
-	if len(v) > maxKeyLen {
+	if len(v) > MaxKeyLen {
 		sum := sha256.Sum256([]byte(v))
 		v = "h:" + hex.EncodeToString(sum[:16])
 	}
@@ -282,17 +292,17 @@ func capKey(v, source string) SessionKey {
 // Claude Code's billing block is skipped so that it cannot split turns.
 func fingerprint(body string) string { return scanFields(body).fingerprint() }
 
-func (f fields) fingerprint() string {
+func (f Fields) fingerprint() string {
 	first := f.firstUserMessage()
 	if first == "" {
 		return ""
 	}
 	h := sha256.New()
-	io.WriteString(h, f.model.Str)
+	io.WriteString(h, f.Model.Str)
 	h.Write([]byte{0})
-	writeSystem(h, f.system)
-	writeSystem(h, f.instructions)
-	f.messages.ForEach(func(_, m gjson.Result) bool {
+	writeSystem(h, f.System)
+	writeSystem(h, f.Instructions)
+	f.Messages.ForEach(func(_, m gjson.Result) bool {
 		role := m.Get("role").Str
 		if role == "system" || role == "developer" {
 			writeSystem(h, m.Get("content"))
@@ -314,7 +324,7 @@ func writeSystem(w io.Writer, v gjson.Result) {
 	}
 	v.ForEach(func(_, b gjson.Result) bool {
 		t := b.Get("text").Str
-		if !strings.HasPrefix(t, billingPrefix) {
+		if !strings.HasPrefix(t, BillingPrefix) {
 			io.WriteString(w, t)
 		}
 		return true
@@ -323,7 +333,7 @@ func writeSystem(w io.Writer, v gjson.Result) {
 
 // firstUserMessage returns the raw JSON of the first user message's content
 // (chat / Anthropic messages, or Responses input), or "".
-func (f fields) firstUserMessage() string {
+func (f Fields) firstUserMessage() string {
 	var out string
 	find := func(_, m gjson.Result) bool {
 		if m.Get("role").Str == "user" {
@@ -332,13 +342,13 @@ func (f fields) firstUserMessage() string {
 		}
 		return true
 	}
-	f.messages.ForEach(find)
+	f.Messages.ForEach(find)
 	if out != "" {
 		return out
 	}
-	if f.input.Type == gjson.String {
-		return f.input.Str
+	if f.Input.Type == gjson.String {
+		return f.Input.Str
 	}
-	f.input.ForEach(find)
+	f.Input.ForEach(find)
 	return out
 }
