@@ -13,6 +13,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/lmwarden/warden/proxy/identity"
+	"github.com/lmwarden/warden/proxy/tap"
 )
 
 // clientTransport wraps the engines' transport for two engine answers that a
@@ -64,7 +65,7 @@ func (t *clientTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	switch {
 	case r.URL.Path == "/v1/messages/count_tokens" && (resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed):
 		return t.countTokens(r, resp, at.req.body)
-	case resp.StatusCode == http.StatusBadRequest && at.req.kind != apiNone:
+	case resp.StatusCode == http.StatusBadRequest && at.req.kind != tap.None:
 		return t.clampMaxTokens(r, resp, at.req.body)
 	}
 	return resp, nil

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/lmwarden/warden/proxy/tap"
 )
 
 // This file holds the proxy's answers to faults and hostile input: a stream
@@ -67,20 +68,6 @@ func (p *Proxy) othersUp(r *replica) bool {
 		}
 	}
 	return false
-}
-
-// streamErrorEvent is the SSE event that ends a stream the engine broke
-// off, in the format of the request's API, so that SDKs raise it as an
-// error.
-func streamErrorEvent(kind apiKind, msg string) []byte {
-	m, _ := json.Marshal(msg)
-	switch kind {
-	case apiAnthropic:
-		return fmt.Appendf(nil, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":%s}}\n\n", m)
-	case apiResponses:
-		return fmt.Appendf(nil, "event: error\ndata: {\"type\":\"error\",\"code\":\"warden_error\",\"message\":%s,\"param\":null}\n\n", m)
-	}
-	return fmt.Appendf(nil, "data: {\"error\":{\"message\":%s,\"type\":\"warden_error\",\"code\":502}}\n\n", m)
 }
 
 // streamBrokeOff is the message of a stream's closing error event.
@@ -149,7 +136,7 @@ func (p *Proxy) requireKey(h http.HandlerFunc) http.HandlerFunc {
 // jsonOnly reports whether the path takes a JSON body (vLLM answers other
 // content types with 415 there).
 func jsonOnly(path string) bool {
-	return kindOf(path) != apiNone || path == "/v1/messages/count_tokens" || path == "/v1/embeddings"
+	return tap.KindOf(path) != tap.None || path == "/v1/messages/count_tokens" || path == "/v1/embeddings"
 }
 
 // badContentType returns a message when r posts a body with a content type

@@ -21,6 +21,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/lmwarden/warden/proxy/identity"
+	"github.com/lmwarden/warden/proxy/tap"
 )
 
 // RouteHeader names the placement reason on every proxied response.
@@ -30,7 +31,7 @@ const RouteHeader = "X-Warden-Route"
 type request struct {
 	body   []byte
 	key    identity.SessionKey
-	kind   apiKind
+	kind   tap.Kind
 	stream bool
 	strip  bool   // the warden asked for the usage chunk: drop it from the stream
 	refuse string // a model name refused in strict mode: answer 404
@@ -41,9 +42,9 @@ type request struct {
 // (unless kept) and the server tools vLLM rejects, asks an OpenAI stream for
 // its usage chunk when the client did not, and finds the session key.
 func (p *Proxy) prepare(r *http.Request, body []byte) *request {
-	req := &request{body: body, kind: kindOf(r.URL.Path)}
+	req := &request{body: body, kind: tap.KindOf(r.URL.Path)}
 	f := identity.Scan(body) // one pass over the top-level keys
-	if req.kind != apiNone {
+	if req.kind != tap.None {
 		req.stream = f.Stream.Bool()
 	}
 	model := p.clients.resolveModel(f.Model)
@@ -63,7 +64,7 @@ func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 	if strings.HasPrefix(r.URL.Path, "/v1/messages") && !p.cfg.KeepBillingHeader {
 		req.body = stripBilling(req.body, f.System)
 	}
-	if req.stream && req.kind == apiOpenAI && !f.StreamOptions.Get("include_usage").Bool() {
+	if req.stream && req.kind == tap.OpenAI && !f.StreamOptions.Get("include_usage").Bool() {
 		if b, err := sjson.SetBytes(req.body, "stream_options.include_usage", true); err == nil {
 			req.body, req.strip = b, true
 		}
@@ -73,18 +74,6 @@ func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 		req.body = p.clients.rewriteModel(req.body)
 	}
 	return req
-}
-
-func kindOf(path string) apiKind {
-	switch path {
-	case "/v1/chat/completions", "/v1/completions":
-		return apiOpenAI
-	case "/v1/messages":
-		return apiAnthropic
-	case "/v1/responses":
-		return apiResponses
-	}
-	return apiNone
 }
 
 // stripBilling removes a first system block whose text starts with
@@ -122,7 +111,7 @@ type attempt struct {
 	retry  bool        // never reached the engine: try another replica
 	reused atomic.Bool // sent on a kept-alive connection (httptrace GotConn)
 	status int
-	tap    *tap
+	tap    *tap.Tap
 	timer  *time.Timer // the response-header timeout; stopped when headers arrive
 	cause  string      // why the attempt failed, for the failure streak
 }
@@ -199,14 +188,15 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		at.cause = resp.Status
 		nameReplicaInError(resp, at.rep.rank)
 	}
-	if resp.StatusCode == http.StatusOK && at.req.kind != apiNone {
+	if resp.StatusCode == http.StatusOK && at.req.kind != tap.None {
 		sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
-		at.tap = newTap(resp.Body, at.req.kind, at.req.stream, at.req.strip && sse)
 		ctx, rank, kind := resp.Request.Context(), at.rep.rank, at.req.kind
-		at.tap.alive = func() bool { return ctx.Err() == nil }
+		o := tap.Options{Stream: at.req.stream, Strip: at.req.strip && sse, Now: p.clock,
+			Alive: func() bool { return ctx.Err() == nil }}
 		if sse {
-			at.tap.fail = func(err error) []byte { return streamErrorEvent(kind, streamBrokeOff(rank, err)) }
+			o.Fail = func(err error) []byte { return tap.ErrorEvent(kind, streamBrokeOff(rank, err)) }
 		}
+		at.tap = tap.New(resp.Body, kind, o)
 		resp.Body = at.tap
 	}
 	return nil
@@ -261,21 +251,21 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 func (p *Proxy) account(at *attempt, req *request, pl placement, start time.Time) {
 	rep := at.rep
 	rank := strconv.Itoa(rep.rank)
-	if at.tap != nil && at.tap.failed != nil {
+	if at.tap != nil && at.tap.Failed() != nil {
 		rep.errors.Add(1)
-		at.status, at.cause = http.StatusBadGateway, at.tap.failed.Error()
-		rep.log.Warn("engine stream broke off", "error", at.tap.failed)
+		at.status, at.cause = http.StatusBadGateway, at.tap.Failed().Error()
+		rep.log.Warn("engine stream broke off", "error", at.tap.Failed())
 	}
 	if at.status != 499 {
 		rep.noteRequest(at.status >= 500, at.cause, p.clock(), p.cfg.FailCooldown, p.othersUp(rep))
 		rep.count(pl.d.Reason)
 		p.metrics.requests.WithLabelValues(rank, string(pl.d.Reason)).Inc()
 	}
-	var u Usage
+	var u tap.Usage
 	if at.tap != nil {
-		u = at.tap.usage
-		if !at.tap.firstByte.IsZero() {
-			p.metrics.ttfb.WithLabelValues(rank).Observe(at.tap.firstByte.Sub(start).Seconds())
+		u = at.tap.Usage()
+		if !at.tap.FirstByte().IsZero() {
+			p.metrics.ttfb.WithLabelValues(rank).Observe(at.tap.FirstByte().Sub(start).Seconds())
 		}
 	}
 	if u.Known {

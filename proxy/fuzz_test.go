@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -14,9 +13,9 @@ import (
 	"github.com/lmwarden/warden/proxy/identity"
 )
 
-// Fuzz targets for the three parsers that read what clients and engines
-// send: session extraction (with the body edits of prepare), engine
-// /metrics, and the SSE usage tap. Their seeds run in every `go test`;
+// Fuzz targets for the parsers of the request path that read what clients
+// and engines send: session extraction (with the body edits of prepare) and
+// engine /metrics (the SSE usage tap's is in package tap). Their seeds run in every `go test`;
 // `go test -fuzz FuzzX ./proxy` explores further.
 
 var fuzzPaths = []string{"/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/completions", "/v1/embeddings"}
@@ -86,74 +85,5 @@ vllm:cache_config_info{block_size="99999999999",num_gpu_blocks="99999999999"} 1
 		var e engineState
 		e.apply(s, time.Unix(1_800_000_000, 0))
 		e.apply(s, time.Unix(1_800_000_000, 0))
-	})
-}
-
-// chunkReader hands out data n bytes at a time, then err (io.EOF if nil).
-type chunkReader struct {
-	data []byte
-	n    int
-	err  error
-}
-
-func (c *chunkReader) Read(p []byte) (int, error) {
-	if len(c.data) == 0 {
-		if c.err != nil {
-			return 0, c.err
-		}
-		return 0, io.EOF
-	}
-	n := copy(p[:min(len(p), c.n)], c.data)
-	c.data = c.data[n:]
-	return n, nil
-}
-
-func (c *chunkReader) Close() error { return nil }
-
-var errFuzzBroken = errors.New("engine gone")
-
-func FuzzTap(f *testing.F) {
-	for _, s := range []string{
-		"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":8}}}\n\ndata: [DONE]\n\n",
-		"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":20,\"cache_read_input_tokens\":16}}}\n\nevent: message_delta\ndata: {\"usage\":{\"output_tokens\":7}}\n\n",
-		"event: response.completed\ndata: {\"response\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":1,\"input_tokens_details\":{\"cached_tokens\":0}}}}\n\n",
-		"data: {\"choices\":[],\"usage\":{}}\r\n\r\ndata: partial",
-		`{"usage":{"prompt_tokens":3,"completion_tokens":1}}`,
-		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":-1,\"completion_tokens\":1e99}}\n\n",
-	} {
-		f.Add([]byte(s), uint8(0), uint8(7), false, false)
-		f.Add([]byte(s), uint8(1), uint8(1), true, true)
-	}
-	f.Fuzz(func(t *testing.T, data []byte, kind, chunk uint8, strip, broken bool) {
-		k := []apiKind{apiOpenAI, apiAnthropic, apiResponses, apiNone}[int(kind)%4]
-		src := &chunkReader{data: bytes.Clone(data), n: int(chunk%64) + 1}
-		if broken {
-			src.err = errFuzzBroken
-		}
-		tp := newTap(src, k, true, strip)
-		event := streamErrorEvent(k, "replica 0: broke off")
-		tp.fail = func(error) []byte { return event }
-		out, err := io.ReadAll(tp)
-		if err != nil {
-			t.Fatalf("read: %v", err)
-		}
-		if broken {
-			if tp.failed == nil || !bytes.HasSuffix(out, event) {
-				t.Fatalf("a broken stream did not end with the error event: %q", out)
-			}
-			out = bytes.TrimSuffix(out, event)
-			out = bytes.TrimSuffix(out, []byte("\n"))
-			out = bytes.TrimSuffix(out, []byte("\n"))
-			data = bytes.TrimRight(data, "\n")
-			out = bytes.TrimRight(out, "\n")
-		}
-		switch {
-		case !strip && !bytes.Equal(out, data):
-			t.Fatalf("pass-through changed the bytes:\n in: %q\nout: %q", data, out)
-		case strip && !bytes.Contains(data, []byte("usage")) && !bytes.Equal(out, data):
-			t.Fatalf("strip changed a stream without usage:\n in: %q\nout: %q", data, out)
-		case len(out) > len(data):
-			t.Fatalf("the tap added bytes:\n in: %q\nout: %q", data, out)
-		}
 	})
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/lmwarden/warden/proxy/tap"
 )
 
 // kv4 is four healthy replicas of 40k tokens of KV, 10 s turns.
@@ -109,7 +111,7 @@ func TestRouteStateResidency(t *testing.T) {
 	// the order a, b, c: with 30k of KV only the two most recent fit.
 	for i, k := range []string{"a", "b", "c"} {
 		tk := rs.begin(k, 48000, 0, ReasonNew, t0)
-		rs.end(tk, Usage{Known: true, Prompt: 11800, Cached: 2000, Completion: 200}, 1, t0.Add(time.Duration(i+1)*time.Second))
+		rs.end(tk, tap.Usage{Known: true, Prompt: 11800, Cached: 2000, Completion: 200}, 1, t0.Add(time.Duration(i+1)*time.Second))
 	}
 	for k, want := range map[string]int{"a": -1, "b": 0, "c": 0} {
 		sv := SessionView{Key: k}
@@ -124,12 +126,12 @@ func TestRouteStateResidency(t *testing.T) {
 	if got := snap[0].WorkingSet; got < 10000 || snap[0].Active != 1 {
 		t.Errorf("working set with one in flight = %d (active %d)", got, snap[0].Active)
 	}
-	rs.end(tk, Usage{}, -1, t0.Add(20*time.Second))
+	rs.end(tk, tap.Usage{}, -1, t0.Add(20*time.Second))
 	rs.fill(snap, t0.Add(time.Hour))
 	if snap[0].Active != 0 {
 		t.Errorf("active long after the end = %d", snap[0].Active)
 	}
-	rs.end(tk, Usage{}, -1, t0) // idempotent
+	rs.end(tk, tap.Usage{}, -1, t0) // idempotent
 	if rs.rep(0).inflight != 0 || rs.rep(0).flyTok != 0 {
 		t.Errorf("in flight after double end: %d / %d", rs.rep(0).inflight, rs.rep(0).flyTok)
 	}
@@ -143,7 +145,7 @@ func TestRouteStateForgetsARemovedReplica(t *testing.T) {
 	t0 := time.Unix(0, 0)
 	for rank, shared := range []uint64{2000, 6000} {
 		tk := rs.begin(fmt.Sprint("first-", rank), 48000, rank, ReasonNew, t0)
-		rs.end(tk, Usage{Known: true, Prompt: 11800, Cached: shared, Completion: 200}, 1, t0.Add(time.Second))
+		rs.end(tk, tap.Usage{Known: true, Prompt: 11800, Cached: shared, Completion: 200}, 1, t0.Add(time.Second))
 	}
 	if got := rs.bestShared(); got != 6000 {
 		t.Fatalf("best shared prefix %d, want replica 1's 6000", got)
@@ -158,7 +160,7 @@ func TestRouteStateForgetsARemovedReplica(t *testing.T) {
 	if sv.ResidentOn != -1 {
 		t.Errorf("a conversation of the removed replica is resident on %d", sv.ResidentOn)
 	}
-	rs.end(running, Usage{Known: true, Prompt: 12000, Cached: 11000, Completion: 100}, 1, t0.Add(3*time.Second))
+	rs.end(running, tap.Usage{Known: true, Prompt: 12000, Cached: 11000, Completion: 100}, 1, t0.Add(3*time.Second))
 	if _, back := rs.reps[1]; back {
 		t.Error("the end of a request that ran on the removed replica brought its state back")
 	}
@@ -168,7 +170,7 @@ func TestRouteStateBound(t *testing.T) {
 	rs := newRouteState(3)
 	for i := range 10 {
 		tk := rs.begin(fmt.Sprint(i), 1000, i%2, ReasonNew, time.Unix(0, 0))
-		rs.end(tk, Usage{}, -1, time.Unix(1, 0))
+		rs.end(tk, tap.Usage{}, -1, time.Unix(1, 0))
 	}
 	if len(rs.sess) != 3 {
 		t.Errorf("remembered %d conversations, bound 3", len(rs.sess))
@@ -183,7 +185,7 @@ func BenchmarkPickAdaptive(b *testing.B) {
 	t0 := time.Unix(0, 0)
 	for i := range 10000 {
 		tk := rs.begin(fmt.Sprint(i), 48000, i%8, ReasonNew, t0)
-		rs.end(tk, Usage{Known: true, Prompt: 12000, Cached: 3500, Completion: 256}, 0.5, t0.Add(time.Duration(i)*time.Millisecond))
+		rs.end(tk, tap.Usage{Known: true, Prompt: 12000, Cached: 3500, Completion: 256}, 0.5, t0.Add(time.Duration(i)*time.Millisecond))
 	}
 	for i := range 32 { // 4 in flight per replica
 		rs.begin(fmt.Sprint(i), 48000, i%8, ReasonSticky, t0.Add(11*time.Second))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"time"
+
+	"github.com/lmwarden/warden/proxy/tap"
 )
 
 // The proxy's side of the adaptive policy: feeding routeState and holding
@@ -34,12 +36,12 @@ func (p *Proxy) routeEnd(pl placement, at *attempt, start time.Time) {
 	if pl.ticket == nil {
 		return
 	}
-	var u Usage
+	var u tap.Usage
 	ttfb := -1.0
 	if at != nil && at.tap != nil && !at.retry {
-		u = at.tap.usage
-		if !at.tap.firstByte.IsZero() {
-			ttfb = at.tap.firstByte.Sub(start).Seconds()
+		u = at.tap.Usage()
+		if !at.tap.FirstByte().IsZero() {
+			ttfb = at.tap.FirstByte().Sub(start).Seconds()
 		}
 	}
 	p.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/lmwarden/warden/proxy/tap"
 	"github.com/lmwarden/warden/sim"
 )
 
@@ -462,7 +463,7 @@ func (p *replay) complete(e *rEngine) {
 func (p *replay) finishTurn(r *rReq) {
 	q, s := r.seq, r.s
 	cached := max(q.CachedTokens, 0)
-	u := Usage{Known: true, Prompt: uint64(q.NumPrompt), Cached: uint64(cached), Completion: uint64(q.Output)}
+	u := tap.Usage{Known: true, Prompt: uint64(q.NumPrompt), Cached: uint64(cached), Completion: uint64(q.Output)}
 	p.rs.end(r.ticket, u, r.first-r.arrive, p.now())
 	if !p.stopped {
 		p.res.turns++

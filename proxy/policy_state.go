@@ -1,6 +1,10 @@
 package proxy
 
-import "time"
+import (
+	"time"
+
+	"github.com/lmwarden/warden/proxy/tap"
+)
 
 // routeState is what the adaptive policy remembers between decisions: per
 // replica, an LRU estimate of which conversations' prefixes its KV cache
@@ -215,7 +219,7 @@ func (rs *routeState) begin(key string, bodyBytes, rank int, reason Reason, now 
 
 // end records a request's end: its usage (if the engine reported one) and
 // its time to first byte in seconds (< 0 if none). Idempotent.
-func (rs *routeState) end(t *routeTicket, u Usage, ttfb float64, now time.Time) {
+func (rs *routeState) end(t *routeTicket, u tap.Usage, ttfb float64, now time.Time) {
 	if t == nil || t.closed {
 		return
 	}

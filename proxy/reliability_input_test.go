@@ -189,20 +189,3 @@ func TestAPIKeyIsEnforcedAndNotForwarded(t *testing.T) {
 		t.Errorf("debug log (%d bytes) is empty or shows a key:\n%s", len(out), out)
 	}
 }
-
-func TestStreamErrorEventsAreValidSSEWithJSONData(t *testing.T) {
-	for _, kind := range []apiKind{apiOpenAI, apiAnthropic, apiResponses} {
-		ev := string(streamErrorEvent(kind, `replica 3: "quoted" broke off`))
-		if !strings.HasSuffix(ev, "\n\n") || strings.Count(ev, "\n\n") != 1 {
-			t.Errorf("kind %d: not one SSE event: %q", kind, ev)
-		}
-		data := lastEvent(ev)
-		msg := gjson.Get(data, "error.message")
-		if kind == apiResponses {
-			msg = gjson.Get(data, "message")
-		}
-		if !gjson.Valid(data) || msg.Str != `replica 3: "quoted" broke off` {
-			t.Errorf("kind %d: data %s", kind, data)
-		}
-	}
-}

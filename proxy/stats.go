@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/proxy/panel"
+	"github.com/lmwarden/warden/proxy/tap"
 )
 
 // series is the token time series for the chart: fixed-width buckets of
@@ -25,7 +26,7 @@ func newSeries(width, window time.Duration) *series {
 }
 
 // add records one finished request's usage at time t.
-func (s *series) add(t time.Time, u Usage) {
+func (s *series) add(t time.Time, u tap.Usage) {
 	start := t.UnixNano() - t.UnixNano()%int64(s.width)
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/proxy/tap"
 )
 
 func TestSessionTableExpiresIdleSessions(t *testing.T) {
@@ -62,9 +64,9 @@ func TestSessionTableContextSums(t *testing.T) {
 func TestSeriesBuckets(t *testing.T) {
 	s := newSeries(10*time.Second, time.Minute)
 	t0 := time.Unix(1_000_000, 0)
-	s.add(t0.Add(1*time.Second), Usage{Known: true, Prompt: 100, Cached: 60, Completion: 5})
-	s.add(t0.Add(9*time.Second), Usage{Known: true, Prompt: 10, Cached: 0, Completion: 1})
-	s.add(t0.Add(25*time.Second), Usage{Known: true, Prompt: 50, Cached: 50, Completion: 2})
+	s.add(t0.Add(1*time.Second), tap.Usage{Known: true, Prompt: 100, Cached: 60, Completion: 5})
+	s.add(t0.Add(9*time.Second), tap.Usage{Known: true, Prompt: 10, Cached: 0, Completion: 1})
+	s.add(t0.Add(25*time.Second), tap.Usage{Known: true, Prompt: 50, Cached: 50, Completion: 2})
 	pts := s.points(t0.Add(30 * time.Second))
 	got := fmt.Sprint(len(pts), pts[0].CachedTokens, pts[0].ComputedTokens, pts[0].CompletionTokens,
 		pts[1].CachedTokens, pts[2].CachedTokens, pts[3].CachedTokens)

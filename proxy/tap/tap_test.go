@@ -1,4 +1,4 @@
-package proxy
+package tap
 
 import (
 	"io"
@@ -7,6 +7,7 @@ import (
 	"testing/iotest"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/tidwall/gjson"
 )
 
 const openaiStream = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\n\n" +
@@ -18,33 +19,33 @@ func TestTap(t *testing.T) {
 	noUsageChunk := strings.Replace(openaiStream, "data: {\"id\":\"x\",\"choices\":[],\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":32}}}\n\n", "", 1)
 	tests := []struct {
 		name      string
-		kind      apiKind
+		kind      Kind
 		stream    bool
 		strip     bool
 		in        string
 		wantOut   string
 		wantUsage Usage
 	}{
-		{"OpenAI stream, client asked for usage: passed through, usage read", apiOpenAI, true, false,
+		{"OpenAI stream, client asked for usage: passed through, usage read", OpenAI, true, false,
 			openaiStream, openaiStream, Usage{true, 40, 32, 2}},
-		{"OpenAI stream, warden asked: the usage-only chunk is dropped, nothing else", apiOpenAI, true, true,
+		{"OpenAI stream, warden asked: the usage-only chunk is dropped, nothing else", OpenAI, true, true,
 			openaiStream, noUsageChunk, Usage{true, 40, 32, 2}},
-		{"CRLF line endings are handled", apiOpenAI, true, true,
+		{"CRLF line endings are handled", OpenAI, true, true,
 			strings.ReplaceAll(openaiStream, "\n", "\r\n"), strings.ReplaceAll(noUsageChunk, "\n", "\r\n"), Usage{true, 40, 32, 2}},
-		{"OpenAI stream without any usage: unknown", apiOpenAI, true, true,
+		{"OpenAI stream without any usage: unknown", OpenAI, true, true,
 			noUsageChunk, noUsageChunk, Usage{}},
-		{"an unterminated last event passes as is", apiOpenAI, true, true,
+		{"an unterminated last event passes as is", OpenAI, true, true,
 			"data: {\"choices\":[{\"delta\":{}}]}\n\ndata: {\"cho", "data: {\"choices\":[{\"delta\":{}}]}\n\ndata: {\"cho", Usage{}},
-		{"OpenAI JSON", apiOpenAI, false, false,
+		{"OpenAI JSON", OpenAI, false, false,
 			`{"choices":[{}],"usage":{"prompt_tokens":9,"completion_tokens":1}}`, `{"choices":[{}],"usage":{"prompt_tokens":9,"completion_tokens":1}}`,
 			Usage{true, 9, 0, 1}},
-		{"Anthropic stream: message_start input, message_delta output (vLLM: input_tokens is the whole prompt)", apiAnthropic, true, false,
+		{"Anthropic stream: message_start input, message_delta output (vLLM: input_tokens is the whole prompt)", Anthropic, true, false,
 			"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":200,\"cache_read_input_tokens\":160,\"output_tokens\":1}}}\n\n" +
 				"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":12}}\n\n",
 			"", Usage{true, 200, 160, 12}},
-		{"Anthropic JSON with Anthropic's convention (cache read > input)", apiAnthropic, false, false,
+		{"Anthropic JSON with Anthropic's convention (cache read > input)", Anthropic, false, false,
 			`{"usage":{"input_tokens":20,"cache_read_input_tokens":160,"output_tokens":5}}`, "", Usage{true, 180, 160, 5}},
-		{"Responses stream: response.completed", apiResponses, true, false,
+		{"Responses stream: response.completed", Responses, true, false,
 			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}\n\n" +
 				"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":50,\"output_tokens\":4,\"input_tokens_details\":{\"cached_tokens\":48}}}}\n\n",
 			"", Usage{true, 50, 48, 4}},
@@ -60,7 +61,7 @@ func TestTap(t *testing.T) {
 				if oneByte {
 					r = iotest.OneByteReader(r)
 				}
-				tp := newTap(io.NopCloser(r), tt.kind, tt.stream, tt.strip)
+				tp := New(io.NopCloser(r), tt.kind, Options{Stream: tt.stream, Strip: tt.strip})
 				out, err := io.ReadAll(tp)
 				if err != nil {
 					t.Fatal(err)
@@ -72,10 +73,10 @@ func TestTap(t *testing.T) {
 				if diff := cmp.Diff(want, string(out)); diff != "" {
 					t.Errorf("client bytes (-want +got):\n%s", diff)
 				}
-				if diff := cmp.Diff(tt.wantUsage, tp.usage); diff != "" {
+				if diff := cmp.Diff(tt.wantUsage, tp.Usage()); diff != "" {
 					t.Errorf("usage (-want +got):\n%s", diff)
 				}
-				if tp.firstByte.IsZero() {
+				if tp.FirstByte().IsZero() {
 					t.Error("first byte time not recorded")
 				}
 			})
@@ -85,9 +86,37 @@ func TestTap(t *testing.T) {
 
 func TestTapGivesUpOnHugeJSON(t *testing.T) {
 	big := `{"pad":"` + strings.Repeat("x", maxJSONTap) + `","usage":{"prompt_tokens":1}}`
-	tp := newTap(io.NopCloser(strings.NewReader(big)), apiOpenAI, false, false)
+	tp := New(io.NopCloser(strings.NewReader(big)), OpenAI, Options{Stream: false, Strip: false})
 	n, _ := io.Copy(io.Discard, tp)
-	if n != int64(len(big)) || tp.usage.Known {
-		t.Errorf("copied %d of %d bytes, usage %+v", n, len(big), tp.usage)
+	if n != int64(len(big)) || tp.Usage().Known {
+		t.Errorf("copied %d of %d bytes, usage %+v", n, len(big), tp.Usage())
 	}
+}
+
+func TestStreamErrorEventsAreValidSSEWithJSONData(t *testing.T) {
+	for _, kind := range []Kind{OpenAI, Anthropic, Responses} {
+		ev := string(ErrorEvent(kind, `replica 3: "quoted" broke off`))
+		if !strings.HasSuffix(ev, "\n\n") || strings.Count(ev, "\n\n") != 1 {
+			t.Errorf("kind %d: not one SSE event: %q", kind, ev)
+		}
+		data := lastEvent(ev)
+		msg := gjson.Get(data, "error.message")
+		if kind == Responses {
+			msg = gjson.Get(data, "message")
+		}
+		if !gjson.Valid(data) || msg.Str != `replica 3: "quoted" broke off` {
+			t.Errorf("kind %d: data %s", kind, data)
+		}
+	}
+}
+
+// lastEvent returns the data of the last SSE event in s.
+func lastEvent(s string) string {
+	var last string
+	for _, l := range strings.Split(s, "\n") {
+		if d, ok := strings.CutPrefix(l, "data: "); ok {
+			last = d
+		}
+	}
+	return last
 }

@@ -1,7 +1,17 @@
-package proxy
+// Package tap reads the usage an engine reports in its answer while the
+// answer passes through to the client unchanged: a whole JSON body, or an
+// SSE stream as the engine flushes it (the usage sits in its final events).
+// For OpenAI streams it can drop exactly the usage-only chunk that the
+// warden asked for on a client's behalf, and it ends a stream the engine
+// broke off with an error event in the request's API format. It knows the
+// three APIs' usage shapes (internal/usage for Anthropic's) and nothing of
+// replicas or routing.
+package tap
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"io"
 	"time"
 
@@ -10,15 +20,42 @@ import (
 	"github.com/lmwarden/warden/internal/usage"
 )
 
-// apiKind is the response format a tap reads usage from.
-type apiKind int
+// Kind is the response format a tap reads usage from.
+type Kind int
 
+// The APIs whose answers carry usage.
 const (
-	apiNone      apiKind = iota
-	apiOpenAI            // /v1/chat/completions, /v1/completions
-	apiAnthropic         // /v1/messages
-	apiResponses         // /v1/responses
+	None      Kind = iota
+	OpenAI         // /v1/chat/completions, /v1/completions
+	Anthropic      // /v1/messages
+	Responses      // /v1/responses
 )
+
+// KindOf is the API of a proxied path (None: one without usage).
+func KindOf(path string) Kind {
+	switch path {
+	case "/v1/chat/completions", "/v1/completions":
+		return OpenAI
+	case "/v1/messages":
+		return Anthropic
+	case "/v1/responses":
+		return Responses
+	}
+	return None
+}
+
+// ErrorEvent is the SSE event that ends a stream the engine broke off, in
+// the format of the request's API, so that SDKs raise it as an error.
+func ErrorEvent(kind Kind, msg string) []byte {
+	m, _ := json.Marshal(msg)
+	switch kind {
+	case Anthropic:
+		return fmt.Appendf(nil, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":%s}}\n\n", m)
+	case Responses:
+		return fmt.Appendf(nil, "event: error\ndata: {\"type\":\"error\",\"code\":\"warden_error\",\"message\":%s,\"param\":null}\n\n", m)
+	}
+	return fmt.Appendf(nil, "data: {\"error\":{\"message\":%s,\"type\":\"warden_error\",\"code\":502}}\n\n", m)
+}
 
 // maxJSONTap bounds how much of a non-streaming response the tap keeps to
 // read its usage; longer bodies pass through but report nothing.
@@ -33,16 +70,29 @@ type Usage struct {
 	Completion uint64
 }
 
-// tap wraps an engine response body. It passes bytes through as they come
+// Options tune a Tap.
+type Options struct {
+	Stream bool // the body is SSE; else one JSON document
+	// Strip drops the usage-only chunk ("choices":[] + usage) of an OpenAI
+	// stream, which the warden asked for on behalf of a client that did not.
+	Strip bool
+	Now   func() time.Time // stamps the first byte; nil: time.Now
+	Alive func() bool      // the client is still there; nil: yes
+	// Fail, for SSE, is the event that ends a stream the engine broke off
+	// (not EOF, the client still there) instead of a cut connection; nil:
+	// the read error passes on.
+	Fail func(err error) []byte
+}
+
+// Tap wraps an engine response body. It passes bytes through as they come
 // (so SSE events reach the client as the engine flushes them) and reads the
-// usage report on the side. With strip set it drops exactly the
-// usage-only chunk ("choices":[] + usage) of an OpenAI stream, which the
-// warden asked for on behalf of a client that did not.
-type tap struct {
+// usage report on the side.
+type Tap struct {
 	rc     io.ReadCloser
-	kind   apiKind
+	kind   Kind
 	stream bool
 	strip  bool
+	now    func() time.Time
 
 	usage     Usage
 	firstByte time.Time
@@ -52,24 +102,34 @@ type tap struct {
 	eof       error
 	overflow  bool
 
-	// Set by the proxy for SSE responses: when the engine's body breaks
-	// off (not EOF, the client still there), the stream ends with
-	// fail(err) instead of a cut connection. failed records the error.
-	fail    func(err error) []byte
-	alive   func() bool // the client is still there; nil = yes
+	fail    func(err error) []byte // Options.Fail
+	alive   func() bool            // Options.Alive
 	failed  error
 	tailing bool
 	tail    []byte // the error event still to hand out
 	last    [2]byte
 }
 
-func newTap(rc io.ReadCloser, kind apiKind, stream, strip bool) *tap {
-	return &tap{rc: rc, kind: kind, stream: stream, strip: strip && stream}
+// New taps rc, an answer in kind's format.
+func New(rc io.ReadCloser, kind Kind, o Options) *Tap {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Tap{rc: rc, kind: kind, stream: o.Stream, strip: o.Strip && o.Stream, now: o.Now, alive: o.Alive, fail: o.Fail}
 }
+
+// Usage is what the answer reported so far (all of it once read to EOF).
+func (t *Tap) Usage() Usage { return t.usage }
+
+// FirstByte is when the first byte of the answer was read; zero before.
+func (t *Tap) FirstByte() time.Time { return t.firstByte }
+
+// Failed is the error that broke the engine's body off, nil if none.
+func (t *Tap) Failed() error { return t.failed }
 
 // Read passes the engine's bytes through, parsing usage on the way. A
 // stream that breaks off ends with the error event (see fail).
-func (t *tap) Read(p []byte) (int, error) {
+func (t *Tap) Read(p []byte) (int, error) {
 	if t.tailing {
 		return t.readTail(p)
 	}
@@ -97,7 +157,7 @@ func (t *tap) Read(p []byte) (int, error) {
 
 // remember keeps the last two bytes handed out, to end a partial event
 // before the error event.
-func (t *tap) remember(b []byte) {
+func (t *Tap) remember(b []byte) {
 	switch {
 	case len(b) >= 2:
 		t.last = [2]byte{b[len(b)-2], b[len(b)-1]}
@@ -108,7 +168,7 @@ func (t *tap) remember(b []byte) {
 
 // separator is what ends the bytes handed out so far as a whole event: no
 // extra blank line when one just ended (an empty event breaks clients).
-func (t *tap) separator() []byte {
+func (t *Tap) separator() []byte {
 	switch {
 	case t.last == [2]byte{} || t.last == [2]byte{'\n', '\n'}:
 		return nil
@@ -118,7 +178,7 @@ func (t *tap) separator() []byte {
 	return []byte("\n\n")
 }
 
-func (t *tap) readTail(p []byte) (int, error) {
+func (t *Tap) readTail(p []byte) (int, error) {
 	n := copy(p, t.tail)
 	t.tail = t.tail[n:]
 	if len(t.tail) == 0 {
@@ -127,7 +187,7 @@ func (t *tap) readTail(p []byte) (int, error) {
 	return n, nil
 }
 
-func (t *tap) readPlain(p []byte) (int, error) {
+func (t *Tap) readPlain(p []byte) (int, error) {
 	n, err := t.rc.Read(p)
 	if n > 0 {
 		t.first()
@@ -139,17 +199,17 @@ func (t *tap) readPlain(p []byte) (int, error) {
 	return n, err
 }
 
-func (t *tap) first() {
+func (t *Tap) first() {
 	if t.firstByte.IsZero() {
-		t.firstByte = time.Now()
+		t.firstByte = t.now()
 	}
 }
 
 // Close closes the engine body.
-func (t *tap) Close() error { return t.rc.Close() }
+func (t *Tap) Close() error { return t.rc.Close() }
 
 // observe feeds bytes to the line parser (streams) or the JSON buffer.
-func (t *tap) observe(b []byte) {
+func (t *Tap) observe(b []byte) {
 	if !t.stream {
 		if len(t.buf)+len(b) > maxJSONTap {
 			t.overflow, t.buf = true, nil
@@ -178,7 +238,7 @@ func (t *tap) observe(b []byte) {
 
 // line parses one SSE line; only data lines carry usage. It reports whether
 // the line is the usage-only chunk of an OpenAI stream.
-func (t *tap) line(l []byte) bool {
+func (t *Tap) line(l []byte) bool {
 	l = bytes.TrimRight(l, "\r")
 	d, ok := bytes.CutPrefix(l, []byte("data:"))
 	if !ok {
@@ -188,7 +248,7 @@ func (t *tap) line(l []byte) bool {
 	if len(d) == 0 || d[0] != '{' {
 		return false
 	}
-	if !t.parseJSON(d) || t.kind != apiOpenAI {
+	if !t.parseJSON(d) || t.kind != OpenAI {
 		return false
 	}
 	ch := gjson.GetBytes(d, "choices")
@@ -199,7 +259,7 @@ func (t *tap) line(l []byte) bool {
 // event payload. Fields seen later override earlier ones (Anthropic's
 // message_delta carries the final output_tokens). It reports whether d had
 // a usage object.
-func (t *tap) parseJSON(d []byte) bool {
+func (t *Tap) parseJSON(d []byte) bool {
 	var u gjson.Result
 	for _, path := range []string{"usage", "message.usage", "response.usage"} {
 		if u = gjson.GetBytes(d, path); u.IsObject() {
@@ -211,15 +271,15 @@ func (t *tap) parseJSON(d []byte) bool {
 	}
 	t.usage.Known = true
 	switch t.kind {
-	case apiOpenAI:
+	case OpenAI:
 		set(&t.usage.Prompt, u.Get("prompt_tokens"))
 		set(&t.usage.Completion, u.Get("completion_tokens"))
 		set(&t.usage.Cached, u.Get("prompt_tokens_details.cached_tokens"))
-	case apiResponses:
+	case Responses:
 		set(&t.usage.Prompt, u.Get("input_tokens"))
 		set(&t.usage.Completion, u.Get("output_tokens"))
 		set(&t.usage.Cached, u.Get("input_tokens_details.cached_tokens"))
-	case apiAnthropic:
+	case Anthropic:
 		a := usage.ParseAnthropic(u) // input_tokens excludes the cache (vLLM 0.32, Anthropic)
 		if a.HasPrompt {
 			t.usage.Prompt = a.Prompt
@@ -243,7 +303,7 @@ func set(dst *uint64, v gjson.Result) {
 // readStripped passes whole SSE events through, dropping the usage-only
 // chunk. An event is held only until its terminating blank line arrives,
 // which for an engine that flushes per event is the same read.
-func (t *tap) readStripped(p []byte) (int, error) {
+func (t *Tap) readStripped(p []byte) (int, error) {
 	for len(t.out) == 0 && t.eof == nil {
 		n, err := t.rc.Read(p)
 		if n > 0 {
@@ -266,7 +326,7 @@ func (t *tap) readStripped(p []byte) (int, error) {
 }
 
 // splitEvents collects lines into events and moves finished events to out.
-func (t *tap) splitEvents(b []byte) {
+func (t *Tap) splitEvents(b []byte) {
 	for len(b) > 0 {
 		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
@@ -291,7 +351,7 @@ func (t *tap) splitEvents(b []byte) {
 
 // isUsageOnly parses an event's data lines and reports whether it is the
 // usage-only chunk.
-func (t *tap) isUsageOnly(ev []byte) bool {
+func (t *Tap) isUsageOnly(ev []byte) bool {
 	drop := false
 	for l := range bytes.Lines(ev) {
 		if t.line(bytes.TrimRight(l, "\n")) {
