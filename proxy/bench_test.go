@@ -13,6 +13,7 @@ import (
 
 	"github.com/tidwall/sjson"
 
+	"github.com/lmwarden/warden/proxy/compat"
 	"github.com/lmwarden/warden/proxy/identity"
 )
 
@@ -151,7 +152,7 @@ func BenchmarkExtract(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			copy(buf, withMeta)
-			if out := stripBilling(buf, identity.Scan(buf).System); len(out) == len(buf) {
+			if out := compat.StripBilling(buf, identity.Scan(buf).System); len(out) == len(buf) {
 				b.Fatal("nothing stripped")
 			}
 		}

@@ -17,9 +17,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/lmwarden/warden/proxy/compat"
 	"github.com/lmwarden/warden/proxy/identity"
 	"github.com/lmwarden/warden/proxy/tap"
 )
@@ -47,60 +47,33 @@ func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 	if req.kind != tap.None {
 		req.stream = f.Stream.Bool()
 	}
-	model := p.clients.resolveModel(f.Model)
+	model := p.clients.ResolveModel(f.Model)
 	switch model {
-	case modelRefuse:
+	case compat.ModelRefuse:
 		req.refuse = strings.Clone(f.Model.Str)
 		return req
-	case modelRewrite:
-		f.Model = p.clients.servedModel() // identity sees the served name on every turn
+	case compat.ModelRewrite:
+		f.Model = p.clients.ServedModel() // identity sees the served name on every turn
 	}
 	req.key = identity.ExtractFrom(r.Header, f, p.cfg.SessionHeaders)
-	var drop toolDrop
+	var drop compat.ToolDrop
 	if strings.HasPrefix(r.URL.Path, "/v1/messages") {
-		drop = serverTools(f.Tools) // read now: the edits below move bytes under f
+		drop = compat.ServerTools(f.Tools) // read now: the edits below move bytes under f
 	}
 	// Edits last: they move bytes under f (the key above is a copy).
 	if strings.HasPrefix(r.URL.Path, "/v1/messages") && !p.cfg.KeepBillingHeader {
-		req.body = stripBilling(req.body, f.System)
+		req.body = compat.StripBilling(req.body, f.System)
 	}
 	if req.stream && req.kind == tap.OpenAI && !f.StreamOptions.Get("include_usage").Bool() {
 		if b, err := sjson.SetBytes(req.body, "stream_options.include_usage", true); err == nil {
 			req.body, req.strip = b, true
 		}
 	}
-	req.body = p.clients.dropTools(req.body, drop)
-	if model == modelRewrite {
-		req.body = p.clients.rewriteModel(req.body)
+	req.body = p.clients.DropTools(req.body, drop)
+	if model == compat.ModelRewrite {
+		req.body = p.clients.RewriteModel(req.body)
 	}
 	return req
-}
-
-// stripBilling removes a first system block whose text starts with
-// "x-anthropic-billing-header:" (Claude Code's per-conversation line, which
-// would otherwise defeat prefix sharing of the system prompt behind it).
-// system is the body's "system" value from identity.Scan (its Index locates it
-// in body). The block is cut out in place (body is the proxy's own buffer),
-// from its first byte to the next block's first byte.
-func stripBilling(body []byte, system gjson.Result) []byte {
-	first := system.Get("0")
-	if !strings.HasPrefix(first.Get("text").Str, identity.BillingPrefix) {
-		return body
-	}
-	end := first.Index + len(first.Raw)
-	if next := system.Get("1"); next.Index > end {
-		end = next.Index
-	} else if !bytes.HasPrefix(bytes.TrimLeft(body[min(end, len(body)):], " \t\r\n"), []byte("]")) {
-		return body // not a well-formed array: leave it to the engine's 400
-	}
-	if first.Index <= 0 || end > len(body) || body[first.Index] != '{' {
-		out, err := sjson.DeleteBytes(body, "system.0") // position unknown: let sjson do it
-		if err != nil {
-			return body
-		}
-		return out
-	}
-	return append(body[:first.Index], body[end:]...)
 }
 
 // attempt is one try of forwarding a request to one replica; the reverse
@@ -139,7 +112,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(c httptrace.GotConnInfo) { at.reused.Store(c.Reused) },
 	})
-	out := r.Clone(context.WithValue(ctx, attemptKey{}, at))
+	out := r.Clone(compat.WithRequest(context.WithValue(ctx, attemptKey{}, at), req.body, req.kind))
 	out.Body = io.NopCloser(bytes.NewReader(req.body))
 	out.ContentLength = int64(len(req.body))
 	out.GetBody = nil

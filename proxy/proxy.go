@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lmwarden/warden/proxy/compat"
 	"github.com/lmwarden/warden/proxy/identity"
 	"github.com/lmwarden/warden/proxy/panel"
 )
@@ -133,8 +134,8 @@ type Proxy struct {
 	metrics      *metrics
 	series       *series
 	handler      http.Handler
-	clients      *clients    // model-name mapping and request adaptation (clients.go)
-	starting     atomic.Bool // engines still starting: /health is 503 (SetStarting)
+	clients      *compat.Clients // model-name mapping and request adaptation (clients.go)
+	starting     atomic.Bool     // engines still starting: /health is 503 (SetStarting)
 
 	mu          sync.Mutex // guards everything below and the replicas' balancer fields
 	policy      string
@@ -165,11 +166,11 @@ func New(cfg Config, backends []Backend) (*Proxy, error) {
 		sessions: newSessionTable(cfg.SessionTTL, cfg.MaxSessions),
 		route:    newRouteState(cfg.MaxSessions), wake: make(chan struct{})}
 	p.since = p.clock()
-	p.clients = newClients(cfg.ServedModel, cfg.StrictModel, p.log)
+	p.clients = compat.New(cfg.ServedModel, cfg.StrictModel, p.log)
 	p.series = newSeries(10*time.Second, time.Hour)
 	tr := newTransport()
 	p.client = &http.Client{Transport: tr}
-	p.dyn.rt = &clientTransport{next: tr, c: p.clients}
+	p.dyn.rt = &compat.Transport{Next: tr, Clients: p.clients}
 	byRank := map[int]*replica{}
 	var list []*replica
 	for _, b := range backends {
@@ -289,7 +290,7 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 	}
 	req := p.prepare(r, body)
 	if req.refuse != "" {
-		writeModelNotFound(w, r.URL.Path, req.refuse)
+		compat.WriteModelNotFound(w, r.URL.Path, req.refuse)
 		return
 	}
 	pin, pinned, err := identity.ParsePin(r.Header)

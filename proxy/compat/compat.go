@@ -1,16 +1,19 @@
-package proxy
-
-// Real agent clients (Claude Code, Codex, opencode) through the warden by
-// base URL alone: their model names are mapped to the one served model (or
-// refused in strict mode), request fields that vLLM's own request models
-// reject are adapted, and side requests the engine lacks are answered from
-// what it has (clients_fallback.go). Every adaptation here was checked
+// Package compat lets real agent clients (Claude Code, Codex, opencode) use
+// the warden by base URL alone: their model names are mapped to the one
+// served model (or refused in strict mode), request fields that vLLM's own
+// request models reject are adapted (server tools, Claude Code's billing
+// line), and engine answers a client cannot act on are answered from what
+// the engine has (Transport: count_tokens, output limits beyond the
+// context). It owns only which adaptations were logged; the proxy calls it
+// from its request path and wraps its engine transport in Transport. Every adaptation here was checked
 // against vLLM's source (vllm/entrypoints/anthropic/protocol.py and
 // serving.py, openai tokenization and chat serving); a field the engine
 // accepts is never touched, and a request the engine still rejects gets the
 // engine's error unchanged.
+package compat
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -21,14 +24,16 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/lmwarden/warden/proxy/identity"
 )
 
 // maxNoted bounds the names and adaptations logged once each.
 const maxNoted = 256
 
-// clients holds the client-compatibility state of a proxy: the served name,
+// Clients holds the client-compatibility state of a proxy: the served name,
 // strict mode, and which mappings and adaptations were already logged.
-type clients struct {
+type Clients struct {
 	served string // "" = no mapping (the engine's names apply)
 	strict bool
 	log    *slog.Logger
@@ -40,14 +45,16 @@ type clients struct {
 	servedJSON []byte // served as a JSON string
 }
 
-func newClients(served string, strict bool, log *slog.Logger) *clients {
+// New is the compatibility state for served (the one model name; "" = no
+// mapping); strict refuses other names as vLLM does.
+func New(served string, strict bool, log *slog.Logger) *Clients {
 	q, _ := json.Marshal(served)
-	return &clients{served: served, strict: strict, log: log, noted: map[string]bool{}, servedJSON: q}
+	return &Clients{served: served, strict: strict, log: log, noted: map[string]bool{}, servedJSON: q}
 }
 
 // once reports whether key is new (and records it). Past maxNoted keys it
 // logs one line saying that further ones go unlogged and reports false.
-func (c *clients) once(key string) bool {
+func (c *Clients) once(key string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.noted[key] {
@@ -64,45 +71,46 @@ func (c *clients) once(key string) bool {
 	return true
 }
 
-// modelAction is what resolveModel decided for a request's model field.
-type modelAction int
+// ModelAction is what ResolveModel decided for a request's model field.
+type ModelAction int
 
+// What to do with a request's model name.
 const (
-	modelKeep    modelAction = iota // absent, not a string, already the served name, or no served name known
-	modelRewrite                    // another name: serve it with the one model
-	modelRefuse                     // another name in strict mode: 404 like vLLM
+	ModelKeep    ModelAction = iota // absent, not a string, already the served name, or no served name known
+	ModelRewrite                    // another name: serve it with the one model
+	ModelRefuse                     // another name in strict mode: 404 like vLLM
 )
 
-// resolveModel decides what to do with the body's top-level "model" value
+// ResolveModel decides what to do with the body's top-level "model" value
 // and logs, once per distinct name, a name that is mapped or refused.
-func (c *clients) resolveModel(model gjson.Result) modelAction {
+func (c *Clients) ResolveModel(model gjson.Result) ModelAction {
 	if c.served == "" || model.Type != gjson.String || model.Str == "" || model.Str == c.served {
-		return modelKeep
+		return ModelKeep
 	}
 	if c.strict {
 		if c.once("refused:" + model.Str) {
 			c.log.Warn("model name refused (--strict-model)", "requested", model.Str, "served", c.served)
 		}
-		return modelRefuse
+		return ModelRefuse
 	}
 	if c.once("mapped:" + model.Str) {
 		c.log.Info("model name mapped", "requested", model.Str, "served", c.served)
 	}
-	return modelRewrite
+	return ModelRewrite
 }
 
-// servedModel is the value session identity sees for a mapped request: the
+// ServedModel is the value session identity sees for a mapped request: the
 // served name, so that a conversation keeps one fingerprint whichever name
 // its client sends on a turn.
-func (c *clients) servedModel() gjson.Result {
+func (c *Clients) ServedModel() gjson.Result {
 	return gjson.Result{Type: gjson.String, Str: c.served, Raw: strconv.Quote(c.served)}
 }
 
-// rewriteModel sets the body's top-level "model" to the served name by
+// RewriteModel sets the body's top-level "model" to the served name by
 // splicing the new value over the old one (gjson stops at the key, which
 // clients send first), in place when it is not longer. A body where the
 // splice cannot be placed is rewritten by sjson.
-func (c *clients) rewriteModel(body []byte) []byte {
+func (c *Clients) RewriteModel(body []byte) []byte {
 	m := gjson.GetBytes(body, "model")
 	start, end := m.Index, m.Index+len(m.Raw)
 	if m.Type != gjson.String || start <= 0 || end > len(body) || body[start] != '"' || body[end-1] != '"' {
@@ -123,10 +131,10 @@ func (c *clients) rewriteModel(body []byte) []byte {
 	return out
 }
 
-// writeModelNotFound answers a refused model name the way vLLM does: its
+// WriteModelNotFound answers a refused model name the way vLLM does: its
 // NotFoundError, in the Anthropic error envelope on /v1/messages paths and
 // in the OpenAI one elsewhere.
-func writeModelNotFound(w http.ResponseWriter, path, name string) {
+func WriteModelNotFound(w http.ResponseWriter, path, name string) {
 	msg := fmt.Sprintf("The model `%s` does not exist.", name)
 	if strings.HasPrefix(path, "/v1/messages") {
 		writeJSON(w, http.StatusNotFound, map[string]any{"type": "error",
@@ -137,7 +145,7 @@ func writeModelNotFound(w http.ResponseWriter, path, name string) {
 		"message": msg, "type": "NotFoundError", "param": "model", "code": http.StatusNotFound}})
 }
 
-// toolDrop names the tools of an Anthropic request that vLLM's Anthropic
+// ToolDrop names the tools of an Anthropic request that vLLM's Anthropic
 // endpoint cannot accept: its AnthropicTool model requires input_schema, so
 // Anthropic's server tools ({"type":"web_search_20250305","name":
 // "web_search"}, the tool-search, code-execution, bash and text-editor tool
@@ -145,16 +153,16 @@ func writeModelNotFound(w http.ResponseWriter, path, name string) {
 // could not run them anyway: Anthropic's servers execute them. A tool with
 // input_schema, or one without a type (a malformed custom tool), is left for
 // the engine to judge.
-type toolDrop struct {
+type ToolDrop struct {
 	index []int    // positions in "tools", ascending
 	kinds []string // their types
 	total int      // tools in the request
 }
 
-// serverTools finds the tools to drop. tools is the body's "tools" value
-// from scanFields; it is read before any edit moves the body's bytes.
-func serverTools(tools gjson.Result) toolDrop {
-	var d toolDrop
+// ServerTools finds the tools to drop. tools is the body's "tools" value
+// from identity.Scan; it is read before any edit moves the body's bytes.
+func ServerTools(tools gjson.Result) ToolDrop {
+	var d ToolDrop
 	tools.ForEach(func(_, t gjson.Result) bool {
 		typ := t.Get("type").Str
 		if typ != "" && typ != "custom" && !t.Get("input_schema").Exists() {
@@ -167,10 +175,10 @@ func serverTools(tools gjson.Result) toolDrop {
 	return d
 }
 
-// dropTools removes the tools serverTools found (the whole "tools" key when
+// DropTools removes the tools ServerTools found (the whole "tools" key when
 // it names only those, so that no empty list is left behind a tool_choice)
 // and logs each tool type once.
-func (c *clients) dropTools(body []byte, d toolDrop) []byte {
+func (c *Clients) DropTools(body []byte, d ToolDrop) []byte {
 	if len(d.index) == 0 {
 		return body
 	}
@@ -196,4 +204,37 @@ func (c *clients) dropTools(body []byte, d toolDrop) []byte {
 		}
 	}
 	return out
+}
+
+// StripBilling removes a first system block whose text starts with
+// "x-anthropic-billing-header:" (Claude Code's per-conversation line, which
+// would otherwise defeat prefix sharing of the system prompt behind it).
+// system is the body's "system" value from identity.Scan (its Index locates it
+// in body). The block is cut out in place (body is the proxy's own buffer),
+// from its first byte to the next block's first byte.
+func StripBilling(body []byte, system gjson.Result) []byte {
+	first := system.Get("0")
+	if !strings.HasPrefix(first.Get("text").Str, identity.BillingPrefix) {
+		return body
+	}
+	end := first.Index + len(first.Raw)
+	if next := system.Get("1"); next.Index > end {
+		end = next.Index
+	} else if !bytes.HasPrefix(bytes.TrimLeft(body[min(end, len(body)):], " \t\r\n"), []byte("]")) {
+		return body // not a well-formed array: leave it to the engine's 400
+	}
+	if first.Index <= 0 || end > len(body) || body[first.Index] != '{' {
+		out, err := sjson.DeleteBytes(body, "system.0") // position unknown: let sjson do it
+		if err != nil {
+			return body
+		}
+		return out
+	}
+	return append(body[:first.Index], body[end:]...)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
 }

@@ -1,7 +1,8 @@
-package proxy
+package compat
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -16,7 +17,7 @@ import (
 	"github.com/lmwarden/warden/proxy/tap"
 )
 
-// clientTransport wraps the engines' transport for two engine answers that a
+// Transport wraps the engines' transport for two engine answers that a
 // client cannot act on but the warden can, both given before the engine did
 // any work (so a second request to the same replica is safe):
 //   - POST /v1/messages/count_tokens answered 404/405 by an engine without
@@ -35,9 +36,25 @@ import (
 //
 // Anything else, and a fallback that fails, returns the engine's response
 // unchanged.
-type clientTransport struct {
-	next http.RoundTripper
-	c    *clients
+type Transport struct {
+	Next    http.RoundTripper
+	Clients *Clients
+}
+
+// requestKey carries a proxied request's original body and API to the
+// transport (WithRequest).
+type requestKey struct{}
+
+type request struct {
+	body []byte
+	kind tap.Kind
+}
+
+// WithRequest marks ctx's request as a proxied one whose client sent body
+// in kind's API: the transport's fallbacks apply to such requests only
+// (health checks and scrapes pass untouched).
+func WithRequest(ctx context.Context, body []byte, kind tap.Kind) context.Context {
+	return context.WithValue(ctx, requestKey{}, request{body, kind})
 }
 
 // maxErrorBody bounds how much of an engine error the transport reads.
@@ -53,20 +70,20 @@ var (
 )
 
 // RoundTrip implements http.RoundTripper.
-func (t *clientTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	resp, err := t.next.RoundTrip(r)
+func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.Next.RoundTrip(r)
 	if err != nil || resp.StatusCode < 400 {
 		return resp, err
 	}
-	at, _ := r.Context().Value(attemptKey{}).(*attempt)
-	if at == nil || r.Method != http.MethodPost {
+	req, ok := r.Context().Value(requestKey{}).(request)
+	if !ok || r.Method != http.MethodPost {
 		return resp, nil
 	}
 	switch {
 	case r.URL.Path == "/v1/messages/count_tokens" && (resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed):
-		return t.countTokens(r, resp, at.req.body)
-	case resp.StatusCode == http.StatusBadRequest && at.req.kind != tap.None:
-		return t.clampMaxTokens(r, resp, at.req.body)
+		return t.countTokens(r, resp, req.body)
+	case resp.StatusCode == http.StatusBadRequest && req.kind != tap.None:
+		return t.clampMaxTokens(r, resp, req.body)
 	}
 	return resp, nil
 }
@@ -83,7 +100,7 @@ func readError(resp *http.Response) []byte {
 }
 
 // resend sends body to path on the same replica with r's headers.
-func (t *clientTransport) resend(r *http.Request, path string, body []byte) (*http.Response, error) {
+func (t *Transport) resend(r *http.Request, path string, body []byte) (*http.Response, error) {
 	out := r.Clone(r.Context())
 	u := *r.URL
 	u.Path, u.RawPath, u.RawQuery = path, "", ""
@@ -91,12 +108,12 @@ func (t *clientTransport) resend(r *http.Request, path string, body []byte) (*ht
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.ContentLength = int64(len(body))
 	out.GetBody = nil
-	return t.next.RoundTrip(out)
+	return t.Next.RoundTrip(out)
 }
 
 // clampMaxTokens retries a request that vLLM refused only because its output
 // limit exceeds the context left, with the limit lowered to what is left.
-func (t *clientTransport) clampMaxTokens(r *http.Request, resp *http.Response, body []byte) (*http.Response, error) {
+func (t *Transport) clampMaxTokens(r *http.Request, resp *http.Response, body []byte) (*http.Response, error) {
 	msg := readError(resp)
 	var requested string
 	var left int
@@ -123,11 +140,11 @@ func (t *clientTransport) clampMaxTokens(r *http.Request, resp *http.Response, b
 		return resp, nil // the first answer is still a true one
 	}
 	resp.Body.Close()
-	if t.c.once("clamp:" + r.URL.Path) {
-		t.c.log.Info("output limit lowered to what the engine's context allows (it refuses a larger max_tokens)",
+	if t.Clients.once("clamp:" + r.URL.Path) {
+		t.Clients.log.Info("output limit lowered to what the engine's context allows (it refuses a larger max_tokens)",
 			"path", r.URL.Path, "requested", requested, "max_tokens", left)
 	}
-	t.c.log.Debug("max_tokens clamped", "path", r.URL.Path, "requested", requested, "max_tokens", left,
+	t.Clients.log.Debug("max_tokens clamped", "path", r.URL.Path, "requested", requested, "max_tokens", left,
 		"status", again.StatusCode)
 	return again, nil
 }
@@ -152,7 +169,7 @@ func setOutputLimit(body []byte, n int) ([]byte, bool) {
 // POST /tokenize when the engine has no count_tokens route. A 404 that is an
 // engine error (a JSON "error" object, e.g. an unknown model) is returned as
 // it is; so is every failure of the fallback.
-func (t *clientTransport) countTokens(r *http.Request, resp *http.Response, body []byte) (*http.Response, error) {
+func (t *Transport) countTokens(r *http.Request, resp *http.Response, body []byte) (*http.Response, error) {
 	if gjson.GetBytes(readError(resp), "error").Exists() {
 		return resp, nil
 	}
@@ -168,12 +185,12 @@ func (t *clientTransport) countTokens(r *http.Request, resp *http.Response, body
 	raw, _ := io.ReadAll(io.LimitReader(tr.Body, 32<<20))
 	count := gjson.GetBytes(raw, "count")
 	if tr.StatusCode != http.StatusOK || count.Type != gjson.Number {
-		t.c.log.Debug("count_tokens fallback failed", "status", tr.StatusCode, "body", truncate(string(raw), 200))
+		t.Clients.log.Debug("count_tokens fallback failed", "status", tr.StatusCode, "body", truncate(string(raw), 200))
 		return resp, nil
 	}
 	resp.Body.Close()
-	if t.c.once("count_tokens-fallback") {
-		t.c.log.Info("the engine has no /v1/messages/count_tokens: counting with its /tokenize")
+	if t.Clients.once("count_tokens-fallback") {
+		t.Clients.log.Info("the engine has no /v1/messages/count_tokens: counting with its /tokenize")
 	}
 	out := []byte(`{"input_tokens":` + strconv.FormatInt(count.Int(), 10) + "}")
 	h := http.Header{}

@@ -1,4 +1,4 @@
-package proxy
+package compat
 
 import (
 	"testing"
@@ -9,7 +9,6 @@ import (
 )
 
 const (
-	ccID    = "ca92e60e-3cb8-4c5e-8d21-fdf99ef4af9c" // a Claude Code session id
 	billing = `{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.332.0b8; cc_entrypoint=cli;"}`
 )
 
@@ -31,7 +30,7 @@ func TestStripBilling(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := []byte(tt.in)
-			got := string(stripBilling(b, identity.Scan(b).System))
+			got := string(StripBilling(b, identity.Scan(b).System))
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("stripBilling (-want +got):\n%s", diff)
 			}

@@ -1,0 +1,6 @@
+package proxy
+
+const (
+	ccID    = "ca92e60e-3cb8-4c5e-8d21-fdf99ef4af9c" // a Claude Code session id
+	billing = `{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.332.0b8; cc_entrypoint=cli;"}`
+)
