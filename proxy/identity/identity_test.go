@@ -167,4 +167,3 @@ func TestParsePin(t *testing.T) {
 		})
 	}
 }
-
