@@ -17,6 +17,7 @@ import (
 
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/proxy/panel"
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 // envVars names a flag's WARDEN_* environment variable.
@@ -86,7 +87,7 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 	}
 	policy := c.String("policy")
 	if !c.Bool("affinity") {
-		policy = proxy.PolicyOff
+		policy = place.PolicyOff
 	}
 	cfg := proxy.Config{
 		ServedModel: servedName, Policy: policy, SpillThreshold: c.Int("spill-threshold"),

@@ -22,6 +22,7 @@ import (
 	"github.com/lmwarden/warden/internal/simproc"
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/proxy/panel"
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 // parseRoute runs the route command's flag parsing on args and returns the
@@ -61,10 +62,10 @@ func TestRouteConfig(t *testing.T) {
 	if wantState := filepath.Join(dir, "warden", "route-9100.sessions.json"); cfg.StateFile != wantState || cfg.Addr != "127.0.0.1:9100" {
 		t.Errorf("state file %s addr %s, want %s 127.0.0.1:9100", cfg.StateFile, cfg.Addr, wantState)
 	}
-	if cfg.Proxy.BalancerInterval != 100*time.Millisecond || cfg.Proxy.Policy != proxy.PolicyAdaptive {
+	if cfg.Proxy.BalancerInterval != 100*time.Millisecond || cfg.Proxy.Policy != place.PolicyAdaptive {
 		t.Errorf("defaults: balancer interval %v policy %s, want 100ms adaptive", cfg.Proxy.BalancerInterval, cfg.Proxy.Policy)
 	}
-	if cfg, _ := parseRoute(t, "--replica", "http://h:1", "--balancer-interval", "1s", "--affinity=false"); cfg.Proxy.BalancerInterval != time.Second || cfg.Proxy.Policy != proxy.PolicyOff {
+	if cfg, _ := parseRoute(t, "--replica", "http://h:1", "--balancer-interval", "1s", "--affinity=false"); cfg.Proxy.BalancerInterval != time.Second || cfg.Proxy.Policy != place.PolicyOff {
 		t.Errorf("--balancer-interval 1s --affinity=false: %v %s", cfg.Proxy.BalancerInterval, cfg.Proxy.Policy)
 	}
 	if cfg.Proxy.AdmitWait != 0 || cfg.Proxy.MoveCooldown != 0 || cfg.Proxy.KVFill != 0 {

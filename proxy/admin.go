@@ -16,6 +16,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/lmwarden/warden/proxy/panel"
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 // routes builds the warden's mux: its own endpoints and everything else
@@ -138,7 +139,7 @@ func (p *Proxy) servePolicy(w http.ResponseWriter, _ *http.Request) {
 	p.mu.Lock()
 	pol := p.policy
 	p.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"policy": pol, "policies": Policies(),
+	writeJSON(w, http.StatusOK, map[string]any{"policy": pol, "policies": place.Policies(),
 		"spill_threshold": p.cfg.SpillThreshold, "spill_threshold_auto": p.cfg.SpillThreshold == 0,
 		"admit_wait_s": p.cfg.AdmitWait.Seconds(), "admit_wait_auto": p.cfg.AdmitWait == 0,
 		"move_cooldown_turns": p.cfg.cooldown(), "kv_fill": p.cfg.fill()})
@@ -147,7 +148,7 @@ func (p *Proxy) servePolicy(w http.ResponseWriter, _ *http.Request) {
 // SetPolicy switches the placement policy at run time; the session table is
 // kept.
 func (p *Proxy) SetPolicy(name string) (previous string, err error) {
-	if err := ValidPolicy(name); err != nil {
+	if err := place.ValidPolicy(name); err != nil {
 		return "", err
 	}
 	p.mu.Lock()

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/tidwall/gjson"
+
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 func TestPolicyEndpoint(t *testing.T) {
@@ -131,7 +133,7 @@ func TestAdaptiveKnobs(t *testing.T) {
 	p.mu.Lock()
 	pc := p.placeConfig()
 	p.mu.Unlock()
-	if pc.AdmitWait >= 0 || pc.MoveCooldown != 5 || pc.Fill != 0.8 || pc.Policy != PolicyAdaptive {
+	if pc.AdmitWait >= 0 || pc.MoveCooldown != 5 || pc.Fill != 0.8 || pc.Policy != place.PolicyAdaptive {
 		t.Errorf("placeConfig = %+v, want never-wait, cooldown 5, fill 0.8, adaptive", pc)
 	}
 	g, err := http.Get(front.URL + "/warden/policy")
@@ -157,7 +159,7 @@ func TestAdaptiveKnobs(t *testing.T) {
 	}
 	json.NewDecoder(g.Body).Decode(&got)
 	g.Body.Close()
-	if got.AdmitWait != 90 || got.AdmitAuto || got.MoveCooldown != DefaultMoveCooldown || got.KVFill != DefaultFill {
+	if got.AdmitWait != 90 || got.AdmitAuto || got.MoveCooldown != place.DefaultMoveCooldown || got.KVFill != place.DefaultFill {
 		t.Errorf("defaults with a 90 s admit wait: %+v", got)
 	}
 

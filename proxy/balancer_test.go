@@ -8,6 +8,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/simproc"
 	"github.com/lmwarden/warden/proxy/identity"
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 // TestOffSeesTheLoadOfTheLastTick checks the vLLM-style balancer's view is
@@ -31,7 +32,7 @@ func TestOffSeesTheLoadOfTheLastTick(t *testing.T) {
 			for i := range 2 {
 				bs = append(bs, Backend{Rank: i, URL: fmt.Sprintf("http://127.0.0.1:%d", 9000+i), MaxNumSeqs: 32})
 			}
-			p, _ := testProxyBackends(t, Config{Policy: PolicyOff, Clock: clk.now, BalancerInterval: 100 * time.Millisecond}, bs)
+			p, _ := testProxyBackends(t, Config{Policy: place.PolicyOff, Clock: clk.now, BalancerInterval: 100 * time.Millisecond}, bs)
 			p.mu.Lock()
 			p.ticking = tc.ticking
 			p.mu.Unlock()
@@ -56,7 +57,7 @@ func TestOffSeesTheLoadOfTheLastTick(t *testing.T) {
 // TestRunTicksTheBalancer checks Run takes over the refresh and hands it
 // back when it ends.
 func TestRunTicksTheBalancer(t *testing.T) {
-	p, _ := testProxyBackends(t, Config{Policy: PolicyOff, BalancerInterval: time.Millisecond},
+	p, _ := testProxyBackends(t, Config{Policy: place.PolicyOff, BalancerInterval: time.Millisecond},
 		[]Backend{{Rank: 0, URL: "http://127.0.0.1:9", MaxNumSeqs: 32}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

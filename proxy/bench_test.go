@@ -6,7 +6,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/lmwarden/warden/proxy/compat"
 	"github.com/lmwarden/warden/proxy/identity"
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 // BenchmarkOverhead compares a request through the proxy with the same
@@ -51,10 +51,10 @@ func BenchmarkOverhead(b *testing.B) {
 }
 
 // eightReplicas is a loaded snapshot of 8 replicas.
-func eightReplicas() []ReplicaView {
-	snap := make([]ReplicaView, 8)
+func eightReplicas() []place.ReplicaView {
+	snap := make([]place.ReplicaView, 8)
 	for i := range snap {
-		snap[i] = ReplicaView{Rank: i, Healthy: true, InFlight: i % 3, ActiveSessions: 4 + i%2,
+		snap[i] = place.ReplicaView{Rank: i, Healthy: true, InFlight: i % 3, ActiveSessions: 4 + i%2,
 			KVUsed: float64(i) / 10, MaxNumSeqs: 256, StaleRunning: i % 4, SentSince: i % 2}
 	}
 	return snap
@@ -64,16 +64,16 @@ func eightReplicas() []ReplicaView {
 func BenchmarkPick(b *testing.B) {
 	snap := eightReplicas()
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, pol := range Policies() {
-		cfg := PlaceConfig{Policy: pol}
+	for _, pol := range place.Policies() {
+		cfg := place.Config{Policy: pol}
 		b.Run(pol+"/new", func(b *testing.B) {
 			for b.Loop() {
-				Pick(snap, SessionView{Key: "k"}, cfg, rng)
+				place.Pick(snap, place.SessionView{Key: "k"}, cfg, rng)
 			}
 		})
 		b.Run(pol+"/known", func(b *testing.B) {
 			for b.Loop() {
-				Pick(snap, SessionView{Key: "k", Known: true, Home: 3}, cfg, rng)
+				place.Pick(snap, place.SessionView{Key: "k", Known: true, Home: 3}, cfg, rng)
 			}
 		})
 	}
@@ -90,7 +90,7 @@ func BenchmarkPlace(b *testing.B) {
 	for i := range keys {
 		keys[i] = identity.SessionKey{Key: fmt.Sprintf("session-%d", i), Source: identity.SourceClaudeHeader}
 	}
-	for _, pol := range []string{PolicyAdaptive, PolicySticky} {
+	for _, pol := range []string{place.PolicyAdaptive, place.PolicySticky} {
 		b.Run(pol, func(b *testing.B) {
 			p, _ := testProxyBackends(b, Config{Policy: pol}, bs)
 			i := 0
@@ -157,31 +157,4 @@ func BenchmarkExtract(b *testing.B) {
 			}
 		}
 	})
-}
-
-// BenchmarkSessionMemory reports the heap bytes per session in a table of
-// 100k sessions with UUID keys.
-func BenchmarkSessionMemory(b *testing.B) {
-	const n = 100_000
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("%08x-3cb8-4c5e-8d21-%012x", i, i)
-	}
-	now := time.Unix(1_000_000, 0)
-	var perSession float64
-	for b.Loop() {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		tab := newSessionTable(time.Hour, 0)
-		for i, k := range keys {
-			s := tab.insert(k, i%8, now)
-			tab.setContext(s, 1000)
-		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		perSession = float64(after.HeapAlloc-before.HeapAlloc) / n
-		runtime.KeepAlive(tab)
-	}
-	b.ReportMetric(perSession, "bytes/session")
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/simproc"
 	"github.com/lmwarden/warden/proxy/identity"
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 func TestParseReplica(t *testing.T) {
@@ -88,7 +89,7 @@ func homes(t *testing.T, front string, sessions []string) (map[string]string, ma
 
 func TestReplicasAddedAndRemovedAtRunTimeKeepTheSessionTable(t *testing.T) {
 	e0, e1, e2 := newFakeEngine(t), newFakeEngine(t), newFakeEngine(t)
-	p, front := testProxy(t, Config{Policy: PolicySticky}, e0, e1)
+	p, front := testProxy(t, Config{Policy: place.PolicySticky}, e0, e1)
 	sessions := []string{"a", "b", "c", "d", "e", "f"}
 	home, _ := homes(t, front.URL, sessions)
 
@@ -182,7 +183,7 @@ func closedURL(t *testing.T) string {
 
 func TestProbedReplicaEntersRotationOnlyOnceItAnswers(t *testing.T) {
 	e0 := newFakeEngine(t)
-	p, front := testProxyBackends(t, Config{Policy: PolicySticky}, []Backend{
+	p, front := testProxyBackends(t, Config{Policy: place.PolicySticky}, []Backend{
 		{Rank: 0, URL: e0.srv.URL, Probe: true, FallbackMaxNumSeqs: 32},
 		{Rank: 1, URL: closedURL(t), Probe: true, FallbackMaxNumSeqs: 32},
 	})
@@ -246,14 +247,14 @@ func TestMaxNumSeqsLearnedFromTheServerElseTheFallback(t *testing.T) {
 }
 
 func TestSpillUsesEachReplicasOwnCapacity(t *testing.T) {
-	snap := []ReplicaView{
+	snap := []place.ReplicaView{
 		{Rank: 0, Healthy: true, InFlight: 3, MaxNumSeqs: 8},  // spill above 2
 		{Rank: 1, Healthy: true, InFlight: 3, MaxNumSeqs: 64}, // spill above 16
 		{Rank: 2, Healthy: true, InFlight: 0, MaxNumSeqs: 8},
 	}
-	cfg := PlaceConfig{Policy: PolicySticky}
-	for home, want := range map[int]Decision{0: {Rank: 2, Reason: ReasonSpill}, 1: {Rank: 1, Reason: ReasonSticky}} {
-		got := Pick(snap, SessionView{Key: "k", Known: true, Home: home}, cfg, fixedRand(0))
+	cfg := place.Config{Policy: place.PolicySticky}
+	for home, want := range map[int]place.Decision{0: {Rank: 2, Reason: place.ReasonSpill}, 1: {Rank: 1, Reason: place.ReasonSticky}} {
+		got := place.Pick(snap, place.SessionView{Key: "k", Known: true, Home: home}, cfg, fixedRand(0))
 		if got != want {
 			t.Errorf("home %d (max_num_seqs %d, 3 in flight): %+v, want %+v", home, snap[home].MaxNumSeqs, got, want)
 		}
@@ -262,7 +263,7 @@ func TestSpillUsesEachReplicasOwnCapacity(t *testing.T) {
 
 func TestReplicaChangesDuringTrafficLoseNoRequest(t *testing.T) {
 	e0, e1, e2 := newFakeEngine(t), newFakeEngine(t), newFakeEngine(t)
-	p, front := testProxy(t, Config{Policy: PolicySticky}, e0, e1, e2)
+	p, front := testProxy(t, Config{Policy: place.PolicySticky}, e0, e1, e2)
 	stop := make(chan struct{})
 	errs := make(chan string, 100)
 	var wg sync.WaitGroup

@@ -21,6 +21,7 @@ import (
 
 	"github.com/lmwarden/warden/proxy/compat"
 	"github.com/lmwarden/warden/proxy/identity"
+	"github.com/lmwarden/warden/proxy/place"
 	"github.com/lmwarden/warden/proxy/tap"
 )
 
@@ -257,15 +258,12 @@ func (p *Proxy) account(at *attempt, req *request, pl placement, start time.Time
 	defer p.mu.Unlock()
 	if pl.known && at.status != 499 {
 		p.knownTurns++
-		if pl.d.Reason == ReasonSticky {
+		if pl.d.Reason == place.ReasonSticky {
 			p.homeTurns++
 		}
 	}
-	if s := p.sessions.peek(req.key.Key); req.key.Key != "" && s != nil && u.Known {
-		s.prompt += u.Prompt
-		s.cached += u.Cached
-		s.completion += u.Completion
-		p.sessions.setContext(s, uint32(min(u.Prompt+u.Completion, 1<<32-1)))
+	if s := p.sessions.Peek(req.key.Key); req.key.Key != "" && s != nil && u.Known {
+		p.sessions.AddUsage(s, u.Prompt, u.Cached, u.Completion)
 	}
 }
 

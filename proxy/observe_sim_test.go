@@ -17,6 +17,7 @@ import (
 	"github.com/lmwarden/warden/internal/usage"
 	"github.com/lmwarden/warden/proxy/identity"
 	"github.com/lmwarden/warden/proxy/panel"
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 // observed is what the clients themselves saw, per replica.
@@ -33,7 +34,7 @@ type observed struct {
 func TestSimStatusNumbersMatchWhatHappened(t *testing.T) {
 	procs, bs := startSims(t, 2)
 	reg := prometheus.NewPedanticRegistry()
-	p, front := testProxyBackends(t, Config{Policy: PolicySticky, Registry: reg}, bs)
+	p, front := testProxyBackends(t, Config{Policy: place.PolicySticky, Registry: reg}, bs)
 	p.CheckNow(context.Background()) // baseline of the engine counters: zero
 	o := observed{requests: map[int]int{}, newTurns: map[int]int{}, sticky: map[int]int{},
 		prompt: map[int]int64{}, cached: map[int]int64{}, completion: map[int]int64{}, sessions: map[string]bool{}}

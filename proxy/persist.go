@@ -44,18 +44,19 @@ func (p *Proxy) snapshotSessions() savedState {
 	for u, rank := range p.dyn.rankOf {
 		urlOf[rank] = u
 	}
-	st := savedState{Version: stateVersion, SavedAt: p.clock(), Sessions: make([]savedSession, 0, p.sessions.len())}
+	st := savedState{Version: stateVersion, SavedAt: p.clock(), Sessions: make([]savedSession, 0, p.sessions.Len())}
 	for _, r := range p.replicaList() {
 		st.Replicas = append(st.Replicas, canonicalURL(r.target))
 	}
-	p.sessions.expire(st.SavedAt)
-	for s := p.sessions.lru.tail; s != nil; s = p.sessions.lru.prev(s) {
-		u, ok := urlOf[s.home]
+	p.sessions.Expire(st.SavedAt)
+	for s := range p.sessions.Oldest() {
+		u, ok := urlOf[s.Home()]
 		if !ok {
 			continue
 		}
-		st.Sessions = append(st.Sessions, savedSession{Key: s.key, Replica: u, LastSeen: time.Unix(0, s.lastSeen).UTC(),
-			Context: s.context, Prompt: s.prompt, Cached: s.cached, Completion: s.completion})
+		prompt, cached, completion := s.Usage()
+		st.Sessions = append(st.Sessions, savedSession{Key: s.Key(), Replica: u, LastSeen: s.LastSeen().UTC(),
+			Context: s.Context(), Prompt: prompt, Cached: cached, Completion: completion})
 	}
 	return st
 }
@@ -141,29 +142,17 @@ func (p *Proxy) LoadSessions(path string) (LoadResult, error) {
 	for _, s := range st.Sessions {
 		rank, ok := rankOf[s.Replica]
 		switch {
-		case s.Key == "" || p.sessions.peek(s.Key) != nil:
+		case s.Key == "" || p.sessions.Peek(s.Key) != nil:
 		case s.LastSeen.Before(cutoff):
 			res.Expired++
 		case !ok:
 			res.Unknown++
 		default:
-			p.sessions.restore(s, rank)
+			p.sessions.Restore(s.Key, rank, s.LastSeen, s.Context, s.Prompt, s.Cached, s.Completion)
 			res.Restored++
 		}
 	}
 	return res, nil
-}
-
-// restore inserts a saved session as the most recently used entry, with its
-// saved last-use time and usage. Restored sessions do not count as seen in
-// this run.
-func (t *sessionTable) restore(s savedSession, home int) {
-	e := t.insert(s.Key, home, s.LastSeen)
-	t.seen--
-	e.prompt, e.cached, e.completion = s.Prompt, s.Cached, s.Completion
-	if s.Context > 0 {
-		t.setContext(e, s.Context)
-	}
 }
 
 // PersistSessions saves the session table to path every interval until ctx

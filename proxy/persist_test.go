@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 func TestSessionTableSurvivesARestartKeyedByURL(t *testing.T) {
 	e0, e1, e2 := newFakeEngine(t), newFakeEngine(t), newFakeEngine(t)
 	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
-	p, front := testProxy(t, Config{Policy: PolicySticky, Clock: clk.now, SessionTTL: time.Hour}, e0, e1, e2)
+	p, front := testProxy(t, Config{Policy: place.PolicySticky, Clock: clk.now, SessionTTL: time.Hour}, e0, e1, e2)
 	sessions := []string{"a", "b", "c", "d", "e", "f", "old"}
 	home, _ := homes(t, front.URL, sessions[len(sessions)-1:])
 	clk.add(50 * time.Minute) // "old" is 50 minutes idle at save time
@@ -35,7 +37,7 @@ func TestSessionTableSurvivesARestartKeyedByURL(t *testing.T) {
 	// ranks), has lost e2, and starts 20 minutes later: "old" is then past
 	// its TTL.
 	clk.add(20 * time.Minute)
-	q, front2 := testProxy(t, Config{Policy: PolicySticky, Clock: clk.now, SessionTTL: time.Hour}, e1, e0)
+	q, front2 := testProxy(t, Config{Policy: place.PolicySticky, Clock: clk.now, SessionTTL: time.Hour}, e1, e0)
 	res, err := q.LoadSessions(path)
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +73,7 @@ func must[A, B any](a A, _ B) A { return a }
 func TestSavedSessionsKeepOrderContextAndUsage(t *testing.T) {
 	e0 := newFakeEngine(t)
 	clk := &fakeClock{t: time.Unix(2_000_000, 0)}
-	p, front := testProxy(t, Config{Policy: PolicySticky, Clock: clk.now}, e0)
+	p, front := testProxy(t, Config{Policy: place.PolicySticky, Clock: clk.now}, e0)
 	for _, s := range []string{"first", "second", "third"} {
 		post(t, front.URL+"/v1/chat/completions", chatBody(s, false, ""))
 		clk.add(time.Second)
@@ -97,13 +99,13 @@ func TestSavedSessionsKeepOrderContextAndUsage(t *testing.T) {
 		t.Errorf("saved order %v, want least recently used first", keys)
 	}
 
-	q, _ := testProxy(t, Config{Policy: PolicySticky, Clock: clk.now, MaxSessions: 2}, e0)
+	q, _ := testProxy(t, Config{Policy: place.PolicySticky, Clock: clk.now, MaxSessions: 2}, e0)
 	if _, err := q.LoadSessions(path); err != nil {
 		t.Fatal(err)
 	}
 	q.mu.Lock()
-	_, firstKept := q.sessions.m[keys[0]]
-	ctxSum := q.sessions.ctxSum
+	firstKept := q.sessions.Peek(keys[0]) != nil
+	ctxSum, _ := q.sessions.Contexts()
 	q.mu.Unlock()
 	if firstKept || q.Status().Sessions != 2 || ctxSum != 2*103 {
 		t.Errorf("into a table of 2: first kept %v, %d sessions, context sum %d; want the 2 most recent, 206", firstKept, q.Status().Sessions, ctxSum)

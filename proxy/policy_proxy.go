@@ -5,11 +5,12 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/lmwarden/warden/proxy/place"
 	"github.com/lmwarden/warden/proxy/tap"
 )
 
 // The proxy's side of the adaptive policy: feeding routeState and holding
-// requests that the policy told to wait (ReasonWait) until a request ends.
+// requests that the policy told to wait (place.ReasonWait) until a request ends.
 
 // maxHold bounds one request's wait at the proxy whatever the policy says
 // (a safety net: the policy's own bound is a few turn times).
@@ -18,13 +19,13 @@ const maxHold = 10 * time.Minute
 // adaptiveView completes the snapshot and session view with routeState's
 // estimates, which only the adaptive policy reads (routeState keeps learning
 // under every policy, in begin and end). The caller holds p.mu.
-func (p *Proxy) adaptiveView(snap []ReplicaView, sv *SessionView, bodyBytes int, waited time.Duration, now time.Time) {
-	p.route.policy(p.policy)
-	if p.policy != PolicyAdaptive {
+func (p *Proxy) adaptiveView(snap []place.ReplicaView, sv *place.SessionView, bodyBytes int, waited time.Duration, now time.Time) {
+	p.route.SetPolicy(p.policy)
+	if p.policy != place.PolicyAdaptive {
 		return
 	}
-	p.route.fill(snap, now)
-	p.route.sessionView(sv, bodyBytes, snap)
+	p.route.FillView(snap, now)
+	p.route.ViewSession(sv, bodyBytes, snap)
 	sv.Waited = waited.Seconds()
 	sv.Held = p.held
 	sv.NoWait = waited > maxHold
@@ -46,7 +47,7 @@ func (p *Proxy) routeEnd(pl placement, at *attempt, start time.Time) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.route.end(pl.ticket, u, ttfb, p.clock())
+	p.route.End(pl.ticket, place.Report(u), ttfb, p.clock())
 	p.wakeHeld()
 }
 
@@ -88,7 +89,7 @@ func (p *Proxy) placeOrHold(r *http.Request, req *request, pinned bool, pin int,
 	for {
 		waited := p.clock().Sub(start)
 		pl := p.place(req.key, pinned, pin, skip, len(req.body), waited)
-		if pl.d.Reason != ReasonWait {
+		if pl.d.Reason != place.ReasonWait {
 			return pl
 		}
 		p.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 // bigChat is a chat body of about n bytes for session key.
@@ -51,10 +52,10 @@ func TestHoldForRoom(t *testing.T) {
 		t.Fatalf("engine received %d requests while b was held, want 1", n)
 	}
 	close(e.hold)
-	if got := <-doneA; got != string(ReasonNew) {
+	if got := <-doneA; got != string(place.ReasonNew) {
 		t.Errorf("a: route %q", got)
 	}
-	if got := <-doneB; got != string(ReasonNew) {
+	if got := <-doneB; got != string(place.ReasonNew) {
 		t.Errorf("b: route %q, want new after the hold", got)
 	}
 	p.mu.Lock()

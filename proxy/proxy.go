@@ -20,13 +20,14 @@ import (
 	"github.com/lmwarden/warden/proxy/compat"
 	"github.com/lmwarden/warden/proxy/identity"
 	"github.com/lmwarden/warden/proxy/panel"
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 // Config configures a Proxy. Zero values get the defaults named per field.
 type Config struct {
 	ServedModel       string        // the one model name /v1/models answers with and every request's model is mapped to; "" = ask a replica, no mapping
 	StrictModel       bool          // refuse (404, like vLLM) a model name other than ServedModel instead of mapping it
-	Policy            string        // placement policy (Policies()); "" = "adaptive"
+	Policy            string        // placement policy (place.Policies()); "" = "adaptive"
 	SpillThreshold    int           // in-flight above which a sticky turn spills; 0 = auto max(1, max_num_seqs/4)
 	AdmitWait         time.Duration // adaptive: longest hold of a new conversation without KV room; 0 = auto (5 mean turn times), < 0 = never hold
 	MoveCooldown      int           // adaptive: turns a moved conversation stays put; 0 = 3
@@ -58,16 +59,16 @@ type Config struct {
 // place they are checked: the commands call it before anything starts, New
 // again.
 func (c Config) Validate() error {
-	if err := ValidPolicy(c.Policy); c.Policy != "" && err != nil {
+	if err := place.ValidPolicy(c.Policy); c.Policy != "" && err != nil {
 		return err
 	}
 	switch {
 	case c.SpillThreshold < 0:
 		return fmt.Errorf("--spill-threshold must be >= 0 (0 means auto), got %d", c.SpillThreshold)
 	case c.MoveCooldown < 0:
-		return fmt.Errorf("--move-cooldown must be >= 0 turns (0 means auto = %d), got %d", DefaultMoveCooldown, c.MoveCooldown)
+		return fmt.Errorf("--move-cooldown must be >= 0 turns (0 means auto = %d), got %d", place.DefaultMoveCooldown, c.MoveCooldown)
 	case c.KVFill < 0 || c.KVFill > 4:
-		return fmt.Errorf("--kv-fill must be a fraction of the KV cache in (0, 4] (0 means auto = %v), got %v", DefaultFill, c.KVFill)
+		return fmt.Errorf("--kv-fill must be a fraction of the KV cache in (0, 4] (0 means auto = %v), got %v", place.DefaultFill, c.KVFill)
 	case c.BalancerInterval < 0:
 		return fmt.Errorf("--balancer-interval must be positive, got %v", c.BalancerInterval)
 	case c.ResponseHeaderTimeout < 0:
@@ -81,9 +82,9 @@ func (c *Config) defaults() error {
 		return err
 	}
 	if c.Policy == "" {
-		c.Policy = PolicyAdaptive
+		c.Policy = place.PolicyAdaptive
 	}
-	if err := ValidPolicy(c.Policy); err != nil {
+	if err := place.ValidPolicy(c.Policy); err != nil {
 		return err
 	}
 	if c.MaxBodyBytes <= 0 {
@@ -140,15 +141,15 @@ type Proxy struct {
 	mu          sync.Mutex // guards everything below and the replicas' balancer fields
 	policy      string
 	rng         *rand.Rand
-	sessions    *sessionTable
+	sessions    *place.Table
 	lastRefresh time.Time
 	ticking     bool   // Run refreshes the balancer view on its own tick
 	knownTurns  uint64 // turns of sessions that already had a home
 	homeTurns   uint64 // ... served on that home
 	peak        peakState
 	dyn         dynState      // adding and removing replicas (dynamic.go)
-	route       *routeState   // the adaptive policy's estimates (policy_state.go)
-	held        int           // requests held at the proxy for room (ReasonWait)
+	route       *place.Memory // the adaptive policy's estimates (policy_state.go)
+	held        int           // requests held at the proxy for room (place.ReasonWait)
 	wake        chan struct{} // closed and replaced when a request ends while some are held
 }
 
@@ -163,8 +164,8 @@ func New(cfg Config, backends []Backend) (*Proxy, error) {
 	p := &Proxy{cfg: cfg, log: cfg.Logger, clock: cfg.Clock,
 		checkTimeout: 2 * time.Second, policy: cfg.Policy,
 		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
-		sessions: newSessionTable(cfg.SessionTTL, cfg.MaxSessions),
-		route:    newRouteState(cfg.MaxSessions), wake: make(chan struct{})}
+		sessions: place.NewTable(cfg.SessionTTL, cfg.MaxSessions),
+		route:    place.NewMemory(cfg.MaxSessions), wake: make(chan struct{})}
 	p.since = p.clock()
 	p.clients = compat.New(cfg.ServedModel, cfg.StrictModel, p.log)
 	p.series = newSeries(10*time.Second, time.Hour)
@@ -302,7 +303,7 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 	for range p.replicaList() {
 		pl := p.placeOrHold(r, req, pinned, pin, tried)
 		if pl.d.Rank < 0 {
-			if pl.d.Reason == ReasonWait { // client went away while held
+			if pl.d.Reason == place.ReasonWait { // client went away while held
 				w.WriteHeader(499)
 				return
 			}
@@ -322,11 +323,11 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 
 // placement is one decision plus what the accounting needs about it.
 type placement struct {
-	d      Decision
-	rep    *replica     // the chosen replica (it may be removed while the request runs)
-	known  bool         // the session had a home before this request
-	home   int          // its home after the decision
-	ticket *routeTicket // the adaptive policy's record of this request
+	d      place.Decision
+	rep    *replica      // the chosen replica (it may be removed while the request runs)
+	known  bool          // the session had a home before this request
+	home   int           // its home after the decision
+	ticket *place.Ticket // the adaptive policy's record of this request
 }
 
 // place decides and increments the chosen replica's in-flight count in one
@@ -339,24 +340,24 @@ func (p *Proxy) place(key identity.SessionKey, pinned bool, pin int, skip []int,
 	if !p.ticking && now.Sub(p.lastRefresh) >= p.cfg.BalancerInterval {
 		p.refreshBalancers(now) // no Run loop (tests): refresh on demand
 	}
-	var s *session
+	var s *place.Session
 	if key.Key != "" {
-		s = p.sessions.get(key.Key, now)
+		s = p.sessions.Get(key.Key, now)
 	}
 	reps := p.replicaList()
-	snap := make([]ReplicaView, len(reps))
+	snap := make([]place.ReplicaView, len(reps))
 	for i, r := range reps {
-		snap[i] = r.view(p.sessions.active[r.rank])
+		snap[i] = r.view(p.sessions.Active(r.rank))
 		if slices.Contains(skip, r.rank) {
 			snap[i].Healthy = false
 		}
 	}
-	sv := SessionView{Key: key.Key, Pinned: pinned, Pin: pin}
+	sv := place.SessionView{Key: key.Key, Pinned: pinned, Pin: pin}
 	if s != nil {
-		sv.Known, sv.Home = true, s.home
+		sv.Known, sv.Home = true, s.Home()
 	}
 	p.adaptiveView(snap, &sv, bodyBytes, waited, now)
-	d := Pick(snap, sv, p.placeConfig(), p.rng)
+	d := place.Pick(snap, sv, p.placeConfig(), p.rng)
 	pl := placement{d: d, known: s != nil}
 	if d.Rank < 0 {
 		return pl
@@ -368,14 +369,14 @@ func (p *Proxy) place(key identity.SessionKey, pinned bool, pin int, skip []int,
 	switch {
 	case key.Key == "":
 	case s == nil:
-		s = p.sessions.insert(key.Key, d.Rank, now)
-	case d.Reason == ReasonFailover || d.Reason == ReasonMove:
-		p.sessions.rehome(s, d.Rank)
+		s = p.sessions.Insert(key.Key, d.Rank, now)
+	case d.Reason == place.ReasonFailover || d.Reason == place.ReasonMove:
+		p.sessions.Rehome(s, d.Rank)
 	}
 	if s != nil {
-		pl.home = s.home
+		pl.home = s.Home()
 	}
-	pl.ticket = p.route.begin(key.Key, bodyBytes, d.Rank, d.Reason, now)
+	pl.ticket = p.route.Begin(key.Key, bodyBytes, d.Rank, d.Reason, now)
 	return pl
 }
 
@@ -421,10 +422,10 @@ func (p *Proxy) tickBalancers(ctx context.Context) {
 	}
 }
 
-// placeConfig is the policy and its knobs as Pick takes them. Call with p.mu
+// placeConfig is the policy and its knobs as place.Pick takes them. Call with p.mu
 // held (the policy switches at run time).
-func (p *Proxy) placeConfig() PlaceConfig {
-	c := PlaceConfig{Policy: p.policy, SpillThreshold: p.cfg.SpillThreshold, MoveCooldown: p.cfg.MoveCooldown, Fill: p.cfg.KVFill}
+func (p *Proxy) placeConfig() place.Config {
+	c := place.Config{Policy: p.policy, SpillThreshold: p.cfg.SpillThreshold, MoveCooldown: p.cfg.MoveCooldown, Fill: p.cfg.KVFill}
 	switch {
 	case p.cfg.AdmitWait < 0:
 		c.AdmitWait = -1
@@ -434,6 +435,6 @@ func (p *Proxy) placeConfig() PlaceConfig {
 	return c
 }
 
-func (c Config) cooldown() int { return PlaceConfig{MoveCooldown: c.MoveCooldown}.cooldown() }
+func (c Config) cooldown() int { return place.Config{MoveCooldown: c.MoveCooldown}.Cooldown() }
 
-func (c Config) fill() float64 { return PlaceConfig{Fill: c.KVFill}.fillOf() }
+func (c Config) fill() float64 { return place.Config{Fill: c.KVFill}.FillFraction() }

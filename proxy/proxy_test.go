@@ -16,6 +16,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/simproc"
 	"github.com/lmwarden/warden/proxy/identity"
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 func TestStreamWithoutIncludeUsageNeverShowsTheUsageChunk(t *testing.T) {
@@ -122,7 +123,7 @@ func TestRetryOnAnotherReplicaWhenTheFirstRefusesConnections(t *testing.T) {
 	dead := "http://" + l.Addr().String()
 	l.Close() // nothing listens there now: connection refused
 	e := newFakeEngine(t)
-	p, front := testProxyBackends(t, Config{Policy: PolicyOff}, []Backend{{Rank: 0, URL: dead}, {Rank: 1, URL: e.srv.URL}})
+	p, front := testProxyBackends(t, Config{Policy: place.PolicyOff}, []Backend{{Rank: 0, URL: dead}, {Rank: 1, URL: e.srv.URL}})
 	resp, body := post(t, front.URL+"/v1/chat/completions", chatBody("s", false, ""))
 	if resp.StatusCode != 200 || resp.Header.Get(identity.PinHeader) != "1" {
 		t.Fatalf("status %d replica %q: %s", resp.StatusCode, resp.Header.Get(identity.PinHeader), body)

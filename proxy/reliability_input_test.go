@@ -92,9 +92,9 @@ func TestBadInputGetsAClearAnswerAndNothingLeaks(t *testing.T) {
 		t.Fatalf("after the bad input: status %d: %s", resp.StatusCode, body)
 	}
 	p.mu.Lock()
-	for k := range p.sessions.m {
-		if len(k) > identity.MaxKeyLen {
-			t.Errorf("a session key of %d bytes is kept", len(k))
+	for s := range p.sessions.Oldest() {
+		if len(s.Key()) > identity.MaxKeyLen {
+			t.Errorf("a session key of %d bytes is kept", len(s.Key()))
 		}
 	}
 	p.mu.Unlock()

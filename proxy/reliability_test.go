@@ -17,6 +17,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/simproc"
 	"github.com/lmwarden/warden/proxy/identity"
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 // Reliability tests against real simulator processes: engines killed,
@@ -122,7 +123,7 @@ func TestEngineKilledMidStreamEndsWithAnErrorEventAndSessionsFailOver(t *testing
 		}
 	}
 	r, body := post(t, front.URL+"/v1/chat/completions", simChat("victim"))
-	if r.StatusCode != http.StatusOK || r.Header.Get(RouteHeader) != string(ReasonFailover) {
+	if r.StatusCode != http.StatusOK || r.Header.Get(RouteHeader) != string(place.ReasonFailover) {
 		t.Errorf("the dead replica's session: status %d route %q: %s", r.StatusCode, r.Header.Get(RouteHeader), body)
 	}
 	settled(t, p)

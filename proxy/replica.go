@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 // Backend is one engine replica the proxy forwards to.
@@ -138,10 +140,10 @@ func (r *replica) port() int {
 }
 
 // view copies what placement needs. The caller holds Proxy.mu.
-func (r *replica) view(active int) ReplicaView {
+func (r *replica) view(active int) place.ReplicaView {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return ReplicaView{
+	return place.ReplicaView{
 		Rank: r.rank, Healthy: r.launcherUp && r.healthFails < healthFailsDown,
 		InFlight: int(r.inflight.Load()), Running: r.eng.running, Waiting: r.eng.waiting,
 		KVUsed: r.eng.kvUsed, ActiveSessions: active, MaxNumSeqs: r.seqs(),
@@ -163,20 +165,20 @@ func (r *replica) refreshBalancer() {
 }
 
 // count adds one served turn to the reason's counter.
-func (r *replica) count(reason Reason) {
+func (r *replica) count(reason place.Reason) {
 	r.requests.Add(1)
 	switch reason {
-	case ReasonNew:
+	case place.ReasonNew:
 		r.newTurns.Add(1)
-	case ReasonSticky:
+	case place.ReasonSticky:
 		r.sticky.Add(1)
-	case ReasonSpill:
+	case place.ReasonSpill:
 		r.spilledIn.Add(1)
-	case ReasonPinned:
+	case place.ReasonPinned:
 		r.pinned.Add(1)
-	case ReasonFailover:
+	case place.ReasonFailover:
 		r.failover.Add(1)
-	case ReasonOff, ReasonHash:
+	case place.ReasonOff, place.ReasonHash:
 		r.balanced.Add(1)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/simproc"
 	"github.com/lmwarden/warden/proxy/identity"
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 // fakeClock is a settable clock for Config.Clock.
@@ -90,7 +91,7 @@ func TestSpillAboveTheThresholdAndNotBelow(t *testing.T) {
 func TestOffSpreadsByQueueLikeVLLM(t *testing.T) {
 	es, release := heldEngines(t, 4)
 	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
-	p, front := testProxy(t, Config{Policy: PolicyOff, Clock: clk.now}, es...)
+	p, front := testProxy(t, Config{Policy: place.PolicyOff, Clock: clk.now}, es...)
 	var results []func() (string, string)
 	// Within one stats period, each request sent counts as waiting (score
 	// +4) on its engine: the same conversation goes round the replicas.
@@ -113,7 +114,7 @@ func TestOffSpreadsByQueueLikeVLLM(t *testing.T) {
 
 func TestLeastInFlightAndHashPolicies(t *testing.T) {
 	es, release := heldEngines(t, 2)
-	p, front := testProxy(t, Config{Policy: PolicyLeastInFlight}, es...)
+	p, front := testProxy(t, Config{Policy: place.PolicyLeastInFlight}, es...)
 	a := sendHeld(t, p, front.URL, chatBody("x", false, ""))
 	b := sendHeld(t, p, front.URL, chatBody("x", false, ""))
 	release()
@@ -122,7 +123,7 @@ func TestLeastInFlightAndHashPolicies(t *testing.T) {
 	if ra == rb {
 		t.Errorf("least-inflight put two concurrent requests on replica %s", ra)
 	}
-	if _, err := p.SetPolicy(PolicyHash); err != nil {
+	if _, err := p.SetPolicy(place.PolicyHash); err != nil {
 		t.Fatal(err)
 	}
 	first, _ := post(t, front.URL+"/v1/chat/completions", chatBody("h", false, ""))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/simproc"
 	"github.com/lmwarden/warden/proxy/identity"
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 func TestMain(m *testing.M) { simproc.Main(m) }
@@ -174,7 +175,7 @@ func TestSimBillingStripGivesCrossConversationHits(t *testing.T) {
 func TestSimOffSpreadsByQueueAndStickyKeepsTheCache(t *testing.T) {
 	_, bs := startSims(t, 4)
 	clk := &fakeClock{t: time.Unix(1_000_000, 0)} // frozen: one balancer stats period
-	p, front := testProxyBackends(t, Config{Policy: PolicyOff, Clock: clk.now}, bs)
+	p, front := testProxyBackends(t, Config{Policy: place.PolicyOff, Clock: clk.now}, bs)
 	c := newConversation(front.URL, "conv-off", words("sys", 200), words("task", 200))
 	var got []string
 	for turn := range 4 {
@@ -186,7 +187,7 @@ func TestSimOffSpreadsByQueueAndStickyKeepsTheCache(t *testing.T) {
 	if want := "[0:off:0 1:off:0 2:off:0 3:off:0]"; fmt.Sprint(got) != want {
 		t.Errorf("off: %v, want %s", got, want)
 	}
-	if _, err := p.SetPolicy(PolicySticky); err != nil {
+	if _, err := p.SetPolicy(place.PolicySticky); err != nil {
 		t.Fatal(err)
 	}
 	rank, route, _, cached := c.turn(t, "back home")

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/lmwarden/warden/proxy/identity"
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 // resettingEngine answers its first request and resets the kept-alive
@@ -41,7 +42,7 @@ func resettingEngine(t *testing.T) (*httptest.Server, *atomic.Int32) {
 func TestResetOnAKeptAliveConnectionGoesToAnotherReplica(t *testing.T) {
 	a, na := resettingEngine(t)
 	b, nb := resettingEngine(t)
-	_, front := testProxyBackends(t, Config{Policy: PolicySticky},
+	_, front := testProxyBackends(t, Config{Policy: place.PolicySticky},
 		[]Backend{{Rank: 0, URL: a.URL, MaxNumSeqs: 32}, {Rank: 1, URL: b.URL, MaxNumSeqs: 32}})
 	body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 	resp, _ := post(t, front.URL+"/v1/chat/completions", body, "X-Claude-Code-Session-Id", "s1")

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"github.com/lmwarden/warden/proxy/panel"
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 // peakState is the worst KV overcommit seen so far (guarded by Proxy.mu).
@@ -15,12 +16,13 @@ type peakState struct {
 func (p *Proxy) Status() panel.Status {
 	now := p.clock()
 	p.mu.Lock()
-	p.sessions.expire(now)
+	p.sessions.Expire(now)
+	ctxSum, ctxN := p.sessions.Contexts()
 	s := panel.Status{
 		Since: p.since, Now: now, UptimeSeconds: now.Sub(p.since).Seconds(), Model: p.cfg.ServedModel,
 		Policy: p.policy, Affinity: affinity(p.policy), SpillAuto: p.cfg.SpillThreshold == 0,
-		Sessions: p.sessions.len(), SessionsSeen: p.sessions.seen,
-		ActiveContextTokens: p.sessions.ctxSum, ActiveContextSessions: p.sessions.ctxN,
+		Sessions: p.sessions.Len(), SessionsSeen: p.sessions.Seen(),
+		ActiveContextTokens: ctxSum, ActiveContextSessions: ctxN,
 	}
 	if p.knownTurns > 0 {
 		s.StickyShare = float64(p.homeTurns) / float64(p.knownTurns)
@@ -28,7 +30,7 @@ func (p *Proxy) Status() panel.Status {
 	reps := p.replicaList()
 	active := make([]int, len(reps))
 	for i, r := range reps {
-		active[i] = p.sessions.active[r.rank]
+		active[i] = p.sessions.Active(r.rank)
 	}
 	p.mu.Unlock()
 
@@ -39,7 +41,7 @@ func (p *Proxy) Status() panel.Status {
 	}
 	s.Totals = panel.TotalsOf(s.Replicas)
 	if len(reps) > 0 {
-		s.SpillThreshold = PlaceConfig{SpillThreshold: p.cfg.SpillThreshold}.SpillFor(ReplicaView{MaxNumSeqs: reps[0].seqs()})
+		s.SpillThreshold = place.Config{SpillThreshold: p.cfg.SpillThreshold}.SpillFor(place.ReplicaView{MaxNumSeqs: reps[0].seqs()})
 	}
 	s.Series = p.series.points(now)
 	p.mu.Lock()
@@ -54,7 +56,7 @@ func (p *Proxy) Status() panel.Status {
 
 // affinity reports whether a policy keeps conversations on a replica.
 func affinity(policy string) bool {
-	return policy == PolicySticky || policy == PolicyHash || policy == PolicyAdaptive
+	return policy == place.PolicySticky || policy == place.PolicyHash || policy == place.PolicyAdaptive
 }
 
 // status is the replica's panel row.

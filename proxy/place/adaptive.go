@@ -1,4 +1,4 @@
-package proxy
+package place
 
 // The adaptive policy (PolicyAdaptive, the default). It keeps each
 // conversation's working set, not just its key, in view:
@@ -12,11 +12,11 @@ package proxy
 //     measurement).
 //   - Admission. A new conversation goes to the least-loaded replica among
 //     those with room; failing that, to the one with the most room if it
-//     overcommits that one by at most admitSlack. Otherwise it waits at the
+//     overcommits that one by at most AdmitSlack. Otherwise it waits at the
 //     proxy (ReasonWait; the proxy asks again when a request ends) for at
 //     most AdmitWait — a bounded first-turn wait instead of evicting the
 //     working sets of running conversations — but only while the overflow
-//     is small (maxOverflow); past the bound, or at a deeper overload, it
+//     is small (MaxOverflow); past the bound, or at a deeper overload, it
 //     goes to the least-loaded replica as under the seed rule.
 //   - Stay or move. A known conversation stays home while its home is not
 //     overcommitted. On an overcommitted home it moves to a replica with room
@@ -27,21 +27,29 @@ package proxy
 //   - Spill and failover as the seed rule; without KV capacity (an engine that does
 //     not export vllm:cache_config_info) it degrades to the sticky rule.
 
-// Adaptive policy defaults (PlaceConfig zero values).
+// Adaptive policy defaults (Config zero values).
 const (
 	DefaultAdmitTurns   = 5.0  // AdmitWait = this many mean turn times when 0
 	DefaultMoveCooldown = 3    // turns a moved conversation stays put
 	DefaultFill         = 1.0  // fraction of KV capacity a working set may use
+	DefaultMaxOverflow  = 0.25 // see Config.maxOverflow
+	DefaultAdmitSlack   = 0.05 // see Config.admitSlack
 	moveMargin          = 1.25 // a move must win by this factor (hysteresis on cost)
 )
 
-// maxOverflow: when the conversations that want KV (active and held) need
-// more than 1+maxOverflow times the replicas' room, holding stops and the
+// maxOverflow (Config.MaxOverflow): when the conversations that want KV
+// (active and held) need more than 1+maxOverflow times the replicas' room,
+// holding stops and the
 // engines share the overload as under the sticky rule. By Little's law a
 // held conversation waits about overflow x a conversation's life: beyond a
 // quarter of it, the first-turn waits cost more TTFB p95 than the thrash
 // they avoid (docs/router.md).
-var maxOverflow = 0.25
+func (c Config) maxOverflow() float64 {
+	if c.MaxOverflow > 0 {
+		return c.MaxOverflow
+	}
+	return DefaultMaxOverflow
+}
 
 // overflow is the fraction by which the active and held conversations'
 // working sets exceed the available replicas' room (held ones counted
@@ -60,11 +68,15 @@ func overflow(snap []ReplicaView, s SessionView, fill float64) float64 {
 	return demand/capacity - 1
 }
 
-// admitTurns is DefaultAdmitTurns (a variable for the replay harness).
-var admitTurns = DefaultAdmitTurns
+func (c Config) admitTurns() float64 {
+	if c.AdmitTurns > 0 {
+		return c.AdmitTurns
+	}
+	return DefaultAdmitTurns
+}
 
-// fillOf returns the configured fill fraction or the default.
-func (c PlaceConfig) fillOf() float64 {
+// FillFraction is the configured fill fraction or the default.
+func (c Config) FillFraction() float64 {
 	if c.Fill > 0 && c.Fill <= 4 {
 		return c.Fill
 	}
@@ -73,7 +85,7 @@ func (c PlaceConfig) fillOf() float64 {
 
 // admitWait is the bound on a new conversation's wait at the proxy in
 // seconds: the configured one, or DefaultAdmitTurns mean turn times.
-func (c PlaceConfig) admitWait(snap []ReplicaView) float64 {
+func (c Config) admitWait(snap []ReplicaView) float64 {
 	if c.AdmitWait != 0 {
 		return max(c.AdmitWait, 0)
 	}
@@ -87,7 +99,7 @@ func (c PlaceConfig) admitWait(snap []ReplicaView) float64 {
 	if n == 0 {
 		return 0
 	}
-	return admitTurns * sum / float64(n)
+	return c.admitTurns() * sum / float64(n)
 }
 
 // room is the KV a replica has left for one more conversation (tokens; can
@@ -99,7 +111,7 @@ func room(r ReplicaView, fill float64) (int, bool) {
 	return int(fill*float64(r.KVCapacity)) - r.WorkingSet, true
 }
 
-func pickAdaptive(snap []ReplicaView, s SessionView, cfg PlaceConfig, rng Rand) Decision {
+func pickAdaptive(snap []ReplicaView, s SessionView, cfg Config, rng Rand) Decision {
 	if !capacityKnown(snap) {
 		return pickSticky(snap, s, cfg, rng)
 	}
@@ -114,12 +126,12 @@ func pickAdaptive(snap []ReplicaView, s SessionView, cfg PlaceConfig, rng Rand) 
 	if s.Known {
 		reason = ReasonFailover
 	}
-	fill := cfg.fillOf()
+	fill := cfg.FillFraction()
 	if i := leastLoadedWith(snap, -1, s.Footprint, fill, rng); i >= 0 {
 		return Decision{Rank: snap[i].Rank, Reason: reason}
 	}
-	if admitSlack > 0 {
-		if i := mostRoom(snap, s.Footprint, fill, admitSlack); i >= 0 {
+	if cfg.admitSlack() > 0 {
+		if i := mostRoom(snap, s.Footprint, fill, cfg.admitSlack()); i >= 0 {
 			return Decision{Rank: snap[i].Rank, Reason: reason}
 		}
 	}
@@ -131,7 +143,7 @@ func pickAdaptive(snap []ReplicaView, s SessionView, cfg PlaceConfig, rng Rand) 
 	if i := leastLoadedWith(snap, -1, -1<<40, fill, rng); i >= 0 {
 		return Decision{Rank: snap[i].Rank, Reason: reason}
 	}
-	return none
+	return noDecision
 }
 
 // leastLoadedWith is the least-loaded available replica other than skip
@@ -161,7 +173,7 @@ func leastLoadedWith(snap []ReplicaView, skip, footprint int, fill float64, rng 
 // shouldWait: a new conversation without room waits while its wait is
 // under the bound and something is in flight (an end can make room). Before
 // any turn time is known the bound is open: the first ends set it.
-func shouldWait(snap []ReplicaView, s SessionView, cfg PlaceConfig) bool {
+func shouldWait(snap []ReplicaView, s SessionView, cfg Config) bool {
 	busy := false
 	for _, r := range snap {
 		busy = busy || (r.Available() && r.InFlight > 0)
@@ -169,7 +181,7 @@ func shouldWait(snap []ReplicaView, s SessionView, cfg PlaceConfig) bool {
 	if !busy {
 		return false
 	}
-	if overflow(snap, s, cfg.fillOf()) > maxOverflow {
+	if overflow(snap, s, cfg.FillFraction()) > cfg.maxOverflow() {
 		return false
 	}
 	bound := cfg.admitWait(snap)
@@ -188,12 +200,12 @@ func capacityKnown(snap []ReplicaView) bool {
 
 // stayOrMove keeps a conversation home unless its home is overcommitted
 // and moving wins on expected time (see the file comment).
-func stayOrMove(snap []ReplicaView, home int, s SessionView, cfg PlaceConfig, rng Rand) Decision {
+func stayOrMove(snap []ReplicaView, home int, s SessionView, cfg Config, rng Rand) Decision {
 	h := snap[home]
-	fill := cfg.fillOf()
+	fill := cfg.FillFraction()
 	stay := Decision{Rank: h.Rank, Reason: ReasonSticky}
 	left, ok := room(h, fill)
-	if !ok || left >= 0 || s.TurnsSinceMove < cfg.cooldown() {
+	if !ok || left >= 0 || s.TurnsSinceMove < cfg.Cooldown() {
 		return spillOr(snap, home, cfg, rng, stay)
 	}
 	i := leastLoadedWith(snap, home, s.Footprint, fill, rng)
@@ -211,7 +223,8 @@ func stayOrMove(snap []ReplicaView, home int, s SessionView, cfg PlaceConfig, rn
 	return spillOr(snap, home, cfg, rng, stay)
 }
 
-func (c PlaceConfig) cooldown() int {
+// Cooldown is the configured move cooldown in turns or the default.
+func (c Config) Cooldown() int {
 	if c.MoveCooldown > 0 {
 		return c.MoveCooldown
 	}
@@ -241,14 +254,22 @@ func prefillRate(a, b ReplicaView) float64 {
 	return 1
 }
 
-// admitSlack: a new conversation that fits nowhere still goes to the replica
+// admitSlack (Config.AdmitSlack): a new conversation that fits nowhere still goes to the replica
 // with the most room when it overcommits that replica by at most this share
 // of its KV capacity, instead of waiting for a conversation to end. Working
 // sets are estimated at their peak and not all of a replica's conversations
 // peak at once, so a few per cent over costs the engine little; holding
 // costs the first turn the wait (docs/router.md, addendum 2: on the
 // reference load at 16 sessions, holding at ~4 % over put 4-5 s on the p95).
-var admitSlack = 0.05
+func (c Config) admitSlack() float64 {
+	switch {
+	case c.AdmitSlack > 0:
+		return c.AdmitSlack
+	case c.AdmitSlack < 0:
+		return 0
+	}
+	return DefaultAdmitSlack
+}
 
 // mostRoom is the available replica with the most room left, if this
 // conversation's footprint overcommits it by at most slack of its capacity.

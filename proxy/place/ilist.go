@@ -1,4 +1,4 @@
-package proxy
+package place
 
 // link is one list membership of a *T: its neighbours on that list.
 type link[T any] struct{ prev, next *T }

@@ -1,4 +1,4 @@
-package proxy
+package replay
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lmwarden/warden/proxy/place"
 	"github.com/lmwarden/warden/sim"
 )
 
@@ -99,7 +100,7 @@ func retune(f, gbps float64) func(*sim.Profile) {
 // load and scores each point against the reference table (docs/calibration.md).
 // The points are relative to the physical profile (calibration-a4000.md §3):
 // prefill ×1 is its 130 µs/token.
-// WARDEN_REPLAY=1 CAL_PREFILL=1,2 CAL_KV=40000 CAL_GBPS=310 go test -run TestReplayCalibrate -v ./proxy/
+// WARDEN_REPLAY=1 CAL_PREFILL=1,2 CAL_KV=40000 CAL_GBPS=310 go test -run TestReplayCalibrate -v ./proxy/replay/
 func TestReplayCalibrate(t *testing.T) {
 	exploring(t)
 	for _, f := range envFloats("CAL_PREFILL", 1, 1.5, 2) {
@@ -113,7 +114,7 @@ func TestReplayCalibrate(t *testing.T) {
 							l.tune = retune(f, gbps)
 							return l.runAll()
 						}
-						off, on := run(PolicyOff), run(PolicySticky)
+						off, on := run(place.PolicyOff), run(place.PolicySticky)
 						hit, sign, out := calScore(off, on)
 						var b strings.Builder
 						for i, r := range referenceTable {
@@ -148,13 +149,16 @@ func TestReplayRouterVerdict(t *testing.T) {
 			stages = append(stages, int(n))
 		}
 	}
-	third := PolicyAdaptive
+	third := place.PolicyAdaptive
 	if v := os.Getenv("CAL_THIRD"); v != "" {
 		third = v
 	}
+	slack := 0.0 // place.DefaultAdmitSlack
 	if v := envFloats("CAL_SLACK"); v != nil {
-		defer func(a float64) { admitSlack = a }(admitSlack)
-		admitSlack = v[0]
+		slack = v[0]
+		if slack == 0 {
+			slack = -1 // none (Config.AdmitSlack < 0)
+		}
 	}
 	for seed := range uint64(envFloats("CAL_SEEDS", 2)[0]) {
 		run := func(pol string) []replayResult {
@@ -163,16 +167,18 @@ func TestReplayRouterVerdict(t *testing.T) {
 			if kv := envFloats("CAL_KV"); kv != nil {
 				l.kvTokens = int(kv[0])
 			}
+			fill := 0.0
 			if f := envFloats("CAL_FILL"); f != nil && pol == third {
-				l.cfg = func(c *PlaceConfig) { c.Fill = f[0] }
+				fill = f[0]
 			}
+			l.cfg = func(c *place.Config) { c.Fill, c.AdmitSlack = fill, slack }
 			if os.Getenv("CAL_MIXED") != "" {
 				l.firstOf = mixedLoad(pol).firstOf
 			}
 			l.tune = retune(envFloats("CAL_PREFILL", 1)[0], envFloats("CAL_GBPS", 0)[0])
 			return l.runAll()
 		}
-		off, on, ad := run(PolicyOff), run(PolicySticky), run(third)
+		off, on, ad := run(place.PolicyOff), run(place.PolicySticky), run(third)
 		mark := func(ok bool) string {
 			if ok {
 				return "✓"
@@ -211,7 +217,7 @@ func TestReplayImposedHomes(t *testing.T) {
 			}
 		}
 		for seed := range uint64(envFloats("CAL_SEEDS", 2)[0]) {
-			l := calLoad(PolicySticky)
+			l := calLoad(place.PolicySticky)
 			l.seed, l.stages = seed, []int{16, 16, 16}
 			l.home = func(w int) int { return slots[w%len(slots)] }
 			rs := l.runAll()
@@ -232,7 +238,7 @@ func TestReplayImposedHomes(t *testing.T) {
 // prompt tokens per turn (docs/router.md addendum 3).
 func TestReplayStageHistory(t *testing.T) {
 	exploring(t)
-	pols := []string{PolicyOff, PolicySticky, PolicyAdaptive}
+	pols := []string{place.PolicyOff, place.PolicySticky, place.PolicyAdaptive}
 	for _, stages := range [][]int{{4, 8, 16, 24, 32}, {4, 8, 16, 24, 28, 32}} {
 		for _, at16 := range pols {
 			for _, rest := range pols {

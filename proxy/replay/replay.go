@@ -1,4 +1,15 @@
-package proxy
+// Package replay is a discrete-event replay of the bench's agent load
+// through the warden's placement (place.Pick and place.Memory) onto the
+// simulator's scheduler and step-time model (the same code `warden sim
+// serve` runs), on a virtual clock: no HTTP, no wall clock. A 3-minute
+// stage at 32 sessions replays in about a second, deterministically, so
+// policies can be compared on the same load and their internals
+// (per-replica queue waits, sessions, preemptions, re-prefilled tokens)
+// read directly. The team uses it for calibration and routing research;
+// its entry points are its tests: `WARDEN_REPLAY=1 go test -run TestReplay
+// -v ./proxy/replay/` (each test's doc comment says what it measures and
+// which environment variables it reads). It is not part of the warden.
+package replay
 
 import (
 	"fmt"
@@ -7,17 +18,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/lmwarden/warden/proxy/tap"
+	"github.com/lmwarden/warden/proxy/place"
 	"github.com/lmwarden/warden/sim"
 )
-
-// The replay harness: the simulator's scheduler and step-time model (the
-// same code `warden sim serve` runs) on a virtual clock, closed-loop agent
-// sessions like the bench's, and the proxy's placement path (routeState +
-// Pick) in between. No HTTP, no wall clock: a 3-minute stage at 32 sessions
-// replays in about a second, deterministically, so policies can be compared
-// on the same load and their internals (per-replica queue waits, sessions,
-// preemptions, re-prefilled tokens) read directly.
 
 // replayLoad is one stage of the bench's workload.
 type replayLoad struct {
@@ -32,7 +35,7 @@ type replayLoad struct {
 	tune               func(p *sim.Profile)   // optional changes to the profile (calibration sweeps)
 	kvTokens           int                    // per replica; 0 = the reference profile's
 	scrape, refresh    float64                // proxy scrape and balancer refresh periods (sim seconds)
-	cfg                func(c *PlaceConfig)   // policy knobs
+	cfg                func(c *place.Config)  // policy knobs
 	policy             string
 	debug              func(string, ...any)
 	grace              float64
@@ -67,8 +70,8 @@ type rEngine struct {
 	busy    bool
 	end     float64
 	batch   sim.Batch
-	scraped ReplicaView // running, waiting, KV as of the last scrape
-	stale   [2]int      // balancer's running, waiting
+	scraped place.ReplicaView // running, waiting, KV as of the last scrape
+	stale   [2]int            // balancer's running, waiting
 	sent    int
 	fly     int
 }
@@ -91,17 +94,17 @@ type rReq struct {
 	rank   int
 	submit float64
 	first  float64
-	ticket *routeTicket
+	ticket *place.Ticket
 	arrive float64
 	newTok int
-	reason Reason
+	reason place.Reason
 }
 
 type replay struct {
 	load     replayLoad
 	prof     sim.Profile
 	eng      []*rEngine
-	rs       *routeState
+	rs       *place.Memory
 	rng      *rand.Rand
 	t        float64
 	held     []*rReq // waiting at the proxy
@@ -114,7 +117,7 @@ type replay struct {
 	samples  int
 	nextID   uint64
 	stopped  bool
-	policy   PlaceConfig
+	policy   place.Config
 	sysToks  []uint32
 	tok      uint32
 	sessions int
@@ -154,15 +157,15 @@ func (l replayLoad) run() replayResult {
 	if l.keep != nil {
 		p = l.keep
 	}
-	*p = replay{load: l, prof: prof, rs: newRouteState(0), rng: rand.New(rand.NewPCG(1, 2)),
-		reqs: map[*sim.Seq]*rReq{}, homes: map[int]int{}, policy: PlaceConfig{Policy: l.policy}}
+	*p = replay{load: l, prof: prof, rs: place.NewMemory(0), rng: rand.New(rand.NewPCG(1, 2)),
+		reqs: map[*sim.Seq]*rReq{}, homes: map[int]int{}, policy: place.Config{Policy: l.policy}}
 	if l.cfg != nil {
 		l.cfg(&p.policy)
 	}
 	p.debug = l.debug
 	p.jrng = rand.New(rand.NewPCG(l.seed, 7))
 	if l.grace != 0 {
-		p.rs.grace = max(l.grace, 0)
+		p.rs.Grace = max(l.grace, 0)
 	}
 	for range l.replicas {
 		s := sim.NewScheduler(sim.SchedConfig{MaxNumSeqs: 32, MaxBatchedTokens: 2048, MaxModelLen: kv, BlockSize: 16,
@@ -230,7 +233,7 @@ func (p *replay) send(s *rSession) {
 
 // route is proxy.place + forward: snapshot, decision, accounting.
 func (p *replay) route(q *rReq) bool {
-	snap := make([]ReplicaView, len(p.eng))
+	snap := make([]place.ReplicaView, len(p.eng))
 	for i, e := range p.eng {
 		snap[i] = e.scraped
 		snap[i].Rank, snap[i].Healthy, snap[i].InFlight, snap[i].MaxNumSeqs = i, true, e.fly, 32
@@ -239,15 +242,15 @@ func (p *replay) route(q *rReq) bool {
 		snap[i].StaleRunning, snap[i].StaleWaiting, snap[i].SentSince = e.stale[0], e.stale[1], e.sent
 	}
 	now := p.now()
-	p.rs.policy(p.policy.Policy)
-	p.rs.fill(snap, now)
-	sv := SessionView{Key: q.s.key, Known: q.s.homeKnown, Home: q.s.home, Waited: p.t - q.arrive, Held: len(p.held)}
-	p.rs.sessionView(&sv, bodyBytes(len(q.s.ctx)), snap)
-	d := Pick(snap, sv, p.policy, p.rng)
+	p.rs.SetPolicy(p.policy.Policy)
+	p.rs.FillView(snap, now)
+	sv := place.SessionView{Key: q.s.key, Known: q.s.homeKnown, Home: q.s.home, Waited: p.t - q.arrive, Held: len(p.held)}
+	p.rs.ViewSession(&sv, bodyBytes(len(q.s.ctx)), snap)
+	d := place.Pick(snap, sv, p.policy, p.rng)
 	if p.load.home != nil && !q.s.homeKnown {
-		d = Decision{Rank: p.load.home(q.s.k), Reason: ReasonNew}
+		d = place.Decision{Rank: p.load.home(q.s.k), Reason: place.ReasonNew}
 	}
-	if d.Reason == ReasonWait {
+	if d.Reason == place.ReasonWait {
 		if p.debug != nil && !slices.Contains(p.held, q) {
 			p.debug("t=%.1f wait %+v snap %+v", p.t, sv, snap)
 		}
@@ -265,7 +268,7 @@ func (p *replay) route(q *rReq) bool {
 	case !s.homeKnown:
 		s.homeKnown, s.home = true, d.Rank
 		p.homes[d.Rank]++
-	case d.Reason == ReasonFailover || d.Reason == ReasonMove:
+	case d.Reason == place.ReasonFailover || d.Reason == place.ReasonMove:
 		p.homes[s.home]--
 		s.home = d.Rank
 		p.homes[d.Rank]++
@@ -275,7 +278,7 @@ func (p *replay) route(q *rReq) bool {
 	e.fly++
 	e.sent++
 	q.rank, q.reason = d.Rank, d.Reason
-	q.ticket = p.rs.begin(s.key, bodyBytes(len(s.ctx)), d.Rank, d.Reason, now)
+	q.ticket = p.rs.Begin(s.key, bodyBytes(len(s.ctx)), d.Rank, d.Reason, now)
 	p.nextID++
 	q.seq = sim.NewSeq(p.nextID, slices.Clone(s.ctx), p.load.out, 16)
 	p.reqs[q.seq] = q
@@ -296,7 +299,7 @@ func (p *replay) retryHeld() {
 
 func (p *replay) scrape() {
 	for _, e := range p.eng {
-		e.scraped = ReplicaView{Running: float64(e.sched.NumRunning()), Waiting: float64(e.sched.NumWaiting()),
+		e.scraped = place.ReplicaView{Running: float64(e.sched.NumRunning()), Waiting: float64(e.sched.NumWaiting()),
 			KVUsed: e.sched.Pool().Usage()}
 	}
 }
@@ -463,8 +466,8 @@ func (p *replay) complete(e *rEngine) {
 func (p *replay) finishTurn(r *rReq) {
 	q, s := r.seq, r.s
 	cached := max(q.CachedTokens, 0)
-	u := tap.Usage{Known: true, Prompt: uint64(q.NumPrompt), Cached: uint64(cached), Completion: uint64(q.Output)}
-	p.rs.end(r.ticket, u, r.first-r.arrive, p.now())
+	u := place.Report{Known: true, Prompt: uint64(q.NumPrompt), Cached: uint64(cached), Completion: uint64(q.Output)}
+	p.rs.End(r.ticket, u, r.first-r.arrive, p.now())
 	if !p.stopped {
 		p.res.turns++
 		p.ttfb = append(p.ttfb, r.first-r.submit)

@@ -1,4 +1,4 @@
-package proxy
+package replay
 
 import (
 	"fmt"
@@ -6,12 +6,13 @@ import (
 	"os"
 	"testing"
 
+	"github.com/lmwarden/warden/proxy/place"
 	"github.com/lmwarden/warden/sim"
 )
 
 // The replay workloads and tables behind docs/router.md. The tables print,
 // they do not assert: WARDEN_REPLAY=1 go test -run
-// 'TestReplay(Explore|Sweep|Workloads|Scan)' -v ./proxy/. TestReplayAdmission
+// 'TestReplay(Explore|Sweep|Workloads|Scan)' -v ./proxy/replay/. TestReplayAdmission
 // asserts.
 
 // calLoad is the calibrated reference (docs/calibration.md): the -fit
@@ -36,7 +37,7 @@ func exploring(t *testing.T) {
 
 func TestReplayExplore(t *testing.T) {
 	exploring(t)
-	for _, pol := range []string{PolicyOff, PolicySticky, PolicyAdaptive} {
+	for _, pol := range []string{place.PolicyOff, place.PolicySticky, place.PolicyAdaptive} {
 		for seed := range uint64(2) {
 			l := calLoad(pol)
 			l.seed = seed
@@ -49,12 +50,11 @@ func TestReplayExplore(t *testing.T) {
 
 func TestReplaySweep(t *testing.T) {
 	exploring(t)
-	defer func(a, m float64) { admitTurns, maxOverflow = a, m }(admitTurns, maxOverflow)
 	for _, turns := range envFloats("SWEEP_TURNS", 2, 5) {
 		for _, mo := range envFloats("SWEEP_MO", 0.15, 0.25, 0.35) {
-			admitTurns, maxOverflow = turns, mo
 			for _, mk := range []func(string) replayLoad{calLoad, mixedLoad} {
-				l := mk(PolicyAdaptive)
+				l := mk(place.PolicyAdaptive)
+				l.cfg = func(c *place.Config) { c.AdmitTurns, c.MaxOverflow = turns, mo }
 				for i, r := range l.runAll() {
 					if l.stages[i] >= 16 {
 						t.Logf("%2d turns %.0f mo %.2f %v", l.stages[i], turns, mo, r)
@@ -82,7 +82,7 @@ func TestReplayWorkloads(t *testing.T) {
 		"mixed-carry": mixedLoad,
 	}
 	for _, name := range []string{"dp8-carry-8..48", "long-10turns-carry", "mixed-carry"} {
-		for _, pol := range []string{PolicyOff, PolicySticky, PolicyAdaptive} {
+		for _, pol := range []string{place.PolicyOff, place.PolicySticky, place.PolicyAdaptive} {
 			l := loads[name](pol)
 			for i, r := range l.runAll() {
 				t.Logf("%s %2d %-8s %v", name, l.stages[i], pol, r)
@@ -105,7 +105,7 @@ func TestReplayScan(t *testing.T) {
 	} {
 		res := map[string][]replayResult{}
 		var stages []int
-		for _, pol := range []string{PolicyOff, PolicySticky, PolicyAdaptive} {
+		for _, pol := range []string{place.PolicyOff, place.PolicySticky, place.PolicyAdaptive} {
 			l := calLoad(pol)
 			l.stages = []int{8, 12, 16, 20, 24}
 			w.mk(&l)
@@ -113,7 +113,7 @@ func TestReplayScan(t *testing.T) {
 			stages = l.stages
 		}
 		for i, n := range stages {
-			a, s, o := res[PolicyAdaptive][i], res[PolicySticky][i], res[PolicyOff][i]
+			a, s, o := res[place.PolicyAdaptive][i], res[place.PolicySticky][i], res[place.PolicyOff][i]
 			win := a.p50 <= min(s.p50, o.p50) && a.p95 <= min(s.p95, o.p95) && a.outPerMin >= max(s.outPerMin, o.outPerMin) && a.hitPct >= s.hitPct
 			t.Logf("%-9s %2d win=%v A %.2f/%.2f/%.0f/%.1f S %.2f/%.2f/%.0f/%.1f O %.2f/%.2f/%.0f/%.1f", w.name, n, win,
 				a.p50, a.p95, a.outPerMin, a.hitPct, s.p50, s.p95, s.outPerMin, s.hitPct, o.p50, o.p95, o.outPerMin, o.hitPct)
@@ -143,7 +143,7 @@ func TestReplayAdmission(t *testing.T) {
 		l.stages = []int{4, 8, 16}
 		return l.runAll()
 	}
-	ad, st, off := run(PolicyAdaptive), run(PolicySticky), run(PolicyOff)
+	ad, st, off := run(place.PolicyAdaptive), run(place.PolicySticky), run(place.PolicyOff)
 	for i, n := range []int{4, 8, 16} {
 		t.Logf("%d sessions\nadaptive %v\nsticky   %v\noff      %v", n, ad[i], st[i], off[i])
 		if ad[i].hitPct < st[i].hitPct-1 || ad[i].outPerMin < 0.97*st[i].outPerMin {

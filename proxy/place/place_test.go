@@ -1,4 +1,4 @@
-package proxy
+package place
 
 import (
 	"testing"
@@ -23,14 +23,14 @@ func idle4() []ReplicaView {
 func with(s []ReplicaView, f func(s []ReplicaView)) []ReplicaView { f(s); return s }
 
 func TestPick(t *testing.T) {
-	sticky := PlaceConfig{Policy: PolicySticky}
+	sticky := Config{Policy: PolicySticky}
 	known := func(home int) SessionView { return SessionView{Key: "s", Known: true, Home: home} }
 	fresh := SessionView{Key: "s"}
 	tests := []struct {
 		name string
 		snap []ReplicaView
 		sess SessionView
-		cfg  PlaceConfig
+		cfg  Config
 		rng  fixedRand
 		want Decision
 	}{
@@ -58,7 +58,7 @@ func TestPick(t *testing.T) {
 		}), known(1), sticky, 0, Decision{2, ReasonSpill}},
 		{"an explicit spill threshold overrides auto", with(idle4(), func(s []ReplicaView) {
 			s[1].InFlight = 3
-		}), known(1), PlaceConfig{Policy: PolicySticky, SpillThreshold: 2}, 0, Decision{0, ReasonSpill}},
+		}), known(1), Config{Policy: PolicySticky, SpillThreshold: 2}, 0, Decision{0, ReasonSpill}},
 		{"no spill when every other replica is at least as busy", with(idle4(), func(s []ReplicaView) {
 			s[0].InFlight, s[1].InFlight, s[2].InFlight, s[3].InFlight = 9, 9, 10, 12
 		}), known(1), sticky, 0, Decision{1, ReasonSticky}},
@@ -79,7 +79,7 @@ func TestPick(t *testing.T) {
 			}
 		}), fresh, sticky, 0, Decision{-1, ReasonNone}},
 		{"a pin wins over stickiness", idle4(), SessionView{Key: "s", Known: true, Home: 1, Pinned: true, Pin: 3}, sticky, 0, Decision{3, ReasonPinned}},
-		{"a pin wins under off too", idle4(), SessionView{Pinned: true, Pin: 2}, PlaceConfig{Policy: PolicyOff}, 0, Decision{2, ReasonPinned}},
+		{"a pin wins under off too", idle4(), SessionView{Pinned: true, Pin: 2}, Config{Policy: PolicyOff}, 0, Decision{2, ReasonPinned}},
 		{"a pin to an unhealthy replica is refused", with(idle4(), func(s []ReplicaView) {
 			s[2].Healthy = false
 		}), SessionView{Pinned: true, Pin: 2}, sticky, 0, Decision{-1, ReasonNone}},
@@ -89,37 +89,37 @@ func TestPick(t *testing.T) {
 			s[1].StaleRunning = 4                       // 4
 			s[2].StaleRunning, s[2].StaleWaiting = 0, 2 // 8
 			s[3].StaleRunning = 6                       // 6
-		}), known(0), PlaceConfig{Policy: PolicyOff}, 0, Decision{1, ReasonOff}},
+		}), known(0), Config{Policy: PolicyOff}, 0, Decision{1, ReasonOff}},
 		{"off counts requests sent since the stats refresh as waiting", with(idle4(), func(s []ReplicaView) {
 			s[0].SentSince = 1 // 4
 			s[1].StaleRunning, s[2].StaleRunning, s[3].StaleRunning = 2, 3, 5
-		}), fresh, PlaceConfig{Policy: PolicyOff}, 0, Decision{1, ReasonOff}},
+		}), fresh, Config{Policy: PolicyOff}, 0, Decision{1, ReasonOff}},
 		{"off breaks ties to the lowest rank, not at random", with(idle4(), func(s []ReplicaView) {
 			s[0].StaleRunning = 1
-		}), fresh, PlaceConfig{Policy: PolicyOff}, 2, Decision{1, ReasonOff}},
+		}), fresh, Config{Policy: PolicyOff}, 2, Decision{1, ReasonOff}},
 		{"off does not see fresh in-flight counts between refreshes", with(idle4(), func(s []ReplicaView) {
 			s[0].InFlight = 0
 			s[0].StaleRunning = 1 // stale: it finished since
 			s[1].InFlight = 3     // stale: not yet counted
-		}), fresh, PlaceConfig{Policy: PolicyOff}, 0, Decision{1, ReasonOff}},
+		}), fresh, Config{Policy: PolicyOff}, 0, Decision{1, ReasonOff}},
 		{"off-v2 takes max(in-flight, waiting+running)", with(idle4(), func(s []ReplicaView) {
 			s[0].InFlight, s[1].StaleRunning, s[2].InFlight, s[3].InFlight = 3, 2, 1, 2
-		}), fresh, PlaceConfig{Policy: PolicyOffV2}, 0, Decision{2, ReasonOff}},
+		}), fresh, Config{Policy: PolicyOffV2}, 0, Decision{2, ReasonOff}},
 		{"off-v2 penalises waiting once KV use passes 50%", with(idle4(), func(s []ReplicaView) {
 			s[0].StaleWaiting, s[0].KVUsed = 1, 0.6 // 1 + 3 = 4
 			s[1].StaleRunning = 3                   // 3
 			s[2].StaleRunning, s[3].StaleRunning = 3, 3
-		}), fresh, PlaceConfig{Policy: PolicyOffV2}, 0, Decision{1, ReasonOff}},
+		}), fresh, Config{Policy: PolicyOffV2}, 0, Decision{1, ReasonOff}},
 		{"least-inflight uses exact counts and random ties", with(idle4(), func(s []ReplicaView) {
 			s[0].InFlight, s[2].InFlight = 1, 1
-		}), known(0), PlaceConfig{Policy: PolicyLeastInFlight}, 1, Decision{3, ReasonOff}},
+		}), known(0), Config{Policy: PolicyLeastInFlight}, 1, Decision{3, ReasonOff}},
 		{"hash ignores load", with(idle4(), func(s []ReplicaView) {
 			s[hashRank("conv-a", 4)].InFlight = 30
-		}), SessionView{Key: "conv-a"}, PlaceConfig{Policy: PolicyHash}, 0, Decision{hashRank("conv-a", 4), ReasonHash}},
+		}), SessionView{Key: "conv-a"}, Config{Policy: PolicyHash}, 0, Decision{hashRank("conv-a", 4), ReasonHash}},
 		{"hash probes the next rank when its replica is down", with(idle4(), func(s []ReplicaView) {
 			s[hashRank("conv-a", 4)].Healthy = false
-		}), SessionView{Key: "conv-a"}, PlaceConfig{Policy: PolicyHash}, 0, Decision{(hashRank("conv-a", 4) + 1) % 4, ReasonHash}},
-		{"an unknown policy decides nothing", idle4(), fresh, PlaceConfig{Policy: "nope"}, 0, Decision{-1, ReasonNone}},
+		}), SessionView{Key: "conv-a"}, Config{Policy: PolicyHash}, 0, Decision{(hashRank("conv-a", 4) + 1) % 4, ReasonHash}},
+		{"an unknown policy decides nothing", idle4(), fresh, Config{Policy: "nope"}, 0, Decision{-1, ReasonNone}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -132,7 +132,7 @@ func TestPick(t *testing.T) {
 }
 
 func hashRank(key string, n int) int {
-	d := pickHash(idle4()[:n], SessionView{Key: key}, PlaceConfig{}, fixedRand(0))
+	d := pickHash(idle4()[:n], SessionView{Key: key}, Config{}, fixedRand(0))
 	return d.Rank
 }
 
@@ -149,14 +149,14 @@ func TestHashSpreadsKeysOverReplicas(t *testing.T) {
 func TestSpillForAuto(t *testing.T) {
 	tests := []struct {
 		name      string
-		cfg       PlaceConfig
+		cfg       Config
 		maxSeqs   int
 		threshold int
 	}{
-		{"reference setup: 32 seqs gives 8", PlaceConfig{}, 32, 8},
-		{"vLLM default 256 gives 64", PlaceConfig{}, 256, 64},
-		{"tiny max_num_seqs never gives 0", PlaceConfig{}, 2, 1},
-		{"override wins", PlaceConfig{SpillThreshold: 4}, 32, 4},
+		{"reference setup: 32 seqs gives 8", Config{}, 32, 8},
+		{"vLLM default 256 gives 64", Config{}, 256, 64},
+		{"tiny max_num_seqs never gives 0", Config{}, 2, 1},
+		{"override wins", Config{SpillThreshold: 4}, 32, 4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

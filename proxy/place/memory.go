@@ -1,44 +1,40 @@
-package proxy
+package place
 
-import (
-	"time"
+import "time"
 
-	"github.com/lmwarden/warden/proxy/tap"
-)
-
-// routeState is what the adaptive policy remembers between decisions: per
+// Memory is what the adaptive policy remembers between decisions: per
 // replica, an LRU estimate of which conversations' prefixes its KV cache
 // still holds (from the prompt and completion sizes the engines reported),
 // the tokens its active conversations need, and measured turn times; per
 // conversation, its context size, where its prefix lives and when it last
-// moved. It is fed by the proxy (begin, firstByte, end) and read into the
-// placement snapshot (fill, sessionView), so that the policy itself stays a
-// pure function. Not safe for concurrent use: the proxy guards it with
+// moved. It is fed by the proxy (Begin, End) and read into the placement
+// snapshot (FillView, ViewSession), so that the policy itself stays a pure
+// function. Not safe for concurrent use: the proxy guards it with
 // Proxy.mu. Times come from the caller's clock (the injected one).
-type routeState struct {
-	reps  map[int]*repRoute
-	sess  map[string]*routeSess
-	max   int              // conversations remembered (LRU over all beyond)
-	all   ilist[routeSess] // every remembered conversation, most recently used first
-	tpb   ewma             // prompt tokens per body byte (usage / request size)
-	homed map[int]int      // rank -> conversations placed there (new, moved or failed over) since the policy last changed
-	epoch string           // the policy those placements were made under
-	grace float64          // a finished conversation stays active this many turn times
+type Memory struct {
+	reps  map[int]*memRep
+	sess  map[string]*memSess
+	max   int            // conversations remembered (LRU over all beyond)
+	all   ilist[memSess] // every remembered conversation, most recently used first
+	tpb   ewma           // prompt tokens per body byte (usage / request size)
+	homed map[int]int    // rank -> conversations placed there (new, moved or failed over) since the policy last changed
+	epoch string         // the policy those placements were made under
+	Grace float64        // a finished conversation stays active this many turn times (default 0.05)
 }
 
-// repRoute is one replica's part of routeState.
-type repRoute struct {
-	lru      ilist[routeSess] // conversations whose prefix this replica served last, most recent first
-	inflight int              // our requests here
-	flyTok   int              // KV footprint of the conversations in flight here
-	turn     ewma             // seconds from placement to the end of a request
-	wait     ewma             // seconds from placement to the first byte
-	shared   ewma             // tokens a first turn found cached (the shared system prompt)
-	prefill  ewma             // seconds per computed prompt token, from quiet first bytes
+// memRep is one replica's part of Memory.
+type memRep struct {
+	lru      ilist[memSess] // conversations whose prefix this replica served last, most recent first
+	inflight int            // our requests here
+	flyTok   int            // KV footprint of the conversations in flight here
+	turn     ewma           // seconds from placement to the end of a request
+	wait     ewma           // seconds from placement to the first byte
+	shared   ewma           // tokens a first turn found cached (the shared system prompt)
+	prefill  ewma           // seconds per computed prompt token, from quiet first bytes
 }
 
-// routeSess is one conversation in routeState.
-type routeSess struct {
+// memSess is one conversation in Memory.
+type memSess struct {
 	key      string
 	rank     int // replica that served it last (holds its prefix), -1 none
 	tokens   int // context after its last turn: prompt + completion (or an estimate)
@@ -49,8 +45,18 @@ type routeSess struct {
 	movedAt  int // turns when it last moved; -1 never
 	flyFoot  int // footprint added to its replica's flyTok while in flight
 
-	onRep link[routeSess] // on its replica's repRoute.lru
-	onAll link[routeSess] // on routeState.all (the bound)
+	onRep link[memSess] // on its replica's memRep.lru
+	onAll link[memSess] // on Memory.all (the bound)
+}
+
+// Report is what the engine said of a finished request (the proxy's tap.Usage
+// converts to it): the whole prompt, its cached part and the completion, in
+// tokens; Known is false when it said nothing.
+type Report struct {
+	Known      bool
+	Prompt     uint64
+	Cached     uint64
+	Completion uint64
 }
 
 // ewma is an exponentially weighted mean; zero until the first sample.
@@ -75,25 +81,26 @@ const (
 	minBodyForEstimate = 64
 )
 
-func newRouteState(max int) *routeState {
+// NewMemory remembers at most max conversations (0: 100,000).
+func NewMemory(max int) *Memory {
 	if max <= 0 {
 		max = 100_000
 	}
-	return &routeState{reps: map[int]*repRoute{}, sess: map[string]*routeSess{}, max: max, homed: map[int]int{},
-		grace: defaultGrace, all: ilist[routeSess]{at: func(s *routeSess) *link[routeSess] { return &s.onAll }}}
+	return &Memory{reps: map[int]*memRep{}, sess: map[string]*memSess{}, max: max, homed: map[int]int{},
+		Grace: defaultGrace, all: ilist[memSess]{at: func(s *memSess) *link[memSess] { return &s.onAll }}}
 }
 
-func (rs *routeState) rep(rank int) *repRoute {
+func (rs *Memory) rep(rank int) *memRep {
 	r := rs.reps[rank]
 	if r == nil {
-		r = &repRoute{lru: ilist[routeSess]{at: func(s *routeSess) *link[routeSess] { return &s.onRep }}}
+		r = &memRep{lru: ilist[memSess]{at: func(s *memSess) *link[memSess] { return &s.onRep }}}
 		rs.reps[rank] = r
 	}
 	return r
 }
 
 // tokensFor estimates a request's prompt tokens from its body size.
-func (rs *routeState) tokensFor(bodyBytes int) int {
+func (rs *Memory) tokensFor(bodyBytes int) int {
 	tpb := defaultTokPerByte
 	if rs.tpb.n > 0 {
 		tpb = rs.tpb.v
@@ -103,7 +110,7 @@ func (rs *routeState) tokensFor(bodyBytes int) int {
 
 // footprint is the KV a conversation of tokens keeps on a replica beyond
 // the shared prefix.
-func (r *repRoute) footprint(s *routeSess, tokens int) int {
+func (r *memRep) footprint(s *memSess, tokens int) int {
 	shared := s.shared
 	if s.turns == 0 || shared == 0 {
 		shared = int(r.shared.v)
@@ -111,9 +118,9 @@ func (r *repRoute) footprint(s *routeSess, tokens int) int {
 	return max(tokens-shared, tokens/8)
 }
 
-// routeTicket is one placed request, from begin to end.
-type routeTicket struct {
-	s      *routeSess // nil for a request without a session
+// Ticket is one placed request, from begin to end.
+type Ticket struct {
+	s      *memSess // nil for a request without a session
 	rank   int
 	start  time.Time
 	bytes  int
@@ -123,7 +130,7 @@ type routeTicket struct {
 }
 
 // get returns the conversation's entry, creating it; nil for key "".
-func (rs *routeState) get(key string) *routeSess {
+func (rs *Memory) get(key string) *memSess {
 	if key == "" {
 		return nil
 	}
@@ -134,14 +141,14 @@ func (rs *routeState) get(key string) *routeSess {
 	for len(rs.sess) >= rs.max && rs.all.tail != nil {
 		rs.drop(rs.all.tail)
 	}
-	s := &routeSess{key: key, rank: -1, movedAt: -1}
+	s := &memSess{key: key, rank: -1, movedAt: -1}
 	rs.sess[key] = s
 	rs.all.pushFront(s)
 	return s
 }
 
 // drop forgets a conversation (bound reached).
-func (rs *routeState) drop(s *routeSess) {
+func (rs *Memory) drop(s *memSess) {
 	rs.all.unlink(s)
 	if s.rank >= 0 {
 		rs.rep(s.rank).lru.unlink(s)
@@ -153,7 +160,7 @@ func (rs *routeState) drop(s *routeSess) {
 // policy notes the policy in force: a change starts the homed counts
 // afresh, so that placements made under another policy (e.g. `off`'s
 // lowest-rank ties) do not steer this one's.
-func (rs *routeState) policy(name string) {
+func (rs *Memory) SetPolicy(name string) {
 	if name != rs.epoch {
 		rs.epoch = name
 		clear(rs.homed)
@@ -163,14 +170,14 @@ func (rs *routeState) policy(name string) {
 // forget removes a replica's state (the replica was removed): its prefix
 // estimates, its conversations' residency and its share of bestShared.
 // Requests still running there end without bringing it back.
-func (rs *routeState) forget(rank int) {
+func (rs *Memory) Forget(rank int) {
 	r := rs.reps[rank]
 	if r == nil {
 		return
 	}
 	for s := r.lru.head; s != nil; {
 		next := r.lru.next(s)
-		s.onRep, s.rank = link[routeSess]{}, -1
+		s.onRep, s.rank = link[memSess]{}, -1
 		s = next
 	}
 	delete(rs.reps, rank)
@@ -179,9 +186,9 @@ func (rs *routeState) forget(rank int) {
 // begin records a request placed on rank with a body of bodyBytes. A
 // conversation placed away from the replica that held its prefix now has it
 // computed there (a move, a spill or a failover).
-func (rs *routeState) begin(key string, bodyBytes, rank int, reason Reason, now time.Time) *routeTicket {
+func (rs *Memory) Begin(key string, bodyBytes, rank int, reason Reason, now time.Time) *Ticket {
 	r := rs.rep(rank)
-	t := &routeTicket{rank: rank, start: now, bytes: bodyBytes, quiet: r.inflight == 0}
+	t := &Ticket{rank: rank, start: now, bytes: bodyBytes, quiet: r.inflight == 0}
 	s := rs.get(key)
 	est := rs.tokensFor(bodyBytes)
 	if s == nil {
@@ -219,7 +226,7 @@ func (rs *routeState) begin(key string, bodyBytes, rank int, reason Reason, now 
 
 // end records a request's end: its usage (if the engine reported one) and
 // its time to first byte in seconds (< 0 if none). Idempotent.
-func (rs *routeState) end(t *routeTicket, u tap.Usage, ttfb float64, now time.Time) {
+func (rs *Memory) End(t *Ticket, u Report, ttfb float64, now time.Time) {
 	if t == nil || t.closed {
 		return
 	}
@@ -267,14 +274,14 @@ func (rs *routeState) end(t *routeTicket, u tap.Usage, ttfb float64, now time.Ti
 const maxWalk = 4096
 
 // fill completes the snapshot's adaptive fields from the state.
-func (rs *routeState) fill(snap []ReplicaView, now time.Time) {
+func (rs *Memory) FillView(snap []ReplicaView, now time.Time) {
 	for i := range snap {
 		r := rs.reps[snap[i].Rank]
 		if r == nil {
 			continue
 		}
 		ws, active := int(r.shared.v)+r.flyTok, 0
-		recent := rs.grace * r.turn.v
+		recent := rs.Grace * r.turn.v
 		n := 0
 		for s := r.lru.head; s != nil && n < maxWalk; s = r.lru.next(s) {
 			n++
@@ -298,7 +305,7 @@ func (rs *routeState) fill(snap []ReplicaView, now time.Time) {
 // tokens, the conversation's KV footprint, the replica that probably still
 // holds its prefix (by the LRU estimate against snap's KV capacities) and
 // the turns since it last moved.
-func (rs *routeState) sessionView(sv *SessionView, bodyBytes int, snap []ReplicaView) {
+func (rs *Memory) ViewSession(sv *SessionView, bodyBytes int, snap []ReplicaView) {
 	sv.ResidentOn, sv.TurnsSinceMove = -1, 1<<30
 	sv.Tokens = rs.tokensFor(bodyBytes)
 	s := rs.sess[sv.Key]
@@ -344,7 +351,7 @@ func (rs *routeState) sessionView(sv *SessionView, bodyBytes int, snap []Replica
 }
 
 // bestShared is the largest shared-prefix estimate over replicas (0 none).
-func (rs *routeState) bestShared() int {
+func (rs *Memory) bestShared() int {
 	b := 0
 	for _, r := range rs.reps {
 		b = max(b, int(r.shared.v))

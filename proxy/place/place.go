@@ -1,4 +1,11 @@
-package proxy
+// Package place decides where a request goes: the placement policies as
+// pure functions of a snapshot of the replicas and the request's
+// conversation (Pick), and the memory the adaptive policy learns from the
+// requests that ended (Memory). It reads no clock, lock, environment or
+// I/O: the proxy takes the snapshot in its critical section, passes its
+// clock's time in, and keeps Memory under its own lock. It imports nothing
+// of the project.
+package place
 
 import (
 	"fmt"
@@ -52,7 +59,7 @@ type ReplicaView struct {
 	// stats refresh (about every 100 ms), and requests sent here since then.
 	StaleRunning, StaleWaiting, SentSince int
 
-	// The adaptive policy's estimates (routeState.fill), in tokens and in
+	// The adaptive policy's estimates (Memory.FillView), in tokens and in
 	// seconds of the proxy's clock; zero when unknown.
 	WorkingSet         int     // KV the conversations active here need: shared prefix once + their contexts
 	Active             int     // conversations active here (in flight or just finished)
@@ -73,30 +80,33 @@ type SessionView struct {
 	Pinned bool   // the client pinned the request to Pin
 	Pin    int
 
-	// The adaptive policy's view (routeState.sessionView).
+	// The adaptive policy's view (Memory.ViewSession).
 	Tokens         int     // expected prompt tokens of this request
 	Footprint      int     // KV tokens the conversation keeps beyond the shared prefix
-	ResidentOn     int     // rank that probably still holds its prefix; -1 none
+	ResidentOn     int     // rank that probably still holds its prefix; -1 noDecision
 	TurnsSinceMove int     // turns since it last moved (large if never)
 	Waited         float64 // seconds this request has already waited at the proxy
 	Held           int     // requests held at the proxy now (ReasonWait)
 	NoWait         bool    // the proxy will not hold this request (any longer)
 }
 
-// PlaceConfig is the placement configuration.
-type PlaceConfig struct {
+// Config is the placement configuration: the policy and its knobs.
+type Config struct {
 	Policy         string
 	SpillThreshold int // in-flight above which a sticky turn spills; 0 = auto
 
 	// Adaptive policy knobs; zero values take the defaults.
-	AdmitWait    float64 // seconds a new conversation may wait for room; 0 = DefaultAdmitTurns turn times, <0 = never wait
+	AdmitWait    float64 // seconds a new conversation may wait for room; 0 = AdmitTurns turn times, <0 = never wait
 	MoveCooldown int     // turns a moved conversation stays put; 0 = DefaultMoveCooldown
 	Fill         float64 // fraction of KV capacity a working set may use; 0 = DefaultFill
+	AdmitTurns   float64 // mean turn times of the automatic AdmitWait; 0 = DefaultAdmitTurns
+	MaxOverflow  float64 // overload past which new conversations are no longer held; 0 = DefaultMaxOverflow
+	AdmitSlack   float64 // overcommit of the roomiest replica admitted at once; 0 = DefaultAdmitSlack, <0 = none
 }
 
 // SpillFor returns the spill threshold for a replica: the configured one, or
 // auto = max(1, max_num_seqs/4) (1 when max_num_seqs is unknown).
-func (c PlaceConfig) SpillFor(r ReplicaView) int {
+func (c Config) SpillFor(r ReplicaView) int {
 	if c.SpillThreshold > 0 {
 		return c.SpillThreshold
 	}
@@ -113,11 +123,11 @@ type Decision struct {
 	Reason Reason
 }
 
-var none = Decision{Rank: -1, Reason: ReasonNone}
+var noDecision = Decision{Rank: -1, Reason: ReasonNone}
 
 // PolicyFunc decides one request. It must be pure: no locks, clock,
 // environment or I/O; everything it needs is in its arguments.
-type PolicyFunc func(snap []ReplicaView, s SessionView, cfg PlaceConfig, rng Rand) Decision
+type PolicyFunc func(snap []ReplicaView, s SessionView, cfg Config, rng Rand) Decision
 
 var policies = map[string]PolicyFunc{
 	PolicySticky:        pickSticky,
@@ -148,16 +158,16 @@ func ValidPolicy(name string) error {
 
 // Pick places one request: a client pin first (under every policy), then
 // the configured policy. It returns ReasonNone when no replica can take it.
-func Pick(snap []ReplicaView, s SessionView, cfg PlaceConfig, rng Rand) Decision {
+func Pick(snap []ReplicaView, s SessionView, cfg Config, rng Rand) Decision {
 	if s.Pinned {
 		if i := indexOf(snap, s.Pin); i >= 0 && snap[i].Available() {
 			return Decision{Rank: s.Pin, Reason: ReasonPinned}
 		}
-		return none
+		return noDecision
 	}
 	f, ok := policies[cfg.Policy]
 	if !ok {
-		return none
+		return noDecision
 	}
 	return f(snap, s, cfg, rng)
 }
@@ -166,7 +176,7 @@ func Pick(snap []ReplicaView, s SessionView, cfg PlaceConfig, rng Rand) Decision
 // one stays home unless home is unavailable (failover: re-home) or over the
 // spill threshold (this request spills to the least-loaded other replica if
 // that one has fewer in flight; home does not change).
-func pickSticky(snap []ReplicaView, s SessionView, cfg PlaceConfig, rng Rand) Decision {
+func pickSticky(snap []ReplicaView, s SessionView, cfg Config, rng Rand) Decision {
 	home := -1
 	if s.Known {
 		home = indexOf(snap, s.Home)
@@ -174,7 +184,7 @@ func pickSticky(snap []ReplicaView, s SessionView, cfg PlaceConfig, rng Rand) De
 	if home < 0 || !snap[home].Available() {
 		i := leastLoaded(snap, -1, rng)
 		if i < 0 {
-			return none
+			return noDecision
 		}
 		if s.Known {
 			return Decision{Rank: snap[i].Rank, Reason: ReasonFailover}
@@ -187,7 +197,7 @@ func pickSticky(snap []ReplicaView, s SessionView, cfg PlaceConfig, rng Rand) De
 // spillOr applies the seed rule's break condition: a home over the spill
 // threshold sends this one request to the least-loaded other replica when
 // that one has fewer in flight; otherwise d.
-func spillOr(snap []ReplicaView, home int, cfg PlaceConfig, rng Rand, d Decision) Decision {
+func spillOr(snap []ReplicaView, home int, cfg Config, rng Rand, d Decision) Decision {
 	h := snap[home]
 	if h.InFlight > cfg.SpillFor(h) {
 		if i := leastLoaded(snap, home, rng); i >= 0 && snap[i].InFlight < h.InFlight {
@@ -241,7 +251,7 @@ func pickTie(ties []int, rng Rand) int {
 // 4*waiting + running from the coordinator's stats, which refresh only about
 // every 100 ms, and every request sent since the refresh counts as waiting
 // on the engine it went to; the lowest score wins, ties to the lowest rank.
-func pickOffV1(snap []ReplicaView, _ SessionView, _ PlaceConfig, _ Rand) Decision {
+func pickOffV1(snap []ReplicaView, _ SessionView, _ Config, _ Rand) Decision {
 	return lowestScore(snap, func(r ReplicaView) float64 {
 		return float64(4*(r.StaleWaiting+r.SentSince) + r.StaleRunning)
 	})
@@ -250,7 +260,7 @@ func pickOffV1(snap []ReplicaView, _ SessionView, _ PlaceConfig, _ Rand) Decisio
 // pickOffV2 models the newer vLLM balancer: max(in-flight sent by this
 // client, waiting + running), with waiting requests weighted 4x once the
 // engine's KV use passes 50%; ties to the lowest rank.
-func pickOffV2(snap []ReplicaView, _ SessionView, _ PlaceConfig, _ Rand) Decision {
+func pickOffV2(snap []ReplicaView, _ SessionView, _ Config, _ Rand) Decision {
 	return lowestScore(snap, func(r ReplicaView) float64 {
 		waiting := r.StaleWaiting + r.SentSince
 		score := float64(max(r.InFlight, waiting+r.StaleRunning))
@@ -272,14 +282,14 @@ func lowestScore(snap []ReplicaView, score func(ReplicaView) float64) Decision {
 		}
 	}
 	if best < 0 {
-		return none
+		return noDecision
 	}
 	return Decision{Rank: snap[best].Rank, Reason: ReasonOff}
 }
 
 // pickLeastInFlight sends each request to the replica with the fewest
 // requests in flight right now (exact, fresh counts), random ties.
-func pickLeastInFlight(snap []ReplicaView, _ SessionView, _ PlaceConfig, rng Rand) Decision {
+func pickLeastInFlight(snap []ReplicaView, _ SessionView, _ Config, rng Rand) Decision {
 	var ties []int
 	for i, r := range snap {
 		if !r.Available() {
@@ -294,13 +304,13 @@ func pickLeastInFlight(snap []ReplicaView, _ SessionView, _ PlaceConfig, rng Ran
 	if i := pickTie(ties, rng); i >= 0 {
 		return Decision{Rank: snap[i].Rank, Reason: ReasonOff}
 	}
-	return none
+	return noDecision
 }
 
 // pickHash hashes the session key to a replica, ignoring load (probing the
 // next rank when that one is unavailable). Requests without a session go to
 // the least-in-flight replica.
-func pickHash(snap []ReplicaView, s SessionView, cfg PlaceConfig, rng Rand) Decision {
+func pickHash(snap []ReplicaView, s SessionView, cfg Config, rng Rand) Decision {
 	if s.Key == "" || len(snap) == 0 {
 		d := pickLeastInFlight(snap, s, cfg, rng)
 		if d.Reason == ReasonOff {
@@ -316,7 +326,7 @@ func pickHash(snap []ReplicaView, s SessionView, cfg PlaceConfig, rng Rand) Deci
 			return Decision{Rank: r.Rank, Reason: ReasonHash}
 		}
 	}
-	return none
+	return noDecision
 }
 
 func indexOf(snap []ReplicaView, rank int) int {

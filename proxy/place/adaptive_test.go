@@ -1,4 +1,4 @@
-package proxy
+package place
 
 import (
 	"fmt"
@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/lmwarden/warden/proxy/tap"
 )
 
 // kv4 is four healthy replicas of 40k tokens of KV, 10 s turns.
@@ -24,7 +22,7 @@ func kv4(ws ...int) []ReplicaView {
 }
 
 func TestPickAdaptive(t *testing.T) {
-	cfg := PlaceConfig{Policy: PolicyAdaptive}
+	cfg := Config{Policy: PolicyAdaptive}
 	fresh := SessionView{Key: "s", Footprint: 10000, ResidentOn: -1, TurnsSinceMove: 1 << 30}
 	known := func(home, resident, sinceMove int) SessionView {
 		return SessionView{Key: "s", Known: true, Home: home, Footprint: 10000, ResidentOn: resident, TurnsSinceMove: sinceMove}
@@ -39,7 +37,7 @@ func TestPickAdaptive(t *testing.T) {
 		name string
 		snap []ReplicaView
 		sess SessionView
-		cfg  PlaceConfig
+		cfg  Config
 		want Decision
 	}{
 		{"a new conversation goes to the least-loaded replica with room",
@@ -73,7 +71,7 @@ func TestPickAdaptive(t *testing.T) {
 		{"a request without a session never waits",
 			busy(kv4(35000, 38000, 36000, 39000)), SessionView{Footprint: 10000}, cfg, Decision{0, ReasonNew}},
 		{"AdmitWait < 0 turns holding off",
-			busy(kv4(35000, 38000, 36000, 39000)), fresh, PlaceConfig{Policy: PolicyAdaptive, AdmitWait: -1}, Decision{0, ReasonNew}},
+			busy(kv4(35000, 38000, 36000, 39000)), fresh, Config{Policy: PolicyAdaptive, AdmitWait: -1}, Decision{0, ReasonNew}},
 		{"a known conversation stays home while home has room",
 			kv4(30000, 0, 0, 0), known(0, 0, 1<<30), cfg, Decision{0, ReasonSticky}},
 		{"an overcommitted home with a long queue: the conversation moves where it fits",
@@ -104,34 +102,34 @@ func TestPickAdaptive(t *testing.T) {
 }
 
 func TestRouteStateResidency(t *testing.T) {
-	rs := newRouteState(0)
+	rs := NewMemory(0)
 	t0 := time.Unix(0, 0)
 	snap := []ReplicaView{{Rank: 0, Healthy: true, KVCapacity: 30000}}
 	// Three conversations of 12k tokens (2k shared) finish on replica 0 in
 	// the order a, b, c: with 30k of KV only the two most recent fit.
 	for i, k := range []string{"a", "b", "c"} {
-		tk := rs.begin(k, 48000, 0, ReasonNew, t0)
-		rs.end(tk, tap.Usage{Known: true, Prompt: 11800, Cached: 2000, Completion: 200}, 1, t0.Add(time.Duration(i+1)*time.Second))
+		tk := rs.Begin(k, 48000, 0, ReasonNew, t0)
+		rs.End(tk, Report{Known: true, Prompt: 11800, Cached: 2000, Completion: 200}, 1, t0.Add(time.Duration(i+1)*time.Second))
 	}
 	for k, want := range map[string]int{"a": -1, "b": 0, "c": 0} {
 		sv := SessionView{Key: k}
-		rs.sessionView(&sv, 48000, snap)
+		rs.ViewSession(&sv, 48000, snap)
 		if sv.ResidentOn != want || sv.Footprint != 10000 {
 			t.Errorf("%s: resident on %d, footprint %d; want %d, 10000", k, sv.ResidentOn, sv.Footprint, want)
 		}
 	}
 	// One in flight: its footprint counts in the working set until it ends.
-	tk := rs.begin("d", 48000, 0, ReasonNew, t0.Add(10*time.Second))
-	rs.fill(snap, t0.Add(10*time.Second))
+	tk := rs.Begin("d", 48000, 0, ReasonNew, t0.Add(10*time.Second))
+	rs.FillView(snap, t0.Add(10*time.Second))
 	if got := snap[0].WorkingSet; got < 10000 || snap[0].Active != 1 {
 		t.Errorf("working set with one in flight = %d (active %d)", got, snap[0].Active)
 	}
-	rs.end(tk, tap.Usage{}, -1, t0.Add(20*time.Second))
-	rs.fill(snap, t0.Add(time.Hour))
+	rs.End(tk, Report{}, -1, t0.Add(20*time.Second))
+	rs.FillView(snap, t0.Add(time.Hour))
 	if snap[0].Active != 0 {
 		t.Errorf("active long after the end = %d", snap[0].Active)
 	}
-	rs.end(tk, tap.Usage{}, -1, t0) // idempotent
+	rs.End(tk, Report{}, -1, t0) // idempotent
 	if rs.rep(0).inflight != 0 || rs.rep(0).flyTok != 0 {
 		t.Errorf("in flight after double end: %d / %d", rs.rep(0).inflight, rs.rep(0).flyTok)
 	}
@@ -141,36 +139,36 @@ func TestRouteStateResidency(t *testing.T) {
 // no longer counts, its conversations are resident nowhere, and a request
 // that was running there ends without bringing it back.
 func TestRouteStateForgetsARemovedReplica(t *testing.T) {
-	rs := newRouteState(0)
+	rs := NewMemory(0)
 	t0 := time.Unix(0, 0)
 	for rank, shared := range []uint64{2000, 6000} {
-		tk := rs.begin(fmt.Sprint("first-", rank), 48000, rank, ReasonNew, t0)
-		rs.end(tk, tap.Usage{Known: true, Prompt: 11800, Cached: shared, Completion: 200}, 1, t0.Add(time.Second))
+		tk := rs.Begin(fmt.Sprint("first-", rank), 48000, rank, ReasonNew, t0)
+		rs.End(tk, Report{Known: true, Prompt: 11800, Cached: shared, Completion: 200}, 1, t0.Add(time.Second))
 	}
 	if got := rs.bestShared(); got != 6000 {
 		t.Fatalf("best shared prefix %d, want replica 1's 6000", got)
 	}
-	running := rs.begin("first-1", 48000, 1, ReasonSticky, t0.Add(2*time.Second))
-	rs.forget(1)
+	running := rs.Begin("first-1", 48000, 1, ReasonSticky, t0.Add(2*time.Second))
+	rs.Forget(1)
 	if got := rs.bestShared(); got != 2000 {
 		t.Errorf("after removing replica 1: best shared prefix %d, want replica 0's 2000", got)
 	}
 	sv := SessionView{Key: "first-1"}
-	rs.sessionView(&sv, 48000, []ReplicaView{{Rank: 0, Healthy: true, KVCapacity: 30000}})
+	rs.ViewSession(&sv, 48000, []ReplicaView{{Rank: 0, Healthy: true, KVCapacity: 30000}})
 	if sv.ResidentOn != -1 {
 		t.Errorf("a conversation of the removed replica is resident on %d", sv.ResidentOn)
 	}
-	rs.end(running, tap.Usage{Known: true, Prompt: 12000, Cached: 11000, Completion: 100}, 1, t0.Add(3*time.Second))
+	rs.End(running, Report{Known: true, Prompt: 12000, Cached: 11000, Completion: 100}, 1, t0.Add(3*time.Second))
 	if _, back := rs.reps[1]; back {
 		t.Error("the end of a request that ran on the removed replica brought its state back")
 	}
 }
 
 func TestRouteStateBound(t *testing.T) {
-	rs := newRouteState(3)
+	rs := NewMemory(3)
 	for i := range 10 {
-		tk := rs.begin(fmt.Sprint(i), 1000, i%2, ReasonNew, time.Unix(0, 0))
-		rs.end(tk, tap.Usage{}, -1, time.Unix(1, 0))
+		tk := rs.Begin(fmt.Sprint(i), 1000, i%2, ReasonNew, time.Unix(0, 0))
+		rs.End(tk, Report{}, -1, time.Unix(1, 0))
 	}
 	if len(rs.sess) != 3 {
 		t.Errorf("remembered %d conversations, bound 3", len(rs.sess))
@@ -178,30 +176,30 @@ func TestRouteStateBound(t *testing.T) {
 }
 
 // BenchmarkPickAdaptive measures one decision with its snapshot work
-// (routeState.fill + sessionView + Pick) at 8 replicas and 10k sessions.
+// (Memory.fill + sessionView + Pick) at 8 replicas and 10k sessions.
 func BenchmarkPickAdaptive(b *testing.B) {
-	rs := newRouteState(0)
+	rs := NewMemory(0)
 	rng := rand.New(rand.NewPCG(1, 2))
 	t0 := time.Unix(0, 0)
 	for i := range 10000 {
-		tk := rs.begin(fmt.Sprint(i), 48000, i%8, ReasonNew, t0)
-		rs.end(tk, tap.Usage{Known: true, Prompt: 12000, Cached: 3500, Completion: 256}, 0.5, t0.Add(time.Duration(i)*time.Millisecond))
+		tk := rs.Begin(fmt.Sprint(i), 48000, i%8, ReasonNew, t0)
+		rs.End(tk, Report{Known: true, Prompt: 12000, Cached: 3500, Completion: 256}, 0.5, t0.Add(time.Duration(i)*time.Millisecond))
 	}
 	for i := range 32 { // 4 in flight per replica
-		rs.begin(fmt.Sprint(i), 48000, i%8, ReasonSticky, t0.Add(11*time.Second))
+		rs.Begin(fmt.Sprint(i), 48000, i%8, ReasonSticky, t0.Add(11*time.Second))
 	}
 	snap := make([]ReplicaView, 8)
 	for i := range snap {
 		snap[i] = ReplicaView{Rank: i, Healthy: true, MaxNumSeqs: 32, KVCapacity: 40000, InFlight: 4}
 	}
 	now := t0.Add(12 * time.Second)
-	cfg := PlaceConfig{Policy: PolicyAdaptive}
+	cfg := Config{Policy: PolicyAdaptive}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		rs.fill(snap, now)
+		rs.FillView(snap, now)
 		sv := SessionView{Key: fmt.Sprint(i % 10000), Known: true, Home: i % 8}
-		rs.sessionView(&sv, 48000, snap)
+		rs.ViewSession(&sv, 48000, snap)
 		if d := Pick(snap, sv, cfg, rng); d.Rank < 0 && d.Reason != ReasonWait {
 			b.Fatal(d)
 		}

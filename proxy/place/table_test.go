@@ -1,0 +1,133 @@
+package place
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+)
+
+func TestSessionTableExpiresIdleSessions(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tab := NewTable(time.Minute, 0)
+	tab.Insert("a", 0, t0)
+	tab.Insert("b", 1, t0.Add(30*time.Second))
+	if tab.Get("a", t0.Add(59*time.Second)) == nil {
+		t.Fatal("a expired before its TTL")
+	}
+	// a was touched at 59 s; b was last seen at 30 s.
+	if tab.Get("b", t0.Add(91*time.Second)) != nil {
+		t.Error("b outlived its TTL")
+	}
+	if tab.Get("a", t0.Add(118*time.Second)) == nil {
+		t.Error("a expired although touched")
+	}
+	if tab.active[1] != 0 || tab.active[0] != 1 || tab.Len() != 1 {
+		t.Errorf("active %v len %d", tab.active, tab.Len())
+	}
+}
+
+func TestSessionTableEvictsLeastRecentlyUsed(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tab := NewTable(0, 3)
+	for i, k := range []string{"a", "b", "c"} {
+		tab.Insert(k, i, t0)
+	}
+	tab.Get("a", t0) // a is now the most recent
+	tab.Insert("d", 0, t0)
+	if tab.Peek("b") != nil || tab.Peek("a") == nil || tab.Len() != 3 {
+		t.Errorf("after eviction: b=%v a=%v len=%d", tab.Peek("b"), tab.Peek("a"), tab.Len())
+	}
+	if tab.active[1] != 0 || tab.seen != 4 {
+		t.Errorf("active %v seen %d", tab.active, tab.seen)
+	}
+}
+
+func TestSessionTableContextSums(t *testing.T) {
+	tab := NewTable(time.Minute, 0)
+	t0 := time.Unix(1000, 0)
+	a, b := tab.Insert("a", 0, t0), tab.Insert("b", 0, t0)
+	tab.SetContext(a, 1000)
+	tab.SetContext(b, 3000)
+	tab.SetContext(a, 2000)
+	if tab.ctxSum != 5000 || tab.ctxN != 2 {
+		t.Errorf("sum %d n %d, want 5000 2", tab.ctxSum, tab.ctxN)
+	}
+	tab.Rehome(b, 1)
+	tab.Expire(t0.Add(2 * time.Minute))
+	if tab.ctxSum != 0 || tab.ctxN != 0 || tab.active[0] != 0 || tab.active[1] != 0 {
+		t.Errorf("after expiry: sum %d n %d active %v", tab.ctxSum, tab.ctxN, tab.active)
+	}
+}
+
+// BenchmarkSessionMemory reports the heap bytes per session in a table of
+// 100k sessions with UUID keys.
+func BenchmarkSessionMemory(b *testing.B) {
+	const n = 100_000
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%08x-3cb8-4c5e-8d21-%012x", i, i)
+	}
+	now := time.Unix(1_000_000, 0)
+	var perSession float64
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		tab := NewTable(time.Hour, 0)
+		for i, k := range keys {
+			s := tab.Insert(k, i%8, now)
+			tab.SetContext(s, 1000)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perSession = float64(after.HeapAlloc-before.HeapAlloc) / n
+		runtime.KeepAlive(tab)
+	}
+	b.ReportMetric(perSession, "bytes/session")
+}
+
+func TestSessionTableFedAMillionIDsStaysWithinItsBound(t *testing.T) {
+	const ids, bound = 1_000_000, 10_000
+	tab := NewTable(time.Hour, bound)
+	now := time.Unix(1_800_000_000, 0)
+	heap0 := heapAfterGC()
+	for i := range ids {
+		key := fmt.Sprintf("million-%07d", i)
+		if tab.Get(key, now) != nil {
+			t.Fatalf("id %d: a new id found in the table", i)
+		}
+		tab.Insert(key, i%4, now)
+		if tab.Len() > bound {
+			t.Fatalf("after %d ids the table holds %d entries, bound %d", i+1, tab.Len(), bound)
+		}
+		if i%1000 == 0 {
+			now = now.Add(time.Millisecond)
+		}
+	}
+	heap1 := heapAfterGC()
+	active := 0
+	for _, n := range tab.active {
+		active += n
+	}
+	t.Logf("%d distinct ids -> %d sessions kept (bound %d), heap after GC %.1f -> %.1f MiB",
+		ids, tab.Len(), bound, float64(heap0)/(1<<20), float64(heap1)/(1<<20))
+	if tab.Len() != bound || active != bound || tab.seen != ids {
+		t.Errorf("table: %d entries, %d active by replica, %d seen; want %d, %d, %d", tab.Len(), active, tab.seen, bound, bound, ids)
+	}
+	if tab.Get("million-0999999", now) == nil || tab.Get("million-0000000", now) != nil {
+		t.Error("eviction is not least-recently-used: the newest id is gone or the oldest is kept")
+	}
+	if heap1 > heap0+32<<20 {
+		t.Errorf("heap grew by %d MiB for a table bounded at %d", (heap1-heap0)>>20, bound)
+	}
+	runtime.KeepAlive(tab)
+}
+
+func heapAfterGC() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
