@@ -15,8 +15,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/lmwarden/warden/internal/promtext"
-	"github.com/lmwarden/warden/proxy/panel"
+	"github.com/lmwarden/warden/proxy/engine"
 )
 
 // replicaSet is the set of replicas in rank order. It is never changed in
@@ -207,7 +206,7 @@ func (p *Proxy) learnLimits(ctx context.Context, r *replica) {
 	for _, src := range maxNumSeqsSources {
 		n := 0
 		err := p.getOK(ctx, r.target.String()+src.path, func(body io.Reader) error {
-			b, err := io.ReadAll(io.LimitReader(body, maxMetricsBytes))
+			b, err := io.ReadAll(io.LimitReader(body, engine.MaxMetricsBytes))
 			if err != nil {
 				return err
 			}
@@ -369,32 +368,4 @@ const DefaultMaxNumSeqs = 256
 // jsonDecode reads one small JSON admin body (at most 64 KiB) into v.
 func jsonDecode(body io.Reader, v any) error {
 	return json.NewDecoder(io.LimitReader(body, 64<<10)).Decode(v)
-}
-
-// wardenSample reads the /metrics of a warden used as a replica (a `warden
-// serve` on another host behind `warden route`): its replicas' engine
-// figures summed, KV use weighted by each engine's capacity. ok is false
-// when the text is not a warden's.
-func wardenSample(fams promtext.Families) (s engineSample, ok bool) {
-	if fams[panel.MetricEngineRunning] == nil {
-		return s, false
-	}
-	s.running, _ = fams.Sum(panel.MetricEngineRunning)
-	s.waiting, _ = fams.Sum(panel.MetricEngineWaiting)
-	s.queries, s.hasQueries = fams.Sum(panel.MetricEnginePrefixQuery)
-	s.hits, s.hasHits = fams.Sum(panel.MetricEnginePrefixHits)
-	s.prompt, s.hasPrompt = fams.Sum(panel.MetricEnginePromptTokens)
-	s.generated, s.hasGen = fams.Sum(panel.MetricEngineGenTokens)
-	s.preemptions, s.hasPreem = fams.Sum(panel.MetricEnginePreemptions)
-	capOf, _ := fams.SumBy(panel.MetricEngineKVCapacity, "replica")
-	usage, _ := fams.SumBy(panel.MetricEngineKVUsage, "replica")
-	var used, capacity float64
-	for rep, ratio := range usage {
-		used += ratio * capOf[rep]
-		capacity += capOf[rep]
-	}
-	if capacity > 0 {
-		s.kvUsed, s.kvCapacity = used/capacity, int(capacity)
-	}
-	return s, true
 }

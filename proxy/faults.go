@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -22,11 +21,6 @@ import (
 // that breaks off, an engine that does not answer or answers 5xx, requests
 // without the API key or with a body that is not JSON.
 
-// reqFailsDown is how many consecutive failed requests (5xx, no headers in
-// time, a broken stream, a transport error) take a replica out of rotation
-// for Config.FailCooldown; a good health check after that brings it back.
-const reqFailsDown = 3
-
 // errHeaderTimeout is the cause of an attempt cancelled because the engine
 // sent no response headers within Config.ResponseHeaderTimeout.
 var errHeaderTimeout = errors.New("no response headers in time")
@@ -34,31 +28,6 @@ var errHeaderTimeout = errors.New("no response headers in time")
 // maxNamedErrorBody bounds the engine error bodies the proxy rewrites to name
 // the replica; longer ones pass through unchanged.
 const maxNamedErrorBody = 64 << 10
-
-// noteRequest records one finished attempt's outcome. After reqFailsDown
-// failures in a row the replica leaves rotation until now+cooldown has
-// passed and a health check succeeds; but not when no other replica is up
-// (othersUp false): then failing requests still beat none being served,
-// and a request that makes every engine fail cannot empty the rotation.
-func (r *replica) noteRequest(failed bool, cause string, now time.Time, cooldown time.Duration, othersUp bool) {
-	r.mu.Lock()
-	if !failed {
-		r.reqFails = 0
-		r.mu.Unlock()
-		return
-	}
-	r.reqFails++
-	trip := r.reqFails >= reqFailsDown && r.healthFails < healthFailsDown && othersUp
-	if trip {
-		r.healthFails, r.downUntil = healthFailsDown, now.Add(cooldown)
-	}
-	n := r.reqFails
-	r.mu.Unlock()
-	if trip {
-		r.log.Warn("replica out of rotation after consecutive failed requests",
-			"failed_requests", n, "cooldown", cooldown.String(), "error", cause)
-	}
-}
 
 // othersUp reports whether a replica other than r is in rotation.
 func (p *Proxy) othersUp(r *replica) bool {

@@ -135,7 +135,6 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 }
 
 func (p *Proxy) reverseProxy(r *replica, tr http.RoundTripper) *httputil.ReverseProxy {
-	r.clock = p.clock // the failure cooldown runs on the proxy's clock
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(r.target)
@@ -202,7 +201,7 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		at.retry = true
-		at.rep.markDown(err)
+		at.rep.health.Refused(err)
 		return
 	}
 	if at.reused.Load() && closedBeforeAnswer(err) {
@@ -231,7 +230,7 @@ func (p *Proxy) account(at *attempt, req *request, pl placement, start time.Time
 		rep.log.Warn("engine stream broke off", "error", at.tap.Failed())
 	}
 	if at.status != 499 {
-		rep.noteRequest(at.status >= 500, at.cause, p.clock(), p.cfg.FailCooldown, p.othersUp(rep))
+		rep.health.Request(at.status >= 500, at.cause, p.clock(), p.cfg.FailCooldown, p.othersUp(rep))
 		rep.count(pl.d.Reason)
 		p.metrics.requests.WithLabelValues(rank, string(pl.d.Reason)).Inc()
 	}

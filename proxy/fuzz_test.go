@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/lmwarden/warden/proxy/identity"
 )
@@ -62,28 +61,5 @@ func FuzzPrepareSessionKey(f *testing.F) {
 		if k := identity.Extract(r.Header, body, nil); len(k.Key) > identity.MaxKeyLen {
 			t.Fatalf("Extract: key of %d bytes", len(k.Key))
 		}
-	})
-}
-
-func FuzzParseMetrics(f *testing.F) {
-	f.Add(metricsText(3, 1, 0.25, 1000, 600))
-	f.Add("vllm:prefix_cache_hits 5\nvllm:prefix_cache_queries 9\nvllm:gpu_cache_usage_perc 0.5\n")
-	f.Add(`# TYPE vllm:cache_config_info gauge
-vllm:cache_config_info{block_size="16",num_gpu_blocks="-3"} 1
-vllm:cache_config_info{block_size="99999999999",num_gpu_blocks="99999999999"} 1
-`)
-	f.Add("# TYPE x counter\nx_total NaN\nx_total +Inf\n")
-	f.Add("{\"not\":\"metrics\"}")
-	f.Fuzz(func(t *testing.T, text string) {
-		s, err := parseMetrics(strings.NewReader(text))
-		if err != nil {
-			return
-		}
-		if s.kvCapacity < 0 {
-			t.Fatalf("negative KV capacity %d", s.kvCapacity)
-		}
-		var e engineState
-		e.apply(s, time.Unix(1_800_000_000, 0))
-		e.apply(s, time.Unix(1_800_000_000, 0))
 	})
 }

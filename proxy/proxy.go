@@ -51,7 +51,7 @@ type Config struct {
 	// (a stream's come at once, a non-streaming answer's when it is complete);
 	// then the client gets 504 naming the replica. 0 = 10m.
 	ResponseHeaderTimeout time.Duration
-	FailCooldown          time.Duration // out of rotation after reqFailsDown failed requests at least this long; 0 = 10s
+	FailCooldown          time.Duration // out of rotation after engine.ReqFailsDown failed requests at least this long; 0 = 10s
 }
 
 // Validate checks the settings a user gives (each named by the warden flag
@@ -227,7 +227,7 @@ func (p *Proxy) SetReplicaState(rank int, up bool, state, reason string) {
 		p.log.Warn("state for an unknown replica", "replica", rank, "state", state)
 		return
 	}
-	r.setState(up, state, reason)
+	r.health.Launcher(up, state, reason)
 }
 
 // NoteRestart counts a restart of the replica's engine; its counters start
@@ -240,9 +240,7 @@ func (p *Proxy) NoteRestart(rank int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.restarts++
-	for _, c := range []*counter{&r.eng.queries, &r.eng.hits, &r.eng.prompt, &r.eng.generated, &r.eng.preemptions} {
-		c.restarted()
-	}
+	r.eng.Restarted()
 }
 
 // Bounds on reading what is left of an over-limit body before the 413.

@@ -16,6 +16,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/proxy/engine"
 	"github.com/lmwarden/warden/proxy/identity"
 	"github.com/lmwarden/warden/proxy/place"
 )
@@ -168,7 +169,7 @@ func TestEngineAnswering500sIsNamedThenTakenOutAndBackWhenHealthy(t *testing.T) 
 	_, bs := simSet(t, append([]string{"--sim-http-error", "500"}, fast...), fast)
 	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
 	p, front := testProxyBackends(t, Config{Clock: clock.now, FailCooldown: time.Minute}, bs)
-	for i := range reqFailsDown {
+	for i := range engine.ReqFailsDown {
 		resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"), identity.PinHeader, "0")
 		msg := gjson.Get(body, "error.message").Str
 		if resp.StatusCode != http.StatusInternalServerError || !strings.HasPrefix(msg, "replica 0: simulated failure") {
@@ -176,8 +177,8 @@ func TestEngineAnswering500sIsNamedThenTakenOutAndBackWhenHealthy(t *testing.T) 
 		}
 	}
 	settled(t, p)
-	if st := p.Status(); st.Replicas[0].Up || st.Replicas[0].Errors != reqFailsDown {
-		t.Fatalf("after %d failures: replica 0 up=%v errors=%d", reqFailsDown, st.Replicas[0].Up, st.Replicas[0].Errors)
+	if st := p.Status(); st.Replicas[0].Up || st.Replicas[0].Errors != engine.ReqFailsDown {
+		t.Fatalf("after %d failures: replica 0 up=%v errors=%d", engine.ReqFailsDown, st.Replicas[0].Up, st.Replicas[0].Errors)
 	}
 	for i := range 10 {
 		resp, _ := post(t, front.URL+"/v1/chat/completions", simChat(fmt.Sprintf("n%d", i)))
@@ -208,7 +209,7 @@ func TestHungEngineTimesOutNamedAndIsBackAfterItRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syscall.Kill(-pid, syscall.SIGCONT)
-	for range reqFailsDown {
+	for range engine.ReqFailsDown {
 		resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"), identity.PinHeader, "0")
 		if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(body, "replica 0: no response headers within 300ms") {
 			t.Fatalf("hung engine: status %d: %s", resp.StatusCode, body)
@@ -255,14 +256,14 @@ func TestClientDisconnectMidStreamCancelsTheEngineWork(t *testing.T) {
 func TestTheLastReplicaInRotationStaysDespiteFailures(t *testing.T) {
 	_, bs := simSet(t, append([]string{"--sim-http-error", "500"}, fast...))
 	p, front := testProxyBackends(t, Config{}, bs)
-	for i := range 2 * reqFailsDown {
+	for i := range 2 * engine.ReqFailsDown {
 		resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"))
 		if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "replica 0: ") {
 			t.Fatalf("request %d: status %d: %s", i, resp.StatusCode, body)
 		}
 	}
 	settled(t, p)
-	if r := p.Status().Replicas[0]; !r.Up || r.Errors != 2*reqFailsDown {
+	if r := p.Status().Replicas[0]; !r.Up || r.Errors != 2*engine.ReqFailsDown {
 		t.Errorf("the only replica: up %v, errors %d", r.Up, r.Errors)
 	}
 }

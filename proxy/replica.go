@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
+	"github.com/lmwarden/warden/proxy/engine"
 	"github.com/lmwarden/warden/proxy/place"
 )
 
@@ -28,12 +28,11 @@ type Backend struct {
 	FallbackMaxNumSeqs int
 }
 
-// healthFailsDown is how many consecutive failed health checks or scrapes
-// take a replica out of rotation; one success brings it back.
-const healthFailsDown = 3
-
 // replica is the live state of one engine. Hot counters are atomics; the
-// balancer fields are guarded by Proxy.mu; the rest by mu.
+// balancer fields are guarded by Proxy.mu; whether it is in rotation is
+// health's (engine.Health: the launcher, the checks and the requests send
+// it events); the rest is guarded by mu. Lock order: Proxy.mu before mu
+// (a placement reads the replicas' views under Proxy.mu).
 type replica struct {
 	rank         int
 	target       *url.URL
@@ -52,16 +51,11 @@ type replica struct {
 	// requests sent since.
 	staleRunning, staleWaiting, sentSince int
 
-	mu          sync.Mutex
-	launcherUp  bool
-	state       string
-	reason      string
-	restarts    int
-	healthFails int
-	reqFails    int       // consecutive failed requests (faults.go)
-	downUntil   time.Time // out of rotation at least until then after reqFails tripped
-	clock       func() time.Time
-	eng         engineState
+	health *engine.Health
+
+	mu       sync.Mutex
+	restarts int
+	eng      engine.Scraped
 }
 
 func newReplica(b Backend, log *slog.Logger) (*replica, error) {
@@ -69,66 +63,25 @@ func newReplica(b Backend, log *slog.Logger) (*replica, error) {
 	if err != nil || u.Scheme == "" || u.Host == "" {
 		return nil, fmt.Errorf("replica %d: bad URL %q: want http://host:port", b.Rank, b.URL)
 	}
-	r := &replica{rank: b.Rank, target: u, gpus: b.GPUs, fallbackSeqs: b.FallbackMaxNumSeqs,
-		launcherUp: true, state: "ready"}
-	r.maxNumSeqs.Store(int64(b.MaxNumSeqs))
-	if b.Probe {
-		r.healthFails = healthFailsDown // until it answers
-		if b.MaxNumSeqs == 0 {
-			r.maxNumSeqs.Store(int64(b.FallbackMaxNumSeqs))
-			r.learnSeqs.Store(true)
-		}
-	}
+	r := &replica{rank: b.Rank, target: u, gpus: b.GPUs, fallbackSeqs: b.FallbackMaxNumSeqs}
 	r.log = log.With("replica", b.Rank)
+	r.health = engine.NewHealth(b.Probe, r.log) // a probed server: out until it answers
+	r.maxNumSeqs.Store(int64(b.MaxNumSeqs))
+	if b.Probe && b.MaxNumSeqs == 0 {
+		r.maxNumSeqs.Store(int64(b.FallbackMaxNumSeqs))
+		r.learnSeqs.Store(true)
+	}
 	return r, nil
 }
 
 // LogValue makes a replica log as its rank, URL and state.
 func (r *replica) LogValue() slog.Value {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	return slog.GroupValue(slog.Int("rank", r.rank), slog.String("url", r.target.String()),
-		slog.String("state", r.state), slog.Int64("in_flight", r.inflight.Load()))
+		slog.String("state", r.health.State().String()), slog.Int64("in_flight", r.inflight.Load()))
 }
 
-// healthy: the launcher says up and the last checks did not fail.
-func (r *replica) healthy() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.launcherUp && r.healthFails < healthFailsDown
-}
-
-// noteHealth records one health check or scrape outcome and logs changes.
-func (r *replica) noteHealth(ok bool, err error) {
-	r.mu.Lock()
-	was := r.healthFails < healthFailsDown
-	if ok && (r.clock == nil || !r.clock().Before(r.downUntil)) {
-		r.healthFails, r.reqFails = 0, 0
-	} else if !ok {
-		r.healthFails++
-	}
-	now := r.healthFails < healthFailsDown
-	launched := r.launcherUp // while the launcher says down (loading), stay quiet
-	r.mu.Unlock()
-	switch {
-	case !launched:
-	case was && !now:
-		r.log.Warn("replica out of rotation", "error", err)
-	case !was && now:
-		r.log.Info("replica back in rotation")
-	}
-}
-
-// markDown takes the replica out of rotation at once (a refused connection).
-func (r *replica) markDown(err error) {
-	r.mu.Lock()
-	was := r.healthFails < healthFailsDown
-	r.healthFails = healthFailsDown
-	r.mu.Unlock()
-	if was {
-		r.log.Warn("replica out of rotation", "error", err)
-	}
-}
+// healthy reports whether the replica is in rotation.
+func (r *replica) healthy() bool { return r.health.Routable() }
 
 // seqs is the replica's max_num_seqs (0 = unknown).
 func (r *replica) seqs() int { return int(r.maxNumSeqs.Load()) }
@@ -141,13 +94,15 @@ func (r *replica) port() int {
 
 // view copies what placement needs. The caller holds Proxy.mu.
 func (r *replica) view(active int) place.ReplicaView {
+	healthy := r.health.Routable()
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	e := r.eng.Stats()
+	r.mu.Unlock()
 	return place.ReplicaView{
-		Rank: r.rank, Healthy: r.launcherUp && r.healthFails < healthFailsDown,
-		InFlight: int(r.inflight.Load()), Running: r.eng.running, Waiting: r.eng.waiting,
-		KVUsed: r.eng.kvUsed, ActiveSessions: active, MaxNumSeqs: r.seqs(),
-		KVCapacity: r.eng.kvCapacity, StaleRunning: r.staleRunning, StaleWaiting: r.staleWaiting,
+		Rank: r.rank, Healthy: healthy,
+		InFlight: int(r.inflight.Load()), Running: e.Running, Waiting: e.Waiting,
+		KVUsed: e.KVUsed, ActiveSessions: active, MaxNumSeqs: r.seqs(),
+		KVCapacity: e.KVCapacity, StaleRunning: r.staleRunning, StaleWaiting: r.staleWaiting,
 		SentSince: r.sentSince,
 	}
 }
@@ -180,16 +135,5 @@ func (r *replica) count(reason place.Reason) {
 		r.failover.Add(1)
 	case place.ReasonOff, place.ReasonHash:
 		r.balanced.Add(1)
-	}
-}
-
-// setState records the launcher's view. up=false takes the replica out of
-// rotation until the launcher says up again.
-func (r *replica) setState(up bool, state, reason string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.launcherUp, r.state, r.reason = up, state, reason
-	if up {
-		r.healthFails = 0
 	}
 }

@@ -69,21 +69,18 @@ func (r *replica) status(active int) panel.Replica {
 		ActiveSessions: active, PromptTokens: r.prompt.Load(), CachedTokens: r.cached.Load(),
 		CompletionTokens: r.completion.Load(),
 	}
+	row.State, row.Up = r.health.Display()
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	row.Up = r.launcherUp && r.healthFails < healthFailsDown
-	row.State, row.Restarts = r.state, r.restarts
-	if !row.Up && r.launcherUp {
-		row.State = "unhealthy"
-	}
-	e := &r.eng
-	row.Running, row.Waiting, row.KVUsed, row.KVCapacityTokens = e.running, e.waiting, e.kvUsed, e.kvCapacity
-	row.PrefixQueries, row.PrefixHits = e.queries.total, e.hits.total
+	row.Restarts = r.restarts
+	e := r.eng.Stats()
+	r.mu.Unlock()
+	row.Running, row.Waiting, row.KVUsed, row.KVCapacityTokens = e.Running, e.Waiting, e.KVUsed, e.KVCapacity
+	row.PrefixQueries, row.PrefixHits = e.Queries, e.Hits
 	if row.PrefixQueries > 0 {
 		row.HitRate = row.PrefixHits / row.PrefixQueries
 	}
-	row.EnginePrompt, row.EngineGenerated, row.Preemptions = e.prompt.total, e.generated.total, e.preemptions.total
-	row.ScrapedAt, row.ScrapeError = e.scrapedAt, e.scrapeErr
+	row.EnginePrompt, row.EngineGenerated, row.Preemptions = e.Prompt, e.Generated, e.Preemptions
+	row.ScrapedAt, row.ScrapeError = e.ScrapedAt, e.ScrapeErr
 	return row
 }
 

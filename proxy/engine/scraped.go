@@ -1,0 +1,194 @@
+package engine
+
+import (
+	"io"
+	"strconv"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/lmwarden/warden/internal/promtext"
+	"github.com/lmwarden/warden/proxy/panel"
+)
+
+// MaxMetricsBytes bounds one /metrics response.
+const MaxMetricsBytes = 8 << 20
+
+// Scraped is what the latest scrapes of an engine's /metrics said.
+// Counters are kept as deltas since the first scrape (warden start), with
+// counter resets (engine restarts) handled. It has no lock of its own: its
+// owner (the proxy's replica) guards it.
+type Scraped struct {
+	running, waiting, kvUsed float64
+	kvCapacity               int
+	queries, hits            counter
+	prompt, generated        counter
+	preemptions              counter
+	scrapedAt                time.Time
+	scrapeErr                string
+	scraped                  bool // a scrape succeeded before: a counter that appears now counts from 0
+}
+
+// counter turns successive readings of a Prometheus counter into a total
+// since the first reading. A reading below the previous one means the
+// engine restarted: the new value itself is the delta. The first reading
+// is only a baseline on the engine's first scrape (warden start, possibly
+// long after the engine's); a counter that first appears in a later scrape
+// started at 0 in between, so its first reading counts in full.
+type counter struct {
+	last, total float64
+	seen        bool
+}
+
+func (c *counter) observe(v float64) {
+	if !c.seen {
+		c.last, c.seen = v, true
+		return
+	}
+	d := v - c.last
+	if d < 0 {
+		d = v
+	}
+	c.total += d
+	c.last = v
+}
+
+// restarted makes the next reading count in full (the engine starts at 0).
+func (c *counter) restarted() {
+	if c.seen {
+		c.last = 0
+	}
+}
+
+// Sample is one parse of an engine's /metrics (Parse).
+type Sample struct {
+	running, waiting, kvUsed                         float64
+	queries, hits, prompt, generated, preemptions    float64
+	kvCapacity                                       int
+	hasQueries, hasHits, hasPrompt, hasGen, hasPreem bool
+}
+
+// Parse reads vLLM's Prometheus text, summing samples over labels
+// (engines). It accepts counter names with and without _total and either
+// KV usage gauge name.
+func Parse(r io.Reader) (Sample, error) {
+	fams, err := promtext.Parse(r)
+	if err != nil {
+		return Sample{}, err
+	}
+	if ws, ok := wardenSample(fams); ok && fams["vllm:num_requests_running"] == nil {
+		return ws, nil // another warden (route in front of serve): dynamic.go
+	}
+	var s Sample
+	s.running, _ = fams.Sum("vllm:num_requests_running")
+	s.waiting, _ = fams.Sum("vllm:num_requests_waiting")
+	if v, ok := fams.Sum("vllm:kv_cache_usage_perc"); ok {
+		s.kvUsed = v
+	} else {
+		s.kvUsed, _ = fams.Sum("vllm:gpu_cache_usage_perc")
+	}
+	s.queries, s.hasQueries = fams.Counter("vllm:prefix_cache_queries")
+	s.hits, s.hasHits = fams.Counter("vllm:prefix_cache_hits")
+	s.prompt, s.hasPrompt = fams.Counter("vllm:prompt_tokens")
+	s.generated, s.hasGen = fams.Counter("vllm:generation_tokens")
+	s.preemptions, s.hasPreem = fams.Counter("vllm:num_preemptions")
+	s.kvCapacity = kvCapacity(fams["vllm:cache_config_info"])
+	return s, nil
+}
+
+// kvCapacity is num_gpu_blocks x block_size from vllm:cache_config_info,
+// summed over engines; 0 when unknown.
+func kvCapacity(f *dto.MetricFamily) int {
+	total := 0
+	for _, m := range f.GetMetric() {
+		var blocks, size int
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "num_gpu_blocks":
+				blocks, _ = strconv.Atoi(l.GetValue())
+			case "block_size":
+				size, _ = strconv.Atoi(l.GetValue())
+			}
+		}
+		total += blocks * size
+	}
+	return total
+}
+
+// Apply folds a sample taken at at into the state.
+func (e *Scraped) Apply(s Sample, at time.Time) {
+	e.running, e.waiting, e.kvUsed = s.running, s.waiting, s.kvUsed
+	if s.kvCapacity > 0 {
+		e.kvCapacity = s.kvCapacity
+	}
+	for _, c := range []struct {
+		c  *counter
+		v  float64
+		ok bool
+	}{{&e.queries, s.queries, s.hasQueries}, {&e.hits, s.hits, s.hasHits}, {&e.prompt, s.prompt, s.hasPrompt},
+		{&e.generated, s.generated, s.hasGen}, {&e.preemptions, s.preemptions, s.hasPreem}} {
+		if !c.ok {
+			continue
+		}
+		if !c.c.seen && e.scraped {
+			c.c.seen = true // last 0: born since the previous scrape
+		}
+		c.c.observe(c.v)
+	}
+	e.scrapedAt, e.scrapeErr, e.scraped = at, "", true
+}
+
+// Fail records a failed scrape's error (the last values stay).
+func (e *Scraped) Fail(err string) { e.scrapeErr = err }
+
+// Restarted makes every counter's next reading count in full: the engine
+// restarted and its counters start from 0 again.
+func (e *Scraped) Restarted() {
+	for _, c := range []*counter{&e.queries, &e.hits, &e.prompt, &e.generated, &e.preemptions} {
+		c.restarted()
+	}
+}
+
+// Stats is what the panel and placement read of a Scraped.
+type Stats struct {
+	Running, Waiting, KVUsed                      float64
+	KVCapacity                                    int     // tokens; 0 unknown
+	Queries, Hits, Prompt, Generated, Preemptions float64 // deltas since warden start
+	ScrapedAt                                     time.Time
+	ScrapeErr                                     string
+}
+
+// Stats copies the current values.
+func (e *Scraped) Stats() Stats {
+	return Stats{Running: e.running, Waiting: e.waiting, KVUsed: e.kvUsed, KVCapacity: e.kvCapacity,
+		Queries: e.queries.total, Hits: e.hits.total, Prompt: e.prompt.total, Generated: e.generated.total,
+		Preemptions: e.preemptions.total, ScrapedAt: e.scrapedAt, ScrapeErr: e.scrapeErr}
+}
+
+// wardenSample reads the /metrics of a warden used as a replica (a `warden
+// serve` on another host behind `warden route`): its replicas' engine
+// figures summed, KV use weighted by each engine's capacity. ok is false
+// when the text is not a warden's.
+func wardenSample(fams promtext.Families) (s Sample, ok bool) {
+	if fams[panel.MetricEngineRunning] == nil {
+		return s, false
+	}
+	s.running, _ = fams.Sum(panel.MetricEngineRunning)
+	s.waiting, _ = fams.Sum(panel.MetricEngineWaiting)
+	s.queries, s.hasQueries = fams.Sum(panel.MetricEnginePrefixQuery)
+	s.hits, s.hasHits = fams.Sum(panel.MetricEnginePrefixHits)
+	s.prompt, s.hasPrompt = fams.Sum(panel.MetricEnginePromptTokens)
+	s.generated, s.hasGen = fams.Sum(panel.MetricEngineGenTokens)
+	s.preemptions, s.hasPreem = fams.Sum(panel.MetricEnginePreemptions)
+	capOf, _ := fams.SumBy(panel.MetricEngineKVCapacity, "replica")
+	usage, _ := fams.SumBy(panel.MetricEngineKVUsage, "replica")
+	var used, capacity float64
+	for rep, ratio := range usage {
+		used += ratio * capOf[rep]
+		capacity += capOf[rep]
+	}
+	if capacity > 0 {
+		s.kvUsed, s.kvCapacity = used/capacity, int(capacity)
+	}
+	return s, true
+}
