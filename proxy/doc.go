@@ -1,20 +1,38 @@
-// Package proxy is warden's in-process router: it owns the request path from
-// a client to one engine replica. It finds which conversation a request
-// belongs to (session.go), places it with a pure policy over a snapshot of
-// the replicas (placement.go), forwards it with httputil.ReverseProxy,
-// streaming SSE through unbuffered while a tap reads the usage report
-// (proxy.go, usage.go), keeps per-replica and per-session state and token
-// statistics (replica.go, table.go, stats.go), scrapes each engine's
-// /metrics and /health (scrape.go), and serves the warden's own endpoints:
-// /health, /v1/models, /metrics, /warden/status, /warden/policy and
-// /warden/reset_prefix_cache (admin.go, status.go, metrics.go). The replica
-// set can change at run time (dynamic.go: /warden/replicas, replicas that
-// are probed rather than launched, another warden as a replica), and the
-// session table can be saved and reloaded across restarts (persist.go).
-// faults.go holds the answers to faults and hostile input: a stream the
-// engine breaks off ends with an SSE error event naming the replica, an
-// engine without response headers in time gets 504, three failed requests
-// in a row take a replica out of rotation for a cooldown (never the last
-// one), non-JSON content types get 415, and the optional API key is
-// checked on /v1/* and never forwarded or logged.
+// Package proxy is warden's in-process router: the request path from a
+// client to one engine replica, as a straight line (proxy.go serveProxied,
+// forward.go):
+//
+//	read the body (≤ --max-body-bytes) → prepare: identity.Scan once, compat's
+//	rewrites (model name, server tools, billing line), identity.ExtractFrom
+//	→ place (or hold): snapshot the replicas under Proxy.mu, place.Pick,
+//	in-flight increment, session table and place.Memory updated
+//	→ forward: httputil.ReverseProxy to 127.0.0.1:port through compat.Transport,
+//	the answer streamed back through a tap.Tap → account: counters, stats,
+//	engine.Health's request event, Memory.End.
+//
+// What lives where:
+//   - proxy/identity — which conversation a request belongs to; no state.
+//   - proxy/tap — usage read from JSON or SSE without changing the bytes.
+//   - proxy/compat — client compatibility rewrites and engine fallbacks.
+//   - proxy/place — the placement policies (pure), their memory and the
+//     session table; no I/O, no clock, no locks of its own.
+//   - proxy/engine — one replica's rotation state machine and scraped
+//     /metrics state; no I/O.
+//   - proxy/panel — the status schema, HTML page, `warden status`, summary.
+//   - proxy/replay — a discrete-event replay of placement on the
+//     simulator's scheduler (research; not in the warden's path).
+//
+// This package wires them: the Proxy and its replicas (proxy.go,
+// replica.go), the request path (forward.go, policy_proxy.go: holding
+// requests for room), faults and hostile input (faults.go: a broken stream
+// ends with an error event naming the replica, 504 without response
+// headers in time, 415 for non-JSON bodies, the API key), scraping and
+// health checks (scrape.go: the proxy fetches, engine interprets), the
+// warden's own endpoints (admin.go: /health, /v1/models, /metrics,
+// /warden/status, /warden/policy, /warden/reset_prefix_cache; status.go,
+// metrics.go, stats.go), replicas changed at run time (dynamic.go:
+// /warden/replicas, probed servers, another warden as a replica) and the
+// session table saved across restarts (persist.go). The lock order is
+// written where the locks are declared (Proxy.mu, replica.mu). The proxy
+// reads time only from Config.Clock.
 package proxy

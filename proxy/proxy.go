@@ -42,8 +42,12 @@ type Config struct {
 	BalancerInterval  time.Duration // refresh of the "off" balancer's engine stats; 0 = 100ms
 	Logger            *slog.Logger  // nil = slog.Default()
 	Registry          *prometheus.Registry
-	Clock             func() time.Time // nil = time.Now; drives session TTL, series buckets, balancer refresh
-	Seed              uint64           // tie-break randomness; 0 = random
+	// Clock is the one clock the proxy reads time from (nil = time.Now):
+	// session TTL, series buckets, balancer refresh, times to first byte,
+	// turn times, failure cooldowns. Only I/O deadlines (the response-header
+	// timeout, draining an over-limit body) run on real timers.
+	Clock func() time.Time
+	Seed  uint64 // tie-break randomness; 0 = random
 
 	// Faults and exposure (faults.go).
 	APIKey string // clients must send it (Authorization: Bearer or x-api-key) on /v1/*; "" = no key
@@ -135,10 +139,14 @@ type Proxy struct {
 	metrics      *metrics
 	series       *series
 	handler      http.Handler
-	clients      *compat.Clients // model-name mapping and request adaptation (clients.go)
+	clients      *compat.Clients // model-name mapping and request adaptation
 	starting     atomic.Bool     // engines still starting: /health is 503 (SetStarting)
 
-	mu          sync.Mutex // guards everything below and the replicas' balancer fields
+	// mu guards everything below and the replicas' balancer fields. Lock
+	// order: mu before a replica's mu (placement reads every replica's view
+	// under mu); never the other way round. engine.Health has its own lock,
+	// taken under either and taking none.
+	mu          sync.Mutex
 	policy      string
 	rng         *rand.Rand
 	sessions    *place.Table
@@ -148,7 +156,7 @@ type Proxy struct {
 	homeTurns   uint64 // ... served on that home
 	peak        peakState
 	dyn         dynState      // adding and removing replicas (dynamic.go)
-	route       *place.Memory // the adaptive policy's estimates (policy_state.go)
+	route       *place.Memory // the adaptive policy's estimates
 	held        int           // requests held at the proxy for room (place.ReasonWait)
 	wake        chan struct{} // closed and replaced when a request ends while some are held
 }
@@ -278,7 +286,7 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 // serveProxied places and forwards one /v1/* request, retrying on another
 // replica only when it provably never reached an engine.
 func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
+	start := p.clock()
 	if msg := badContentType(r); msg != "" {
 		writeError(w, http.StatusUnsupportedMediaType, msg)
 		return
