@@ -72,19 +72,19 @@ func TestSimClaudeCodeTwoTurnsThroughTheWarden(t *testing.T) {
 	for turn := 1; turn <= 2; turn++ {
 		resp, out := post(t, front.URL+"/v1/messages?beta=true", body, claudeHeaders(session)...)
 		text, input, cached := sseUsage(out)
-		t.Logf("turn %d: replica %s (%s), %d/%d input tokens cached", turn, resp.Header.Get(identity.PinHeader), resp.Header.Get(RouteHeader), cached, input)
+		t.Logf("turn %d: replica %s (%s), %d/%d input tokens cached", turn, resp.Header.Get(identity.PinHeader), resp.Header.Get(routeHeader), cached, input)
 		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") || text == "" {
 			t.Fatalf("turn %d: status %d %s: %s", turn, resp.StatusCode, resp.Header.Get("Content-Type"), out)
 		}
 		switch turn {
 		case 1:
 			home = resp.Header.Get(identity.PinHeader)
-			if resp.Header.Get(RouteHeader) != "new" {
-				t.Errorf("turn 1 route %s", resp.Header.Get(RouteHeader))
+			if resp.Header.Get(routeHeader) != "new" {
+				t.Errorf("turn 1 route %s", resp.Header.Get(routeHeader))
 			}
 		case 2:
-			if r := resp.Header.Get(identity.PinHeader); r != home || resp.Header.Get(RouteHeader) != "sticky" {
-				t.Errorf("turn 2 on replica %s (%s), turn 1 on %s", r, resp.Header.Get(RouteHeader), home)
+			if r := resp.Header.Get(identity.PinHeader); r != home || resp.Header.Get(routeHeader) != "sticky" {
+				t.Errorf("turn 2 on replica %s (%s), turn 1 on %s", r, resp.Header.Get(routeHeader), home)
 			}
 			if cached < input*8/10 {
 				t.Errorf("turn 2: only %d of %d input tokens cached", cached, input)

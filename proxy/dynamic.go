@@ -98,13 +98,13 @@ func ParseReplica(spec string) (Backend, error) {
 	return b, nil
 }
 
-// ErrUnknownReplica is returned by RemoveReplica for a URL or rank that is
+// errUnknownReplica is returned by RemoveReplica for a URL or rank that is
 // not a current replica.
-var ErrUnknownReplica = errors.New("no such replica")
+var errUnknownReplica = errors.New("no such replica")
 
-// ErrReplicaExists is returned by AddReplica for a URL that is already a
+// errReplicaExists is returned by AddReplica for a URL that is already a
 // current replica.
-var ErrReplicaExists = errors.New("replica already present")
+var errReplicaExists = errors.New("replica already present")
 
 // ReplicaInfo describes a replica added or removed at run time.
 type ReplicaInfo struct {
@@ -130,7 +130,7 @@ func (p *Proxy) AddReplica(b Backend) (ReplicaInfo, error) {
 	cur := p.set.Load()
 	for _, r := range cur.list {
 		if canonicalURL(r.target) == b.URL {
-			return ReplicaInfo{Rank: r.rank, URL: b.URL}, fmt.Errorf("%w: %s is replica %d", ErrReplicaExists, b.URL, r.rank)
+			return ReplicaInfo{Rank: r.rank, URL: b.URL}, fmt.Errorf("%w: %s is replica %d", errReplicaExists, b.URL, r.rank)
 		}
 	}
 	rank, seen := p.dyn.rankOf[b.URL]
@@ -172,7 +172,7 @@ func (p *Proxy) RemoveReplica(rawURL string, rank int) (ReplicaInfo, error) {
 		if want == "" {
 			want = "rank " + strconv.Itoa(rank)
 		}
-		return ReplicaInfo{}, fmt.Errorf("%w: %s", ErrUnknownReplica, want)
+		return ReplicaInfo{}, fmt.Errorf("%w: %s", errUnknownReplica, want)
 	}
 	r := cur.list[i]
 	p.publish(slices.Delete(slices.Clone(cur.list), i, i+1))
@@ -309,7 +309,7 @@ func (p *Proxy) addReplica(w http.ResponseWriter, r *http.Request) {
 	b.Probe, b.FallbackMaxNumSeqs = true, p.fallbackSeqs()
 	info, err := p.AddReplica(b)
 	switch {
-	case errors.Is(err, ErrReplicaExists):
+	case errors.Is(err, errReplicaExists):
 		writeError(w, http.StatusConflict, err.Error())
 		return
 	case err != nil:
@@ -337,7 +337,7 @@ func (p *Proxy) removeReplica(w http.ResponseWriter, r *http.Request) {
 	}
 	info, err := p.RemoveReplica(in.URL, rank)
 	switch {
-	case errors.Is(err, ErrUnknownReplica):
+	case errors.Is(err, errUnknownReplica):
 		writeError(w, http.StatusNotFound, err.Error())
 	case err != nil:
 		writeError(w, http.StatusBadRequest, err.Error())

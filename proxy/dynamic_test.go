@@ -82,7 +82,7 @@ func homes(t *testing.T, front string, sessions []string) (map[string]string, ma
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("session %s: %d %s", s, resp.StatusCode, body)
 		}
-		rank[s], route[s] = resp.Header.Get(identity.PinHeader), resp.Header.Get(RouteHeader)
+		rank[s], route[s] = resp.Header.Get(identity.PinHeader), resp.Header.Get(routeHeader)
 	}
 	return rank, route
 }

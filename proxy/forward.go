@@ -25,8 +25,8 @@ import (
 	"github.com/lmwarden/warden/proxy/tap"
 )
 
-// RouteHeader names the placement reason on every proxied response.
-const RouteHeader = "X-Warden-Route"
+// routeHeader names the placement reason on every proxied response.
+const routeHeader = "X-Warden-Route"
 
 // request is a client request read and prepared for forwarding.
 type request struct {
@@ -125,11 +125,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 	}
 	h := w.Header()
 	h.Set(identity.PinHeader, strconv.Itoa(rep.rank))
-	h.Set(RouteHeader, string(pl.d.Reason))
+	h.Set(routeHeader, string(pl.d.Reason))
 	rep.rp.ServeHTTP(w, out)
 	if at.retry {
 		h.Del(identity.PinHeader)
-		h.Del(RouteHeader)
+		h.Del(routeHeader)
 	}
 	return at.retry
 }

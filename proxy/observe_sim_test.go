@@ -60,7 +60,7 @@ func TestSimStatusNumbersMatchWhatHappened(t *testing.T) {
 				t.Fatalf("anthropic turn: %d %s", resp.StatusCode, out)
 			}
 			rank, _ := strconv.Atoi(resp.Header.Get(identity.PinHeader))
-			o.note(id, rank, resp.Header.Get(RouteHeader))
+			o.note(id, rank, resp.Header.Get(routeHeader))
 			u := anthropicUsage(out)
 			o.prompt[rank] += int64(u.Prompt)
 			o.cached[rank] += int64(u.Cached)

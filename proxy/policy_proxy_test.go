@@ -34,7 +34,7 @@ func TestHoldForRoom(t *testing.T) {
 			return
 		}
 		resp.Body.Close()
-		done <- resp.Header.Get(RouteHeader)
+		done <- resp.Header.Get(routeHeader)
 	}
 	go send("a", 120_000, doneA)
 	<-e.arrived

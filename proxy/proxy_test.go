@@ -43,7 +43,7 @@ func TestStreamWithoutIncludeUsageNeverShowsTheUsageChunk(t *testing.T) {
 	if got := resp.Header.Get(identity.PinHeader); got != "0" {
 		t.Errorf("X-Warden-Replica = %q, want 0", got)
 	}
-	if got := resp.Header.Get(RouteHeader); got != "new" {
+	if got := resp.Header.Get(routeHeader); got != "new" {
 		t.Errorf("X-Warden-Route = %q, want new", got)
 	}
 }
@@ -241,8 +241,8 @@ func TestPinHeader(t *testing.T) {
 	e0, e1 := newFakeEngine(t), newFakeEngine(t)
 	p, front := testProxy(t, Config{}, e0, e1)
 	resp, _ := post(t, front.URL+"/v1/chat/completions", chatBody("s", false, ""), identity.PinHeader, "1")
-	if resp.Header.Get(identity.PinHeader) != "1" || resp.Header.Get(RouteHeader) != "pinned" {
-		t.Errorf("pinned request went to %s (%s)", resp.Header.Get(identity.PinHeader), resp.Header.Get(RouteHeader))
+	if resp.Header.Get(identity.PinHeader) != "1" || resp.Header.Get(routeHeader) != "pinned" {
+		t.Errorf("pinned request went to %s (%s)", resp.Header.Get(identity.PinHeader), resp.Header.Get(routeHeader))
 	}
 	if h := e1.heads[0].Get(identity.PinHeader); h != "" {
 		t.Errorf("pin header forwarded to the engine: %q", h)

@@ -124,8 +124,8 @@ func TestEngineKilledMidStreamEndsWithAnErrorEventAndSessionsFailOver(t *testing
 		}
 	}
 	r, body := post(t, front.URL+"/v1/chat/completions", simChat("victim"))
-	if r.StatusCode != http.StatusOK || r.Header.Get(RouteHeader) != string(place.ReasonFailover) {
-		t.Errorf("the dead replica's session: status %d route %q: %s", r.StatusCode, r.Header.Get(RouteHeader), body)
+	if r.StatusCode != http.StatusOK || r.Header.Get(routeHeader) != string(place.ReasonFailover) {
+		t.Errorf("the dead replica's session: status %d route %q: %s", r.StatusCode, r.Header.Get(routeHeader), body)
 	}
 	settled(t, p)
 	st := p.Status()

@@ -50,7 +50,7 @@ func sendHeld(t *testing.T, p *Proxy, url, body string, kv ...string) func() (st
 	go func() {
 		defer close(done)
 		resp, _ := post(t, url+"/v1/chat/completions", body, kv...)
-		rank, route = resp.Header.Get(identity.PinHeader), resp.Header.Get(RouteHeader)
+		rank, route = resp.Header.Get(identity.PinHeader), resp.Header.Get(routeHeader)
 	}()
 	simproc.Poll(t, "request in flight", func() bool { return p.Status().InFlight == before+1 })
 	return func() (string, string) { <-done; return rank, route }
@@ -129,8 +129,8 @@ func TestLeastInFlightAndHashPolicies(t *testing.T) {
 	first, _ := post(t, front.URL+"/v1/chat/completions", chatBody("h", false, ""))
 	for range 3 {
 		resp, _ := post(t, front.URL+"/v1/chat/completions", chatBody("h", false, ""))
-		if resp.Header.Get(identity.PinHeader) != first.Header.Get(identity.PinHeader) || resp.Header.Get(RouteHeader) != "hash" {
-			t.Errorf("hash moved the session: %s (%s)", resp.Header.Get(identity.PinHeader), resp.Header.Get(RouteHeader))
+		if resp.Header.Get(identity.PinHeader) != first.Header.Get(identity.PinHeader) || resp.Header.Get(routeHeader) != "hash" {
+			t.Errorf("hash moved the session: %s (%s)", resp.Header.Get(identity.PinHeader), resp.Header.Get(routeHeader))
 		}
 	}
 }
@@ -142,15 +142,15 @@ func TestSessionTTLOnTheInjectedClock(t *testing.T) {
 	post(t, front.URL+"/v1/chat/completions", chatBody("ttl", false, ""))
 	clk.add(59 * time.Second)
 	resp, _ := post(t, front.URL+"/v1/chat/completions", chatBody("ttl", false, ""))
-	if resp.Header.Get(RouteHeader) != "sticky" {
-		t.Errorf("within the TTL: route %s", resp.Header.Get(RouteHeader))
+	if resp.Header.Get(routeHeader) != "sticky" {
+		t.Errorf("within the TTL: route %s", resp.Header.Get(routeHeader))
 	}
 	clk.add(61 * time.Second)
 	if n := p.Status().Sessions; n != 0 {
 		t.Errorf("sessions after the TTL = %d, want 0", n)
 	}
 	resp, _ = post(t, front.URL+"/v1/chat/completions", chatBody("ttl", false, ""))
-	if resp.Header.Get(RouteHeader) != "new" {
-		t.Errorf("after the TTL: route %s, want new", resp.Header.Get(RouteHeader))
+	if resp.Header.Get(routeHeader) != "new" {
+		t.Errorf("after the TTL: route %s, want new", resp.Header.Get(routeHeader))
 	}
 }

@@ -78,7 +78,7 @@ func (c *conversation) turn(t *testing.T, next string) (rank int, route string, 
 	c.body, _ = sjson.Set(c.body, "messages.-1", map[string]string{"role": "assistant", "content": answer})
 	c.body, _ = sjson.Set(c.body, "messages.-1", map[string]string{"role": "user", "content": next})
 	rank, _ = strconv.Atoi(resp.Header.Get(identity.PinHeader))
-	return rank, resp.Header.Get(RouteHeader), gjson.Get(body, "usage.prompt_tokens").Int(),
+	return rank, resp.Header.Get(routeHeader), gjson.Get(body, "usage.prompt_tokens").Int(),
 		gjson.Get(body, "usage.prompt_tokens_details.cached_tokens").Int()
 }
 

@@ -29,7 +29,7 @@ package place
 
 // Adaptive policy defaults (Config zero values).
 const (
-	DefaultAdmitTurns   = 5.0  // AdmitWait = this many mean turn times when 0
+	defaultAdmitTurns   = 5.0  // AdmitWait = this many mean turn times when 0
 	DefaultMoveCooldown = 3    // turns a moved conversation stays put
 	DefaultFill         = 1.0  // fraction of KV capacity a working set may use
 	DefaultMaxOverflow  = 0.25 // see Config.maxOverflow
@@ -72,7 +72,7 @@ func (c Config) admitTurns() float64 {
 	if c.AdmitTurns > 0 {
 		return c.AdmitTurns
 	}
-	return DefaultAdmitTurns
+	return defaultAdmitTurns
 }
 
 // FillFraction is the configured fill fraction or the default.
@@ -84,7 +84,7 @@ func (c Config) FillFraction() float64 {
 }
 
 // admitWait is the bound on a new conversation's wait at the proxy in
-// seconds: the configured one, or DefaultAdmitTurns mean turn times.
+// seconds: the configured one, or defaultAdmitTurns mean turn times.
 func (c Config) admitWait(snap []ReplicaView) float64 {
 	if c.AdmitWait != 0 {
 		return max(c.AdmitWait, 0)

@@ -99,7 +99,7 @@ type Config struct {
 	AdmitWait    float64 // seconds a new conversation may wait for room; 0 = AdmitTurns turn times, <0 = never wait
 	MoveCooldown int     // turns a moved conversation stays put; 0 = DefaultMoveCooldown
 	Fill         float64 // fraction of KV capacity a working set may use; 0 = DefaultFill
-	AdmitTurns   float64 // mean turn times of the automatic AdmitWait; 0 = DefaultAdmitTurns
+	AdmitTurns   float64 // mean turn times of the automatic AdmitWait; 0 = defaultAdmitTurns
 	MaxOverflow  float64 // overload past which new conversations are no longer held; 0 = DefaultMaxOverflow
 	AdmitSlack   float64 // overcommit of the roomiest replica admitted at once; 0 = DefaultAdmitSlack, <0 = none
 }
@@ -125,11 +125,11 @@ type Decision struct {
 
 var noDecision = Decision{Rank: -1, Reason: ReasonNone}
 
-// PolicyFunc decides one request. It must be pure: no locks, clock,
+// policyFunc decides one request. It must be pure: no locks, clock,
 // environment or I/O; everything it needs is in its arguments.
-type PolicyFunc func(snap []ReplicaView, s SessionView, cfg Config, rng Rand) Decision
+type policyFunc func(snap []ReplicaView, s SessionView, cfg Config, rng Rand) Decision
 
-var policies = map[string]PolicyFunc{
+var policies = map[string]policyFunc{
 	PolicySticky:        pickSticky,
 	PolicyOff:           pickOffV1,
 	PolicyOffV2:         pickOffV2,
