@@ -70,7 +70,7 @@ func Extract(h http.Header, body []byte, extraHeaders []string) SessionKey {
 	if k, ok := fromHeaders(h, extraHeaders); ok {
 		return k // no body scan needed
 	}
-	return ExtractFrom(h, Scan(body), extraHeaders)
+	return fromFields(Scan(body))
 }
 
 // ExtractFrom is Extract over a body already scanned (the proxy's request
@@ -79,6 +79,10 @@ func ExtractFrom(h http.Header, f Fields, extraHeaders []string) SessionKey {
 	if k, ok := fromHeaders(h, extraHeaders); ok {
 		return k
 	}
+	return fromFields(f)
+}
+
+func fromFields(f Fields) SessionKey {
 	if !f.Valid {
 		return SessionKey{Source: SourceNone}
 	}
