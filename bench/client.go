@@ -313,8 +313,7 @@ func newDeviceID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// billingLine is Claude Code's per-conversation billing line (clients.md
-// §1.3): its 3-hex suffix differs between conversations and stays the same
+// billingLine is Claude Code's per-conversation billing line (docs/clients.md): its 3-hex suffix differs between conversations and stays the same
 // across a conversation's turns.
 func billingLine(sessionID string) string {
 	h := fnv.New32a()

@@ -48,7 +48,7 @@ type Config struct {
 // the target cannot count tokens.
 const FallbackCharsPerToken = 4.0
 
-// DefaultConfig returns the reference measurement's load (product.md).
+// DefaultConfig returns the reference measurement's load (docs/reference-rig.md).
 func DefaultConfig() Config {
 	return Config{
 		API:       APIAnthropic,

@@ -97,7 +97,7 @@ var markdownCols = []struct {
 	{"prefix hit %", func(s *StageSummary) *float64 { return s.PrefixHitPct }, 1},
 }
 
-// Markdown renders the reference table (product.md's columns). With A/B each
+// Markdown renders the reference table (docs/reference-rig.md's columns). With A/B each
 // cell reads "A→B"; "stayed on replica %" shows B (the affinity variant), as
 // the reference does. Unknown values print as "–".
 func Markdown(res *Results) string {

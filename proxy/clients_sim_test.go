@@ -13,7 +13,7 @@ import (
 )
 
 // claudeHeaders are the headers Claude Code 2.1.332 sends on every Messages
-// request (clients.md §1.2, captured live), with a dummy key.
+// request (docs/clients.md, captured live), with a dummy key.
 func claudeHeaders(session string) []string {
 	return []string{
 		"Accept", "application/json",
@@ -28,7 +28,7 @@ func claudeHeaders(session string) []string {
 	}
 }
 
-// claudeCodeTurn1 is Claude Code's main-loop body (clients.md §1.3): its own
+// claudeCodeTurn1 is Claude Code's main-loop body (docs/clients.md): its own
 // model name, billing block, the static system prompt, a mid-conversation
 // system message, tools (one an Anthropic server tool), metadata.user_id as
 // a JSON string, adaptive thinking, context management, effort, 128k

@@ -10,7 +10,7 @@ import (
 	"github.com/lmwarden/warden/internal/usage"
 )
 
-// claudeCodeBody is a request in Claude Code's shape (clients.md §1.3).
+// claudeCodeBody is a request in Claude Code's shape (docs/clients.md).
 func claudeCodeBody(history []any) map[string]any {
 	return map[string]any{
 		"model": "test-model", "max_tokens": 24, "stream": true, "ignore_eos": true,

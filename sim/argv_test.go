@@ -87,7 +87,7 @@ func TestParseArgsErrors(t *testing.T) {
 
 func TestKVTokensFormula(t *testing.T) {
 	p := Profiles[DefaultProfile]
-	// calibration-a4000.md §3: util 0.92 -> 43,904 (mns 256) / 45,872 (mns 32)
+	// docs/reference-rig.md, KV capacity: util 0.92 -> 43,904 (mns 256) / 45,872 (mns 32)
 	tests := []struct {
 		util float64
 		mns  int
@@ -109,7 +109,7 @@ func TestStepSecondsMatchesCalibrationExamples(t *testing.T) {
 	tests := []struct {
 		name string
 		cost StepCost
-		want float64 // seconds, from calibration-a4000.md §3
+		want float64 // seconds, from docs/reference-rig.md, step time
 	}{
 		{"B=1 T=1k", StepCost{Decodes: 1, DecodeContext: 1000}, 0.024},
 		{"B=1 T=16k", StepCost{Decodes: 1, DecodeContext: 16000}, 0.030},

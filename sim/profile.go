@@ -7,12 +7,12 @@ import (
 )
 
 // DefaultProfile is the reference rig: RTX A4000 16 GiB, Qwen3-4B-Instruct-2507
-// bf16 on vLLM 0.26 (shared/calibration-a4000.md §3).
+// bf16 on vLLM 0.26 (docs/reference-rig.md, the hardware profile).
 const DefaultProfile = "a4000-qwen3-4b-2507-bf16-vllm026"
 
 // ReferenceProfile is the reference rig fitted to the reference measurement
-// (product.md, docs/calibration.md §8): DefaultProfile with prefill at half
-// the assumed tensor rate (the alternative calibration-a4000.md row 21 names:
+// (docs/reference-rig.md, docs/calibration.md §8): DefaultProfile with prefill at half
+// the assumed tensor rate (the alternative docs/reference-rig.md names:
 // BF16 with FP32 accumulation at half rate doubles a and b), a KV cache of
 // 38,000 tokens per replica (ECC on is ~37k) and the physical 360 GB/s.
 // scripts/bench-ab.sh runs it.
@@ -35,7 +35,7 @@ const CPUTinyProfile = "vllm032-cpu-tiny-1core"
 const gib = 1 << 30
 
 // Profile is a hardware + model description: the KV capacity formula inputs
-// and the step-time coefficients of calibration-a4000.md §3.
+// and the step-time coefficients (docs/reference-rig.md, step time).
 type Profile struct {
 	Name              string
 	CUDATotalGiB      float64 // memory CUDA reports

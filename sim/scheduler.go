@@ -1,6 +1,6 @@
 package sim
 
-// Prefix-query counting modes (vllm-scheduler.md R4.4).
+// Prefix-query counting modes (docs/vllm-scheduler.md R4.4).
 const (
 	StatsAdmission = "admission"  // vLLM >= 0.26 (PR #48860): once, at admission; preempted excluded
 	StatsLookup    = "lookup"     // vLLM 0.11-0.25: every lookup, preempted lookups excluded
@@ -95,7 +95,7 @@ func (b Batch) Cost() StepCost {
 	return c
 }
 
-// Scheduler is vLLM V1's FCFS scheduler over a BlockPool (vllm-scheduler.md
+// Scheduler is vLLM V1's FCFS scheduler over a BlockPool (docs/vllm-scheduler.md
 // §9): phase A over running requests in admission order with preemption of
 // the newest, then phase B admitting waiting requests in FIFO order with
 // head-of-line blocking. It has no clock; the engine times the steps. Not

@@ -56,7 +56,7 @@ type SessionKey struct {
 }
 
 // Extract finds the conversation a request belongs to, trying the sources
-// in the order of clients.md's summary (first match wins): headers first,
+// in the order docs/clients.md lists (first match wins): headers first,
 // which cost no body parsing (Claude Code's X-Claude-Code-Session-Id,
 // Codex's session-id/session_id, opencode's x-session-affinity/x-session-id,
 // then the extra header names given), then body fields: Claude Code's

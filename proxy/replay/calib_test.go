@@ -12,7 +12,7 @@ import (
 	"github.com/lmwarden/warden/sim"
 )
 
-// refRow is one stage of product.md's reference measurement, off and on.
+// refRow is one stage of the reference measurement (docs/reference-rig.md), off and on.
 type refRow struct {
 	sessions      int
 	outOff, outOn float64
@@ -98,7 +98,7 @@ func retune(f, gbps float64) func(*sim.Profile) {
 // TestReplayCalibrate sweeps the simulator's uncertain profile numbers
 // (prefill speed, KV capacity, decode bandwidth) on the calibrated bench
 // load and scores each point against the reference table (docs/calibration.md).
-// The points are relative to the physical profile (calibration-a4000.md §3):
+// The points are relative to the physical profile (docs/reference-rig.md):
 // prefill ×1 is its 130 µs/token.
 // WARDEN_REPLAY=1 CAL_PREFILL=1,2 CAL_KV=40000 CAL_GBPS=310 go test -run TestReplayCalibrate -v ./proxy/replay/
 func TestReplayCalibrate(t *testing.T) {
