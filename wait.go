@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/lmwarden/warden/proxy/panel"
 )
 
 // waitCommand is `warden wait`: for shell scripts and agent farms that start
@@ -19,7 +21,7 @@ func waitCommand() *cli.Command {
 		Description: "Polls URL/health every half second. Exits 0 as soon as the warden is ready\n" +
 			"(all engines loaded and at least one replica healthy), 1 on timeout.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "url", Value: "http://127.0.0.1:8000", EnvVars: []string{"WARDEN_URL"},
+			&cli.StringFlag{Name: "url", Value: panel.DefaultURL, EnvVars: []string{"WARDEN_URL"},
 				Usage: "base URL of the warden to wait for"},
 			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, EnvVars: []string{"WARDEN_WAIT_TIMEOUT"},
 				Usage: "give up after this long (engines can take minutes to load)"},

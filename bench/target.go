@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -128,16 +127,9 @@ func (t *Target) Policy(ctx context.Context) (string, error) {
 	if !t.Warden {
 		return "", ErrNotWarden
 	}
-	body, code, err := t.get(ctx, "/warden/status")
+	st, err := t.status(ctx)
 	if err != nil {
 		return "", err
-	}
-	if code != http.StatusOK {
-		return "", fmt.Errorf("GET /warden/status: HTTP %d", code)
-	}
-	var st panel.Status
-	if err := json.Unmarshal(body, &st); err != nil {
-		return "", fmt.Errorf("reading /warden/status: %w", err)
 	}
 	return st.Policy, nil
 }
@@ -174,14 +166,11 @@ type sample map[string]replicaSample
 // Sample reads every replica's running gauge and prefix counters.
 func (t *Target) Sample(ctx context.Context) (sample, error) {
 	if t.Warden {
-		body, code, err := t.get(ctx, "/warden/status")
+		st, err := t.status(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if code != http.StatusOK {
-			return nil, fmt.Errorf("GET /warden/status: HTTP %d", code)
-		}
-		return parseWardenStatus(body)
+		return wardenSample(st), nil
 	}
 	body, code, err := t.get(ctx, "/metrics")
 	if err != nil {
@@ -193,19 +182,22 @@ func (t *Target) Sample(ctx context.Context) (sample, error) {
 	return parseEngineMetrics(body)
 }
 
-// parseWardenStatus reads the replicas of the warden's status (panel.Status).
-func parseWardenStatus(body []byte) (sample, error) {
-	var st panel.Status
-	if err := json.Unmarshal(body, &st); err != nil {
-		return nil, fmt.Errorf("reading /warden/status: %w", err)
-	}
+// status reads the warden's status with the panel's own client, so the
+// bench and `warden status` read one schema one way.
+func (t *Target) status(ctx context.Context) (panel.Status, error) {
+	st, _, err := panel.FetchStatus(ctx, t.hc, t.URL)
+	return st, err
+}
+
+// wardenSample maps the replicas of the warden's status to samples.
+func wardenSample(st panel.Status) sample {
 	s := sample{}
 	for _, r := range st.Replicas {
 		s[strconv.Itoa(r.Rank)] = replicaSample{Running: r.Running, Waiting: r.Waiting,
 			Hits: r.PrefixHits, Queries: r.PrefixQueries, CounterKnownSet: true,
 			Preemptions: r.Preemptions, PreemptKnown: true}
 	}
-	return s, nil
+	return s
 }
 
 // Engine metric names; the prefix counters are accepted with or without _total.

@@ -1,11 +1,14 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,7 +99,14 @@ func TestWardenStatusSample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := parseWardenStatus(body)
+	var answer atomic.Value
+	answer.Store(body)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write(answer.Load().([]byte))
+	}))
+	defer srv.Close()
+	tg := &Target{URL: srv.URL, hc: srv.Client(), Warden: true}
+	s, err := tg.Sample(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +116,11 @@ func TestWardenStatusSample(t *testing.T) {
 	if diff := cmp.Diff(want, s); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
-	if _, err := parseWardenStatus([]byte(`{"replicas":"nope"}`)); err == nil {
+	if pol, err := tg.Policy(context.Background()); err != nil || pol != "sticky" {
+		t.Errorf("Policy() = %q, %v; want sticky", pol, err)
+	}
+	answer.Store([]byte(`{"replicas":"nope"}`))
+	if _, err := tg.Sample(context.Background()); err == nil {
 		t.Error("a malformed status was read")
 	}
 }

@@ -27,13 +27,13 @@ func (p *Proxy) routes() http.Handler {
 	mux.HandleFunc("HEAD /api/hello", func(w http.ResponseWriter, _ *http.Request) {}) // Claude Code's pre-warm
 	mux.HandleFunc("GET /v1/models", p.requireKey(p.serveModels))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(p.cfg.Registry, promhttp.HandlerOpts{Registry: p.cfg.Registry}))
-	mux.HandleFunc("GET /warden/status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, p.Status()) })
+	mux.Handle("GET "+panel.StatusPath, panel.JSONHandler(p.Status))
 	mux.HandleFunc("GET /warden/policy", p.servePolicy)
 	mux.HandleFunc("POST /warden/policy", p.admin(p.setPolicy))
 	mux.HandleFunc("POST /warden/reset_prefix_cache", p.admin(p.resetPrefixCache))
 	p.dynamicRoutes(mux) // /warden/replicas
 	mux.HandleFunc("/v1/", p.requireKey(p.serveProxied))
-	mux.Handle("/", panel.PageHandler(p.Status)) // the HTML page ("/", "/warden/") and its assets
+	mux.Handle(panel.PagePath, panel.PageHandler(p.Status)) // the HTML page ("/", "/warden/") and its assets
 	return mux
 }
 

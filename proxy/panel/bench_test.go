@@ -67,6 +67,6 @@ func BenchmarkPage(b *testing.B) {
 func BenchmarkTable(b *testing.B) {
 	s := hourStatus(10 * time.Second)
 	for b.Loop() {
-		FormatStatusTable(io.Discard, s)
+		formatStatusTable(io.Discard, s)
 	}
 }

@@ -161,7 +161,7 @@ func (v viewer) render(ctx context.Context, w io.Writer) error {
 		fmt.Fprintln(w)
 		return err
 	}
-	FormatStatusTable(w, s)
+	formatStatusTable(w, s)
 	return nil
 }
 

@@ -54,7 +54,7 @@ func TestStatusCommandPrintsTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want bytes.Buffer
-	FormatStatusTable(&want, s)
+	formatStatusTable(&want, s)
 	if diff := cmp.Diff(want.String(), out); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}

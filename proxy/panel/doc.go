@@ -9,4 +9,7 @@
 // and turns Overcommit into a warning. The page, the table and the summary
 // share one set of number formats (format.go; assets/panel.js mirrors it,
 // and the headless-browser test checks that they agree).
+//
+// It imports nothing of the project and holds no live state: it renders
+// the Status it is handed and never reaches into the proxy or the engines.
 package panel

@@ -54,7 +54,7 @@ func PageHandler(src func() Status) http.Handler {
 // pageData fills assets/index.html.
 type pageData struct {
 	Model string
-	Text  string      // FormatStatusTable, for <noscript>
+	Text  string      // formatStatusTable, for <noscript>
 	JSON  template.JS // the Status; json.Marshal escapes <, > and &
 }
 
@@ -65,7 +65,7 @@ func servePage(w http.ResponseWriter, s Status) {
 		return
 	}
 	var text, out bytes.Buffer
-	FormatStatusTable(&text, s)
+	formatStatusTable(&text, s)
 	if err := pageTemplate.Execute(&out, pageData{Model: s.Model, Text: text.String(), JSON: template.JS(js)}); err != nil {
 		http.Error(w, "page: "+err.Error(), http.StatusInternalServerError)
 		return
@@ -81,7 +81,7 @@ func servePage(w http.ResponseWriter, s Status) {
 // JSONHandler serves src() as JSON (the status endpoint, StatusPath).
 func JSONHandler(src func() Status) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		js, err := json.Marshal(src())
+		js, err := json.MarshalIndent(src(), "", "  ") // read by people with curl too
 		if err != nil {
 			http.Error(w, "status: "+err.Error(), http.StatusInternalServerError)
 			return

@@ -24,11 +24,11 @@ var tableLegend = []string{
 	"sess = active sessions, rst = restarts",
 }
 
-// FormatStatusTable writes the routing panel as plain text: a badge line,
+// formatStatusTable writes the routing panel as plain text: a badge line,
 // the replica table with a totals row, the since-when line and any
 // warnings. It is what `warden status` prints; it does not end with a clear
 // screen or colour codes, so it can go to a file or a pipe.
-func FormatStatusTable(w io.Writer, s Status) {
+func formatStatusTable(w io.Writer, s Status) {
 	for _, l := range badgeLines(s) {
 		fmt.Fprintln(w, l)
 	}

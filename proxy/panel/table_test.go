@@ -24,7 +24,7 @@ func rowFields(out, first string) []string {
 
 func TestFormatStatusTableRows(t *testing.T) {
 	var b bytes.Buffer
-	FormatStatusTable(&b, sampleStatus(3))
+	formatStatusTable(&b, sampleStatus(3))
 	out := b.String()
 	// Expected cells written out by hand from sampleStatus, column by column:
 	// rank gpu port up infl sticky spill pin run wait kv kv-cap hit sess rst.
@@ -60,7 +60,7 @@ func TestFormatStatusTableBadgesAndWarnings(t *testing.T) {
 	s.Warnings = []string{"KV cache overcommitted: test"}
 	s.PeakOvercommit = &OvercommitPeak{At: time.Date(2026, 3, 14, 10, 5, 12, 0, time.Local), Sessions: 26, MeanContextTokens: 58_100, CapacityTokens: 1_200_000}
 	var b bytes.Buffer
-	FormatStatusTable(&b, s)
+	formatStatusTable(&b, s)
 	out := b.String()
 	if !strings.Contains(out, "policy off | affinity off | spill threshold 5 | sticky") {
 		t.Errorf("badges wrong:\n%s", out)
@@ -76,7 +76,7 @@ func TestFormatStatusTableBadgesAndWarnings(t *testing.T) {
 	}
 	s.Sessions = 13 // overcommitted now: the live warning says it, the peak is not repeated
 	b.Reset()
-	FormatStatusTable(&b, s)
+	formatStatusTable(&b, s)
 	if strings.Contains(b.String(), "overcommitted earlier") {
 		t.Errorf("peak repeated while overcommitted now:\n%s", b.String())
 	}
@@ -89,7 +89,7 @@ func TestFormatStatusTableFits100Columns(t *testing.T) {
 		s.Replicas[i].GPUs = []string{"14", "15"}
 	}
 	for _, f := range []func(*bytes.Buffer){
-		func(b *bytes.Buffer) { FormatStatusTable(b, s) },
+		func(b *bytes.Buffer) { formatStatusTable(b, s) },
 		func(b *bytes.Buffer) { WriteSummary(b, s) },
 	} {
 		var b bytes.Buffer
@@ -104,7 +104,7 @@ func TestFormatStatusTableFits100Columns(t *testing.T) {
 
 func TestFormatStatusTableEmpty(t *testing.T) {
 	var b bytes.Buffer
-	FormatStatusTable(&b, Status{})
+	formatStatusTable(&b, Status{})
 	if got := rowFields(b.String(), "all"); len(got) == 0 || got[1] != "0/0" {
 		t.Errorf("empty status: totals row %q in:\n%s", got, b.String())
 	}

@@ -8,7 +8,9 @@
 // read directly. The team uses it for calibration and routing research;
 // its entry points are its tests: `WARDEN_REPLAY=1 go test -run TestReplay
 // -v ./proxy/replay/` (each test's doc comment says what it measures and
-// which environment variables it reads). It is not part of the warden.
+// which environment variables it reads). It is not part of the warden:
+// nothing in the warden's path imports it, and it changes no placement or
+// simulator state beyond the instances it builds.
 package replay
 
 import (
