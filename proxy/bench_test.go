@@ -36,28 +36,57 @@ func BenchmarkOverhead(b *testing.B) {
 	})
 	defer bare.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+	// once sends one request and returns its time to the first byte and in all.
+	once := func(b *testing.B, url, body string) (ttfb, total time.Duration) {
+		start := time.Now()
+		resp, err := client.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		br := bufio.NewReader(resp.Body)
+		if _, err := br.ReadByte(); err != nil {
+			b.Fatal(err)
+		}
+		ttfb = time.Since(start)
+		io.Copy(io.Discard, br)
+		resp.Body.Close()
+		return ttfb, time.Since(start)
+	}
 	for _, stream := range []bool{false, true} {
 		body := chatBody("bench", stream, "")
 		for _, target := range []struct{ name, url string }{{"direct", e.srv.URL}, {"bare", bare.URL}, {"proxy", front.URL}} {
 			b.Run(fmt.Sprintf("stream=%v/%s", stream, target.name), func(b *testing.B) {
 				var ttfb time.Duration
 				for b.Loop() {
-					start := time.Now()
-					resp, err := client.Post(target.url+"/v1/chat/completions", "application/json", strings.NewReader(body))
-					if err != nil {
-						b.Fatal(err)
-					}
-					br := bufio.NewReader(resp.Body)
-					if _, err := br.ReadByte(); err != nil {
-						b.Fatal(err)
-					}
-					ttfb += time.Since(start)
-					io.Copy(io.Discard, br)
-					resp.Body.Close()
+					t, _ := once(b, target.url, body)
+					ttfb += t
 				}
 				b.ReportMetric(float64(ttfb.Nanoseconds())/float64(b.N), "ttfb-ns/op")
 			})
 		}
+		// The ratio side by side: each iteration sends one request through
+		// the bare proxy and one through the warden, in alternating order,
+		// so the machine's drift (the other core's load, frequency) falls
+		// on both alike. ns/op is the pair.
+		b.Run(fmt.Sprintf("stream=%v/warden-vs-bare", stream), func(b *testing.B) {
+			var bareT, wardenT, bareTTFB, wardenTTFB time.Duration
+			i := 0
+			for b.Loop() {
+				first, second := bare.URL, front.URL
+				if i%2 == 1 {
+					first, second = second, first
+				}
+				t1, d1 := once(b, first, body)
+				t2, d2 := once(b, second, body)
+				if i%2 == 1 {
+					t1, d1, t2, d2 = t2, d2, t1, d1
+				}
+				bareTTFB, bareT, wardenTTFB, wardenT = bareTTFB+t1, bareT+d1, wardenTTFB+t2, wardenT+d2
+				i++
+			}
+			b.ReportMetric(float64(wardenT)/float64(bareT), "warden/bare")
+			b.ReportMetric(float64(wardenTTFB)/float64(bareTTFB), "ttfb-warden/bare")
+		})
 	}
 }
 

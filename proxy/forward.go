@@ -113,16 +113,13 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(c httptrace.GotConnInfo) { at.reused.Store(c.Reused) },
 	})
-	out := r.Clone(compat.WithRequest(context.WithValue(ctx, attemptKey{}, at), req.body, req.kind))
+	// A shallow copy: the ReverseProxy clones it, header included, for the
+	// engine, and Rewrite edits that clone, so r stays as the client sent
+	// it for a retry.
+	out := r.WithContext(compat.WithRequest(context.WithValue(ctx, attemptKey{}, at), req.body, req.kind))
 	out.Body = io.NopCloser(bytes.NewReader(req.body))
 	out.ContentLength = int64(len(req.body))
 	out.GetBody = nil
-	out.Header.Del(identity.PinHeader)
-	out.Header.Del("Accept-Encoding") // the tap reads plain bytes
-	if p.cfg.APIKey != "" {           // the warden's key is not the engines' business
-		out.Header.Del("Authorization")
-		out.Header.Del("X-Api-Key")
-	}
 	h := w.Header()
 	h.Set(identity.PinHeader, strconv.Itoa(rep.rank))
 	h.Set(routeHeader, string(pl.d.Reason))
@@ -139,6 +136,13 @@ func (p *Proxy) reverseProxy(r *replica, tr http.RoundTripper) *httputil.Reverse
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(r.target)
 			pr.SetXForwarded()
+			h := pr.Out.Header
+			h.Del(identity.PinHeader)
+			h.Del("Accept-Encoding") // the tap reads plain bytes
+			if p.cfg.APIKey != "" {  // the warden's key is not the engines' business
+				h.Del("Authorization")
+				h.Del("X-Api-Key")
+			}
 		},
 		Transport:      tr,
 		FlushInterval:  -1,

@@ -258,3 +258,33 @@ func TestPinHeader(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardedHeaders: the engine gets the client's headers except the
+// warden's own (pin, API key) and Accept-Encoding (the tap reads plain
+// bytes), also on a retry after a replica refused the connection, and the
+// client's request is not edited in place between attempts.
+func TestForwardedHeaders(t *testing.T) {
+	dead, e := newFakeEngine(t), newFakeEngine(t)
+	dead.srv.Close() // connection refused: the attempt is retried on e
+	_, front := testProxy(t, Config{APIKey: "k3y"}, dead, e)
+	for i := range 4 { // new sessions go to the least loaded: some try the dead replica first
+		resp, body := post(t, front.URL+"/v1/chat/completions", chatBody(fmt.Sprintf("s%d", i), false, ""),
+			"Authorization", "Bearer k3y", "Accept-Encoding", "br", "X-Custom", "kept", "session_id", fmt.Sprintf("s%d", i))
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.heads) != 4 {
+		t.Fatalf("the live engine saw %d requests, want 4", len(e.heads))
+	}
+	for i, h := range e.heads {
+		if h.Get("X-Custom") != "kept" || h.Get("session_id") == "" {
+			t.Errorf("request %d: client headers lost: %v", i, h)
+		}
+		if h.Get("Authorization") != "" || h.Get(identity.PinHeader) != "" || h.Get("Accept-Encoding") == "br" {
+			t.Errorf("request %d: the engine got the warden's or an encoding header: %v", i, h)
+		}
+	}
+}

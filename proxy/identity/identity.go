@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"io"
 	"net/http"
+	"net/textproto"
 	"regexp"
 	"strconv"
 	"strings"
@@ -111,18 +112,28 @@ func fromBody(f Fields) SessionKey {
 	return SessionKey{Source: SourceNone}
 }
 
+// The session headers in the order fromHeaders tries them, each with its
+// canonical form computed once (Header.Get would canonicalise, and
+// allocate, on every request).
+var (
+	claudeHeaders   = headerNames("X-Claude-Code-Session-Id")
+	codexHeaders    = headerNames("session-id", "session_id")
+	opencodeHeaders = headerNames("x-session-affinity", "x-session-id", "x_session_id")
+)
+
 func fromHeaders(h http.Header, extra []string) (SessionKey, bool) {
-	if v := headerAny(h, "X-Claude-Code-Session-Id"); v != "" {
+	odd := oddKeys{h: h}
+	if v := headerAny(h, &odd, claudeHeaders); v != "" {
 		return capKey(v, SourceClaudeHeader), true
 	}
-	if v := headerAny(h, "session-id", "session_id"); v != "" {
+	if v := headerAny(h, &odd, codexHeaders); v != "" {
 		return capKey(v, SourceCodexHeader), true
 	}
-	if v := headerAny(h, "x-session-affinity", "x-session-id", "x_session_id"); v != "" {
+	if v := headerAny(h, &odd, opencodeHeaders); v != "" {
 		return capKey(v, SourceOpencode), true
 	}
 	for _, name := range extra {
-		if v := headerAny(h, name); v != "" {
+		if v := headerAny(h, &odd, headerNames(name)); v != "" {
 			return capKey(v, SourceCustomHeader), true
 		}
 	}
@@ -217,19 +228,58 @@ func (e *pinError) Error() string {
 	return "X-Warden-Replica must be a replica rank (0, 1, ...), got " + strconv.Quote(e.value)
 }
 
-// headerAny returns the first non-empty value among the names, matched
-// exactly as written on the wire as well as canonicalised: Go's Header.Get
-// canonicalises, so "session_id" and "session-id" are different keys.
-func headerAny(h http.Header, names ...string) string {
-	for _, n := range names {
-		if v := h.Get(n); v != "" {
-			return strings.TrimSpace(v)
+// headerName is a header name as written and in its canonical form.
+type headerName struct{ raw, canon string }
+
+func headerNames(names ...string) []headerName {
+	out := make([]headerName, len(names))
+	for i, n := range names {
+		out[i] = headerName{raw: n, canon: textproto.CanonicalMIMEHeaderKey(n)}
+	}
+	return out
+}
+
+// oddKeys says, once asked, whether a header map may hold a session
+// header in a spelling the exact lookups miss: a key that is not canonical
+// (set by hand) or one with an underscore ("SESSION_ID"). Requests read
+// from the wire have neither, and skip the case-insensitive scan; a
+// request whose first exact lookup hits never asks.
+type oddKeys struct {
+	h          http.Header
+	known, odd bool
+}
+
+func (o *oddKeys) get() bool {
+	if !o.known {
+		o.known = true
+		for k := range o.h {
+			if strings.IndexByte(k, '_') >= 0 || textproto.CanonicalMIMEHeaderKey(k) != k { // no allocation when canonical
+				o.odd = true
+				break
+			}
 		}
-		if vs := h[n]; len(vs) > 0 && vs[0] != "" { // non-canonical spelling kept as sent
+	}
+	return o.odd
+}
+
+// headerAny returns the first non-empty value among the names, matched
+// canonicalised as well as exactly as written: Go canonicalises header
+// keys, so "session_id" (arriving as "Session_id") and "session-id" are
+// different keys. With odd keys each name is also looked for
+// case-insensitively.
+func headerAny(h http.Header, odd *oddKeys, names []headerName) string {
+	for _, n := range names {
+		if vs := h[n.canon]; len(vs) > 0 && vs[0] != "" {
 			return strings.TrimSpace(vs[0])
 		}
+		if vs := h[n.raw]; n.raw != n.canon && len(vs) > 0 && vs[0] != "" { // non-canonical spelling kept as set
+			return strings.TrimSpace(vs[0])
+		}
+		if !odd.get() {
+			continue
+		}
 		for k, vs := range h {
-			if len(vs) > 0 && vs[0] != "" && strings.EqualFold(k, n) {
+			if len(vs) > 0 && vs[0] != "" && strings.EqualFold(k, n.raw) {
 				return strings.TrimSpace(vs[0])
 			}
 		}

@@ -8,17 +8,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// wire builds a header map the way net/http's server does: names
-// canonicalised, except that names with an underscore are kept as sent
-// (textproto leaves them alone).
+// wire builds a header map the way net/http's server does: every name
+// canonicalised, underscores included ("session_id" arrives as
+// "Session_id").
 func wire(kv ...string) http.Header {
 	h := http.Header{}
 	for i := 0; i < len(kv); i += 2 {
-		if strings.Contains(kv[i], "_") {
-			h[kv[i]] = append(h[kv[i]], kv[i+1])
-		} else {
-			h.Add(kv[i], kv[i+1])
-		}
+		h.Add(kv[i], kv[i+1])
 	}
 	return h
 }
@@ -52,12 +48,18 @@ func TestExtract(t *testing.T) {
 			wire("X-Claude-Code-Session-Id", ccID), `{"model":"m","messages":[],"tools":[]}`, nil, SessionKey{ccID, SourceClaudeHeader}},
 		{"Codex >= 0.131 sends session-id (hyphen)",
 			wire("session-id", codexID), `{"prompt_cache_key":"other"}`, nil, SessionKey{codexID, SourceCodexHeader}},
-		{"Codex <= 0.130 sends session_id (underscore, not canonicalised)",
+		{"Codex <= 0.130 sends session_id (underscore; arrives as Session_id)",
 			wire("session_id", codexID), `{}`, nil, SessionKey{codexID, SourceCodexHeader}},
 		{"opencode sends x-session-affinity",
 			wire("x-session-affinity", opencodeID, "X-Session-Id", opencodeID), `{}`, nil, SessionKey{opencodeID, SourceOpencode}},
 		{"generic X-Session-Id alone",
 			wire("X-Session-Id", "conv-7"), `{}`, nil, SessionKey{"conv-7", SourceOpencode}},
+		{"an underscore header set by hand as written",
+			http.Header{"session_id": {codexID}}, `{}`, nil, SessionKey{codexID, SourceCodexHeader}},
+		{"an underscore header set by hand in capitals",
+			http.Header{"SESSION_ID": {codexID}}, `{}`, nil, SessionKey{codexID, SourceCodexHeader}},
+		{"a header set by hand in another case",
+			http.Header{"X-CLAUDE-CODE-SESSION-ID": {ccID}}, `{}`, nil, SessionKey{ccID, SourceClaudeHeader}},
 		{"a --session-header name",
 			wire("X-My-Conv", "abc"), `{}`, []string{"x-my-conv"}, SessionKey{"abc", SourceCustomHeader}},
 		{"a --session-header name with an underscore",
