@@ -125,15 +125,6 @@ func oneStream(client *http.Client, url, session string, maxTokens int) (int, er
 	return strings.Count(s, "data: "), nil
 }
 
-// heapAfterGC is the live heap after two collections.
-func heapAfterGC() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
-
 func TestLoadThousandConcurrentStreamsThenNoGrowth(t *testing.T) {
 	const n, replicas = 1000, 4
 	raiseFileLimit(t, 4*n+512)
@@ -152,7 +143,7 @@ func TestLoadThousandConcurrentStreamsThenNoGrowth(t *testing.T) {
 		settled(t, p)
 		client.CloseIdleConnections()
 		p.client.CloseIdleConnections()
-		return heapAfterGC(), runtime.NumGoroutine()
+		return simproc.HeapAfterGC(), runtime.NumGoroutine()
 	}
 	warm := streamRound(t, p, client, front.URL, n, 2, "warm")
 	if warm.failed > 0 {

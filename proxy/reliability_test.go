@@ -109,7 +109,7 @@ func TestEngineKilledMidStreamEndsWithAnErrorEventAndSessionsFailOver(t *testing
 	if err != nil {
 		t.Fatalf("the client's stream was cut instead of ended with an error event: %v\n%s", err, tail)
 	}
-	last := lastEvent(string(tail))
+	last := simproc.LastEvent(string(tail))
 	msg := gjson.Get(last, "error.message").Str
 	t.Logf("stream tail after the kill: %q", tail)
 	if !strings.Contains(msg, "replica 0") || strings.Contains(string(tail), "[DONE]") {
@@ -143,17 +143,6 @@ func simChat(session string) string {
 
 // goroutines is the number of goroutines now.
 func goroutines() int { return runtime.NumGoroutine() }
-
-// lastEvent returns the data of the last SSE event in s.
-func lastEvent(s string) string {
-	var last string
-	for _, l := range strings.Split(s, "\n") {
-		if d, ok := strings.CutPrefix(l, "data: "); ok {
-			last = d
-		}
-	}
-	return last
-}
 
 func TestEngineDiesBeforeHeadersGets502NamingTheReplica(t *testing.T) {
 	_, bs := simSet(t, append([]string{"--sim-die-after", "1"}, fast...))

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -287,4 +288,24 @@ func labelInt(line, name string) int {
 	v, _, _ := strings.Cut(rest, `"`)
 	n, _ := strconv.Atoi(v)
 	return n
+}
+
+// LastEvent returns the data of the last SSE event in s ("" if none).
+func LastEvent(s string) string {
+	var last string
+	for _, l := range strings.Split(s, "\n") {
+		if d, ok := strings.CutPrefix(l, "data: "); ok {
+			last = d
+		}
+	}
+	return last
+}
+
+// HeapAfterGC is the live heap after two collections, for memory tests.
+func HeapAfterGC() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/internal/simproc"
 )
 
 func TestSessionTableExpiresIdleSessions(t *testing.T) {
@@ -91,7 +93,7 @@ func TestSessionTableFedAMillionIDsStaysWithinItsBound(t *testing.T) {
 	const ids, bound = 1_000_000, 10_000
 	tab := NewTable(time.Hour, bound)
 	now := time.Unix(1_800_000_000, 0)
-	heap0 := heapAfterGC()
+	heap0 := simproc.HeapAfterGC()
 	for i := range ids {
 		key := fmt.Sprintf("million-%07d", i)
 		if tab.Get(key, now) != nil {
@@ -105,7 +107,7 @@ func TestSessionTableFedAMillionIDsStaysWithinItsBound(t *testing.T) {
 			now = now.Add(time.Millisecond)
 		}
 	}
-	heap1 := heapAfterGC()
+	heap1 := simproc.HeapAfterGC()
 	active := 0
 	for _, n := range tab.active {
 		active += n
@@ -122,12 +124,4 @@ func TestSessionTableFedAMillionIDsStaysWithinItsBound(t *testing.T) {
 		t.Errorf("heap grew by %d MiB for a table bounded at %d", (heap1-heap0)>>20, bound)
 	}
 	runtime.KeepAlive(tab)
-}
-
-func heapAfterGC() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }

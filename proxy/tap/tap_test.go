@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/tidwall/gjson"
+
+	"github.com/lmwarden/warden/internal/simproc"
 )
 
 const openaiStream = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\n\n" +
@@ -99,7 +101,7 @@ func TestStreamErrorEventsAreValidSSEWithJSONData(t *testing.T) {
 		if !strings.HasSuffix(ev, "\n\n") || strings.Count(ev, "\n\n") != 1 {
 			t.Errorf("kind %d: not one SSE event: %q", kind, ev)
 		}
-		data := lastEvent(ev)
+		data := simproc.LastEvent(ev)
 		msg := gjson.Get(data, "error.message")
 		if kind == Responses {
 			msg = gjson.Get(data, "message")
@@ -108,15 +110,4 @@ func TestStreamErrorEventsAreValidSSEWithJSONData(t *testing.T) {
 			t.Errorf("kind %d: data %s", kind, data)
 		}
 	}
-}
-
-// lastEvent returns the data of the last SSE event in s.
-func lastEvent(s string) string {
-	var last string
-	for _, l := range strings.Split(s, "\n") {
-		if d, ok := strings.CutPrefix(l, "data: "); ok {
-			last = d
-		}
-	}
-	return last
 }
