@@ -226,7 +226,9 @@ func (p *Proxy) resetOne(r *http.Request, rep *replica) resetResult {
 	}
 	if err != nil {
 		out.Error = err.Error()
+		return out
 	}
+	p.cacheWiped(rep.rank, "POST /reset_prefix_cache")
 	return out
 }
 

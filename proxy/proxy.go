@@ -246,9 +246,24 @@ func (p *Proxy) NoteRestart(rank int) {
 		return
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.restarts++
 	r.eng.Restarted()
+	r.mu.Unlock()
+	p.cacheWiped(rank, "the engine restarted")
+}
+
+// cacheWiped forgets what the placement believed the replica's prefix
+// cache held, after a restart, a counter reset or /reset_prefix_cache: its
+// conversations lose their home there and are placed by load on their next
+// turn, and its shared-prefix and residency estimates start afresh.
+func (p *Proxy) cacheWiped(rank int, why string) {
+	p.mu.Lock()
+	n := p.sessions.Unhome(rank)
+	p.route.Wiped(rank)
+	p.mu.Unlock()
+	if r := p.lookup(rank); r != nil {
+		r.log.Info("prefix cache emptied: its conversations will be placed by load", "why", why, "conversations", n)
+	}
 }
 
 // Bounds on reading what is left of an over-limit body before the 413.
@@ -359,7 +374,7 @@ func (p *Proxy) place(key identity.SessionKey, pinned bool, pin int, skip []int,
 		}
 	}
 	sv := place.SessionView{Key: key.Key, Pinned: pinned, Pin: pin}
-	if s != nil {
+	if s != nil && s.Home() >= 0 { // a home whose cache was wiped is no home (cacheWiped)
 		sv.Known, sv.Home = true, s.Home()
 	}
 	p.adaptiveView(snap, &sv, bodyBytes, waited, now)
@@ -376,7 +391,7 @@ func (p *Proxy) place(key identity.SessionKey, pinned bool, pin int, skip []int,
 	case key.Key == "":
 	case s == nil:
 		s = p.sessions.Insert(key.Key, d.Rank, now)
-	case d.Reason == place.ReasonFailover || d.Reason == place.ReasonMove:
+	case s.Home() < 0 || d.Reason == place.ReasonFailover || d.Reason == place.ReasonMove:
 		p.sessions.Rehome(s, d.Rank)
 	}
 	if s != nil {

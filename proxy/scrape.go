@@ -23,8 +23,11 @@ func (p *Proxy) check(ctx context.Context, r *replica) {
 		})
 		if err == nil {
 			r.mu.Lock()
-			r.eng.Apply(s, p.clock())
+			reset := r.eng.Apply(s, p.clock())
 			r.mu.Unlock()
+			if reset {
+				p.cacheWiped(r.rank, "its counters went down: the engine restarted")
+			}
 			p.learnLimits(ctx, r) // a probed replica's max_num_seqs, before it enters rotation
 		}
 	}

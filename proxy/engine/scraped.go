@@ -40,17 +40,20 @@ type counter struct {
 	seen        bool
 }
 
-func (c *counter) observe(v float64) {
+// observe folds in a reading; it reports whether the counter went down
+// (the engine restarted without the warden being told).
+func (c *counter) observe(v float64) (reset bool) {
 	if !c.seen {
 		c.last, c.seen = v, true
-		return
+		return false
 	}
 	d := v - c.last
 	if d < 0 {
-		d = v
+		d, reset = v, true
 	}
 	c.total += d
 	c.last = v
+	return reset
 }
 
 // restarted makes the next reading count in full (the engine starts at 0).
@@ -115,8 +118,11 @@ func kvCapacity(f *dto.MetricFamily) int {
 	return total
 }
 
-// Apply folds a sample taken at at into the state.
-func (e *Scraped) Apply(s Sample, at time.Time) {
+// Apply folds a sample taken at at into the state. It reports whether a
+// counter went down: the engine restarted unannounced (a server the warden
+// did not start, or one restarted behind its back), and with it its
+// prefix cache was emptied.
+func (e *Scraped) Apply(s Sample, at time.Time) (reset bool) {
 	e.running, e.waiting, e.kvUsed = s.running, s.waiting, s.kvUsed
 	if s.kvCapacity > 0 {
 		e.kvCapacity = s.kvCapacity
@@ -133,9 +139,12 @@ func (e *Scraped) Apply(s Sample, at time.Time) {
 		if !c.c.seen && e.scraped {
 			c.c.seen = true // last 0: born since the previous scrape
 		}
-		c.c.observe(c.v)
+		if c.c.observe(c.v) {
+			reset = true
+		}
 	}
 	e.scrapedAt, e.scrapeErr, e.scraped = at, "", true
+	return reset
 }
 
 // Fail records a failed scrape's error (the last values stay).

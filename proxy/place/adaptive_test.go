@@ -205,3 +205,67 @@ func BenchmarkPickAdaptive(b *testing.B) {
 		}
 	}
 }
+
+// TestMemoryForgetsAWipedCache: after Wiped the replica's conversations are
+// resident nowhere, its shared-prefix estimate is gone (a new conversation's
+// footprint no longer counts on it), its homed count restarts, and the next
+// placement of one of its conversations counts as a first placement; its
+// timing estimates stay.
+func TestMemoryForgetsAWipedCache(t *testing.T) {
+	rs := NewMemory(0)
+	t0 := time.Unix(0, 0)
+	tk := rs.Begin("c", 48000, 0, ReasonNew, t0)
+	rs.End(tk, Report{Known: true, Prompt: 11800, Cached: 6000, Completion: 200}, 1, t0.Add(time.Second))
+	snap := []ReplicaView{{Rank: 0, Healthy: true, KVCapacity: 30000}, {Rank: 1, Healthy: true, KVCapacity: 30000}}
+	sv := SessionView{Key: "c"}
+	rs.ViewSession(&sv, 48000, snap)
+	if sv.ResidentOn != 0 || rs.bestShared() != 6000 || rs.homed[0] != 1 {
+		t.Fatalf("before: resident %d, shared %d, homed %d", sv.ResidentOn, rs.bestShared(), rs.homed[0])
+	}
+	turn := rs.reps[0].turn
+	rs.Wiped(0)
+	sv = SessionView{Key: "c"}
+	rs.ViewSession(&sv, 48000, snap)
+	if sv.ResidentOn != -1 {
+		t.Errorf("after the wipe the prefix is resident on %d", sv.ResidentOn)
+	}
+	if got := rs.bestShared(); got != 0 {
+		t.Errorf("after the wipe the shared prefix estimate is %d", got)
+	}
+	if rs.homed[0] != 0 {
+		t.Errorf("after the wipe %d conversations count as homed there", rs.homed[0])
+	}
+	if rs.reps[0].turn != turn {
+		t.Error("the wipe lost the replica's turn-time estimate")
+	}
+	view := make([]ReplicaView, len(snap))
+	copy(view, snap)
+	rs.FillView(view, t0.Add(time.Second))
+	if view[0].WorkingSet != 0 {
+		t.Errorf("after the wipe the working set is %d tokens", view[0].WorkingSet)
+	}
+	tk = rs.Begin("c", 48000, 1, ReasonNew, t0.Add(2*time.Second)) // placed by load elsewhere
+	if rs.homed[1] != 1 {
+		t.Errorf("the re-placement counts %d homed on its new replica, want 1", rs.homed[1])
+	}
+	rs.End(tk, Report{}, -1, t0.Add(3*time.Second))
+}
+
+// TestSessionTableUnhome: Unhome leaves the sessions of the wiped replica
+// without a home (and out of its count) until Rehome gives them one.
+func TestSessionTableUnhome(t *testing.T) {
+	tb := NewTable(0, 0)
+	now := time.Unix(0, 0)
+	a, b := tb.Insert("a", 0, now), tb.Insert("b", 1, now)
+	tb.Insert("c", 0, now)
+	if n := tb.Unhome(0); n != 2 {
+		t.Fatalf("Unhome(0) = %d, want 2", n)
+	}
+	if a.Home() != -1 || b.Home() != 1 || tb.Active(0) != 0 || tb.Active(1) != 1 {
+		t.Fatalf("homes a=%d b=%d, active %d/%d", a.Home(), b.Home(), tb.Active(0), tb.Active(1))
+	}
+	tb.Rehome(a, 1)
+	if a.Home() != 1 || tb.Active(1) != 2 || tb.Len() != 3 {
+		t.Errorf("after Rehome: home %d, active(1) %d, len %d", a.Home(), tb.Active(1), tb.Len())
+	}
+}

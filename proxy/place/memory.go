@@ -175,12 +175,35 @@ func (rs *Memory) Forget(rank int) {
 	if r == nil {
 		return
 	}
+	r.disown()
+	delete(rs.reps, rank)
+}
+
+// Wiped forgets what the replica's prefix cache was believed to hold (an
+// engine restart, a counter reset, /reset_prefix_cache): no conversation's
+// prefix is resident there any more, its shared-prefix estimate starts
+// afresh and the conversations homed there count as homed nowhere. Its
+// timing estimates (turn, wait, prefill) stay: the engine is as fast as
+// before. Requests still running there end normally.
+func (rs *Memory) Wiped(rank int) {
+	r := rs.reps[rank]
+	if r == nil {
+		return
+	}
+	r.disown()
+	r.shared = ewma{}
+	delete(rs.homed, rank)
+}
+
+// disown empties the replica's LRU: its conversations' prefixes are
+// resident nowhere.
+func (r *memRep) disown() {
 	for s := r.lru.head; s != nil; {
 		next := r.lru.next(s)
 		s.onRep, s.rank = link[memSess]{}, -1
 		s = next
 	}
-	delete(rs.reps, rank)
+	r.lru.head, r.lru.tail = nil, nil
 }
 
 // begin records a request placed on rank with a body of bodyBytes. A
@@ -196,8 +219,8 @@ func (rs *Memory) Begin(key string, bodyBytes, rank int, reason Reason, now time
 	} else {
 		t.s = s
 		est = max(est, s.tokens)
-		if s.turns == 0 && s.inflight == 0 && s.rank < 0 {
-			rs.homed[rank]++ // its first placement
+		if s.inflight == 0 && s.rank < 0 {
+			rs.homed[rank]++ // its first placement, or the first since its prefix was lost
 		} else if reason == ReasonMove || reason == ReasonFailover {
 			rs.homed[rank]++
 			if s.rank >= 0 && rs.homed[s.rank] > 0 {

@@ -22,7 +22,7 @@ type Session struct {
 // Key is the conversation's session key.
 func (s *Session) Key() string { return s.key }
 
-// Home is the rank of its home replica.
+// Home is the rank of its home replica, -1 when it has none (Unhome).
 func (s *Session) Home() int { return s.home }
 
 // LastSeen is when the table last saw it (the proxy's clock).
@@ -101,9 +101,27 @@ func (t *Table) Restore(key string, home int, lastSeen time.Time, context uint32
 
 // Rehome moves a session to a new home replica.
 func (t *Table) Rehome(s *Session, home int) {
-	t.active[s.home]--
+	if s.home >= 0 {
+		t.active[s.home]--
+	}
 	s.home = home
-	t.active[home]++
+	if home >= 0 {
+		t.active[home]++
+	}
+}
+
+// Unhome takes their home from the sessions homed at rank (its cache was
+// emptied): their Home is -1 until Rehome gives them one. It returns how
+// many there were. It walks the whole table: a rare event.
+func (t *Table) Unhome(rank int) int {
+	n := 0
+	for _, s := range t.m {
+		if s.home == rank {
+			t.Rehome(s, -1)
+			n++
+		}
+	}
+	return n
 }
 
 // AddUsage adds a finished request's report to the session and records its
@@ -140,7 +158,9 @@ func (t *Table) Expire(now time.Time) {
 
 func (t *Table) remove(s *Session) {
 	delete(t.m, s.key)
-	t.active[s.home]--
+	if s.home >= 0 {
+		t.active[s.home]--
+	}
 	if s.context > 0 {
 		t.ctxSum -= uint64(s.context)
 		t.ctxN--
