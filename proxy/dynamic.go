@@ -144,7 +144,7 @@ func (p *Proxy) AddReplica(b Backend) (ReplicaInfo, error) {
 	}
 	r.rp = p.reverseProxy(r, p.dyn.rt)
 	p.publish(append(slices.Clone(cur.list), r))
-	info := ReplicaInfo{Rank: rank, URL: b.URL, MaxNumSeqs: r.seqs(), Sessions: p.sessions.Active(rank)}
+	info := ReplicaInfo{Rank: rank, URL: b.URL, MaxNumSeqs: r.seqs(), Sessions: p.sessions.Homed(rank)}
 	p.log.Info("replica added", "replica", rank, "url", b.URL, "sessions_homed", info.Sessions)
 	return info, nil
 }
@@ -177,7 +177,7 @@ func (p *Proxy) RemoveReplica(rawURL string, rank int) (ReplicaInfo, error) {
 	r := cur.list[i]
 	p.publish(slices.Delete(slices.Clone(cur.list), i, i+1))
 	p.route.Forget(r.rank)
-	info := ReplicaInfo{Rank: r.rank, URL: canonicalURL(r.target), MaxNumSeqs: r.seqs(), Sessions: p.sessions.Active(r.rank)}
+	info := ReplicaInfo{Rank: r.rank, URL: canonicalURL(r.target), MaxNumSeqs: r.seqs(), Sessions: p.sessions.Homed(r.rank)}
 	p.log.Info("replica removed", "replica", r.rank, "url", info.URL, "sessions_to_fail_over", info.Sessions,
 		"in_flight", r.inflight.Load())
 	return info, nil

@@ -23,6 +23,7 @@ func (p *Proxy) Status() panel.Status {
 		Policy: p.policy, Affinity: affinity(p.policy), SpillAuto: p.cfg.SpillThreshold == 0,
 		Sessions: p.sessions.Len(), SessionsSeen: p.sessions.Seen(),
 		ActiveContextTokens: ctxSum, ActiveContextSessions: ctxN,
+		ConcurrentSessions: p.sessions.ActiveTotal(), ActiveWindowSeconds: p.sessions.ActiveWindow().Seconds(),
 	}
 	if p.knownTurns > 0 {
 		s.StickyShare = float64(p.homeTurns) / float64(p.knownTurns)

@@ -2,7 +2,10 @@ package proxy
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/lmwarden/warden/proxy/identity"
 	"github.com/lmwarden/warden/proxy/place"
@@ -87,5 +90,57 @@ func TestCacheWipesForgotten(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestActiveMeansActive: after a 4-at-a-time run of 51 conversations, the
+// table still holds all 51 (until their TTL), but only the ones that had a
+// turn within the active window count as active — per replica and in the
+// KV overcommit warning, which the 51 would trip and the 4 do not.
+func TestActiveMeansActive(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
+	engines := []*fakeEngine{newFakeEngine(t), newFakeEngine(t)}
+	small := strings.Replace(metricsText(0, 0, 0.1, 100, 50), `num_gpu_blocks="2500"`, `num_gpu_blocks="30"`, 1) // 480 tokens each
+	for _, e := range engines {
+		e.metrics.Store(small)
+	}
+	p, front := testProxy(t, Config{Policy: "sticky", Clock: clk.now}, engines...)
+	for _, r := range p.replicaList() {
+		p.check(context.Background(), r)
+	}
+	for g := 0; g < 51; g += 4 { // groups of 4 concurrent conversations, 3 turns 20 s apart
+		for turn := range 3 {
+			for k := g; k < min(g+4, 51); k++ {
+				if resp, body := post(t, front.URL+"/v1/chat/completions", chatBody(fmt.Sprint("conv-", k), false, "")); resp.StatusCode != 200 {
+					t.Fatalf("%d %s", resp.StatusCode, body)
+				}
+			}
+			settled(t, p)
+			if turn < 2 {
+				clk.add(20 * time.Second)
+			}
+		}
+		clk.add(time.Second)
+	}
+	st := p.Status()
+	if st.Sessions != 51 {
+		t.Fatalf("table holds %d sessions, want 51", st.Sessions)
+	}
+	active := 0
+	for _, r := range st.Replicas {
+		active += r.ActiveSessions
+	}
+	if st.ConcurrentSessions < 3 || st.ConcurrentSessions > 8 || active != st.ConcurrentSessions {
+		t.Errorf("active: %d (replicas say %d), want the last group's 3 (at most 8); window %.0f s",
+			st.ConcurrentSessions, active, st.ActiveWindowSeconds)
+	}
+	for _, w := range st.Warnings {
+		if strings.Contains(w, "overcommitted") {
+			t.Errorf("warned with %d of 51 conversations active: %s", st.ConcurrentSessions, w)
+		}
+	}
+	clk.add(time.Hour / 2)
+	if st = p.Status(); st.ConcurrentSessions != 0 || st.Sessions != 51 {
+		t.Errorf("half an hour later: %d active of %d, want 0 of 51", st.ConcurrentSessions, st.Sessions)
 	}
 }

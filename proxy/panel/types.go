@@ -40,6 +40,10 @@ type Status struct {
 	// which keeps idle ones until their TTL. Overcommit uses it when > 0,
 	// else Sessions; ActiveContext* should then cover the same sessions.
 	ConcurrentSessions int `json:"concurrent_sessions,omitempty"`
+	// ActiveWindowSeconds is the proxy's window: a session with a request
+	// within it is active (twice the 90th percentile of the gaps seen
+	// between a session's requests, at least 30 s).
+	ActiveWindowSeconds float64 `json:"active_window_seconds,omitempty"`
 	// PeakOvercommit is the worst moment of the run at which active sessions
 	// x mean context exceeded the total KV capacity; nil if that never
 	// happened. The proxy keeps it with UpdatePeak on every snapshot.

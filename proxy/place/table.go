@@ -2,6 +2,7 @@ package place
 
 import (
 	"iter"
+	"slices"
 	"time"
 )
 
@@ -13,6 +14,7 @@ type Session struct {
 	home     int   // rank
 	lastSeen int64 // unix nanoseconds on the proxy's clock
 	context  uint32
+	active   bool          // seen within the table's active window
 	lru      link[Session] // on Table.lru
 
 	// Usage reports of the conversation's finished requests.
@@ -41,22 +43,128 @@ func (s *Session) Usage() (prompt, cached, completion uint64) {
 // intrusive doubly linked list in order of last use (head = most recent),
 // so that expiry and eviction pop from the tail without allocating. It is
 // not safe for concurrent use: the proxy guards it with its own mutex.
+//
+// A session is active while it plausibly comes back soon: seen within the
+// active window, derived from the gaps observed between a session's
+// requests (twice their 90th percentile, within [MinActiveWindow, ttl]).
+// Active sessions are a prefix of the list; oldestActive marks its end, so
+// keeping the counts costs O(1) amortised per request.
 type Table struct {
 	ttl    time.Duration
 	max    int
 	m      map[string]*Session
 	lru    ilist[Session] // most recently used first
-	active map[int]int    // rank -> sessions whose home it is
+	homed  map[int]int    // rank -> sessions whose home it is
 	seen   uint64         // distinct sessions inserted since start
-	ctxSum uint64         // sum of context over sessions with a known context
+	ctxSum uint64         // sum of context over active sessions with a known context
 	ctxN   int
+
+	window       time.Duration
+	oldestActive *Session
+	active       map[int]int // rank -> active sessions homed there
+	nActive      int
+	gaps         [gapSamples]float64 // recent gaps between a session's requests, seconds (a ring)
+	nGaps        int
 }
+
+// Bounds and defaults of the active window.
+const (
+	MinActiveWindow     = 30 * time.Second
+	DefaultActiveWindow = 5 * time.Minute // until enough gaps were seen
+	gapSamples          = 256
+	gapsBeforeWindow    = 16 // gaps seen before the window follows them
+	gapsPerRecompute    = 32
+)
 
 // NewTable is a table whose entries expire after ttl idle (<= 0: never)
 // and which holds at most max (<= 0: no bound).
 func NewTable(ttl time.Duration, max int) *Table {
-	return &Table{ttl: ttl, max: max, m: make(map[string]*Session), active: make(map[int]int),
+	t := &Table{ttl: ttl, max: max, m: make(map[string]*Session), homed: make(map[int]int), active: make(map[int]int),
 		lru: ilist[Session]{at: func(s *Session) *link[Session] { return &s.lru }}}
+	t.window = t.clampWindow(DefaultActiveWindow)
+	return t
+}
+
+func (t *Table) clampWindow(w time.Duration) time.Duration {
+	w = max(w, MinActiveWindow)
+	if t.ttl > 0 {
+		w = min(w, t.ttl)
+	}
+	return w
+}
+
+// ActiveWindow is how long after its last request a session counts as active.
+func (t *Table) ActiveWindow() time.Duration { return t.window }
+
+// observeGap records the time between two requests of one session and,
+// every gapsPerRecompute gaps, sets the window to twice their p90.
+func (t *Table) observeGap(d time.Duration) {
+	t.gaps[t.nGaps%gapSamples] = d.Seconds()
+	t.nGaps++
+	if t.nGaps < gapsBeforeWindow || t.nGaps%gapsPerRecompute != 0 && t.nGaps != gapsBeforeWindow {
+		return
+	}
+	g := slices.Clone(t.gaps[:min(t.nGaps, gapSamples)])
+	slices.Sort(g)
+	p90 := g[len(g)*9/10]
+	t.window = t.clampWindow(time.Duration(2 * p90 * float64(time.Second)))
+}
+
+func (t *Table) activate(s *Session) {
+	s.active = true
+	t.nActive++
+	if s.home >= 0 {
+		t.active[s.home]++
+	}
+	if s.context > 0 {
+		t.ctxSum += uint64(s.context)
+		t.ctxN++
+	}
+}
+
+func (t *Table) deactivate(s *Session) {
+	s.active = false
+	t.nActive--
+	if s.home >= 0 {
+		t.active[s.home]--
+	}
+	if s.context > 0 {
+		t.ctxSum -= uint64(s.context)
+		t.ctxN--
+	}
+}
+
+// settle moves the active boundary to now - window, both ways (the window
+// may have grown).
+func (t *Table) settle(now time.Time) {
+	cutoff := now.Add(-t.window).UnixNano()
+	for b := t.oldestActive; b != nil && b.lastSeen < cutoff; b = t.oldestActive {
+		t.deactivate(b)
+		t.oldestActive = t.lru.prev(b)
+	}
+	next := t.lru.head
+	if t.oldestActive != nil {
+		next = t.lru.next(t.oldestActive)
+	}
+	for ; next != nil && next.lastSeen >= cutoff; next = t.lru.next(next) {
+		t.activate(next)
+		t.oldestActive = next
+	}
+}
+
+// touch makes s the most recently used at now, active.
+func (t *Table) touch(s *Session, now time.Time) {
+	if s == t.oldestActive && t.lru.prev(s) != nil {
+		t.oldestActive = t.lru.prev(s)
+	}
+	s.lastSeen = now.UnixNano()
+	t.lru.moveFront(s)
+	if !s.active {
+		t.activate(s)
+	}
+	if t.oldestActive == nil {
+		t.oldestActive = s
+	}
 }
 
 // Get returns the live entry for key (touching it) or nil, after expiring
@@ -65,8 +173,10 @@ func (t *Table) Get(key string, now time.Time) *Session {
 	t.Expire(now)
 	s := t.m[key]
 	if s != nil {
-		s.lastSeen = now.UnixNano()
-		t.lru.moveFront(s)
+		if last := time.Unix(0, s.lastSeen); now.After(last) {
+			t.observeGap(now.Sub(last))
+		}
+		t.touch(s, now)
 	}
 	return s
 }
@@ -82,9 +192,13 @@ func (t *Table) Insert(key string, home int, now time.Time) *Session {
 	}
 	s := &Session{key: key, home: home, lastSeen: now.UnixNano()}
 	t.m[key] = s
-	t.active[home]++
+	t.homed[home]++
 	t.seen++
 	t.lru.pushFront(s)
+	t.activate(s)
+	if t.oldestActive == nil {
+		t.oldestActive = s
+	}
 	return s
 }
 
@@ -102,11 +216,17 @@ func (t *Table) Restore(key string, home int, lastSeen time.Time, context uint32
 // Rehome moves a session to a new home replica.
 func (t *Table) Rehome(s *Session, home int) {
 	if s.home >= 0 {
-		t.active[s.home]--
+		t.homed[s.home]--
+		if s.active {
+			t.active[s.home]--
+		}
 	}
 	s.home = home
 	if home >= 0 {
-		t.active[home]++
+		t.homed[home]++
+		if s.active {
+			t.active[home]++
+		}
 	}
 }
 
@@ -135,35 +255,40 @@ func (t *Table) AddUsage(s *Session, prompt, cached, completion uint64) {
 
 // SetContext records a session's latest context length in tokens.
 func (t *Table) SetContext(s *Session, tokens uint32) {
-	if s.context == 0 {
-		t.ctxN++
+	if s.active {
+		if s.context == 0 {
+			t.ctxN++
+		}
+		t.ctxSum += uint64(tokens) - uint64(s.context)
+		if tokens == 0 {
+			t.ctxN--
+		}
 	}
-	t.ctxSum += uint64(tokens) - uint64(s.context)
 	s.context = tokens
-	if tokens == 0 {
-		t.ctxN--
-	}
 }
 
 // Expire removes sessions idle for longer than ttl (ttl <= 0: never).
+// It also moves the active boundary to now.
 func (t *Table) Expire(now time.Time) {
-	if t.ttl <= 0 {
-		return
+	if t.ttl > 0 {
+		cutoff := now.Add(-t.ttl).UnixNano()
+		for t.lru.tail != nil && t.lru.tail.lastSeen < cutoff {
+			t.remove(t.lru.tail)
+		}
 	}
-	cutoff := now.Add(-t.ttl).UnixNano()
-	for t.lru.tail != nil && t.lru.tail.lastSeen < cutoff {
-		t.remove(t.lru.tail)
-	}
+	t.settle(now)
 }
 
 func (t *Table) remove(s *Session) {
+	if s.active {
+		t.deactivate(s)
+	}
+	if s == t.oldestActive {
+		t.oldestActive = t.lru.prev(s)
+	}
 	delete(t.m, s.key)
 	if s.home >= 0 {
-		t.active[s.home]--
-	}
-	if s.context > 0 {
-		t.ctxSum -= uint64(s.context)
-		t.ctxN--
+		t.homed[s.home]--
 	}
 	t.lru.unlink(s)
 }
@@ -171,14 +296,21 @@ func (t *Table) remove(s *Session) {
 // Len is the number of sessions.
 func (t *Table) Len() int { return len(t.m) }
 
-// Active is the number of sessions whose home is rank.
+// Active is the number of active sessions (seen within the active window
+// as of the last Get or Expire) whose home is rank.
 func (t *Table) Active(rank int) int { return t.active[rank] }
+
+// ActiveTotal is the number of active sessions, homed or not.
+func (t *Table) ActiveTotal() int { return t.nActive }
+
+// Homed is the number of sessions in the table whose home is rank.
+func (t *Table) Homed(rank int) int { return t.homed[rank] }
 
 // Seen is the number of distinct sessions inserted since start.
 func (t *Table) Seen() uint64 { return t.seen }
 
-// Contexts are the summed context lengths of the sessions that have one,
-// and how many those are.
+// Contexts are the summed context lengths of the active sessions that have
+// one, and how many those are.
 func (t *Table) Contexts() (sum uint64, n int) { return t.ctxSum, t.ctxN }
 
 // Oldest yields the sessions from the least to the most recently used.

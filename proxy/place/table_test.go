@@ -2,6 +2,7 @@ package place
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 	"time"
@@ -124,4 +125,103 @@ func TestSessionTableFedAMillionIDsStaysWithinItsBound(t *testing.T) {
 		t.Errorf("heap grew by %d MiB for a table bounded at %d", (heap1-heap0)>>20, bound)
 	}
 	runtime.KeepAlive(tab)
+}
+
+// TestSessionTableActiveWindow: a session counts as active (per replica and
+// in the context sums the overcommit warning reads) only within the active
+// window of its last request; the window follows the gaps seen between a
+// session's requests.
+func TestSessionTableActiveWindow(t *testing.T) {
+	tb := NewTable(time.Hour, 0)
+	t0 := time.Unix(1000, 0)
+	if tb.ActiveWindow() != DefaultActiveWindow {
+		t.Fatalf("window before any gap: %v", tb.ActiveWindow())
+	}
+	// 40 sessions, each with two requests 60 s apart: the window becomes 2 x 60 s.
+	now := t0
+	for i := range 40 {
+		k := fmt.Sprint("s", i)
+		tb.SetContext(tb.Insert(k, i%2, now), 10_000)
+		tb.Get(k, now.Add(60*time.Second))
+		now = now.Add(time.Second)
+	}
+	if w := tb.ActiveWindow(); w != 120*time.Second {
+		t.Fatalf("window after 60 s gaps: %v, want 2m0s", w)
+	}
+	now = now.Add(60 * time.Second) // the last request of s39 was at now-1s... all within 2 min
+	tb.Expire(now)
+	if tb.ActiveTotal() != 40 || tb.Active(0)+tb.Active(1) != 40 {
+		t.Fatalf("active %d (%d+%d), want 40", tb.ActiveTotal(), tb.Active(0), tb.Active(1))
+	}
+	// Ten minutes later only the session that came back is active.
+	later := now.Add(10 * time.Minute)
+	tb.Get("s7", later)
+	tb.Expire(later)
+	if tb.ActiveTotal() != 1 || tb.Active(1) != 1 || tb.Active(0) != 0 || tb.Len() != 40 {
+		t.Errorf("after 10 idle minutes: active %d (%d/%d), len %d; want 1 active (on 1), 40 kept",
+			tb.ActiveTotal(), tb.Active(0), tb.Active(1), tb.Len())
+	}
+	if sum, n := tb.Contexts(); n != 1 || sum != 10_000 {
+		t.Errorf("active contexts %d over %d sessions, want 10000 over 1", sum, n)
+	}
+	if tb.Homed(0)+tb.Homed(1) != 40 {
+		t.Errorf("homed %d+%d, want all 40", tb.Homed(0), tb.Homed(1))
+	}
+}
+
+// TestSessionTableActiveCountsMatchARecount drives the table with random
+// inserts, requests, rehomes, unhomes, context updates and time steps, and
+// after each compares its O(1) active counts with a recount from scratch.
+func TestSessionTableActiveCountsMatchARecount(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	tb := NewTable(20*time.Minute, 300)
+	now := time.Unix(0, 0)
+	for step := range 20_000 {
+		now = now.Add(time.Duration(rng.IntN(int(20 * time.Second))))
+		k := fmt.Sprint("k", rng.IntN(500))
+		switch op := rng.IntN(10); {
+		case op < 5:
+			if s := tb.Get(k, now); s == nil {
+				tb.Insert(k, rng.IntN(3), now)
+			}
+		case op < 7:
+			if s := tb.Peek(k); s != nil {
+				tb.Rehome(s, rng.IntN(3))
+			}
+		case op < 8:
+			if s := tb.Peek(k); s != nil {
+				tb.SetContext(s, uint32(rng.IntN(5))*1000)
+			}
+		case op < 9 && step%50 == 0:
+			tb.Unhome(rng.IntN(3))
+		default:
+			tb.Expire(now)
+		}
+		tb.Expire(now)
+		cutoff := now.Add(-tb.ActiveWindow())
+		want := map[int]int{}
+		total, n := 0, 0
+		var sum uint64
+		for s := range tb.Oldest() {
+			if !s.LastSeen().Before(cutoff) {
+				total++
+				if s.Home() >= 0 {
+					want[s.Home()]++
+				}
+				if s.Context() > 0 {
+					sum += uint64(s.Context())
+					n++
+				}
+			}
+		}
+		gotSum, gotN := tb.Contexts()
+		if tb.ActiveTotal() != total || gotSum != sum || gotN != n {
+			t.Fatalf("step %d: active %d contexts %d/%d, recount %d %d/%d", step, tb.ActiveTotal(), gotSum, gotN, total, sum, n)
+		}
+		for r := range 3 {
+			if tb.Active(r) != want[r] {
+				t.Fatalf("step %d: Active(%d) = %d, recount %d", step, r, tb.Active(r), want[r])
+			}
+		}
+	}
 }
