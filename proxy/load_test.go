@@ -49,20 +49,23 @@ type loadRound struct {
 }
 
 // streamRound sends n streaming chat requests at once (each with its own
-// session) and reads every stream to its end. It records the peak of the
-// proxy's in-flight count while the round runs.
+// session) and reads every stream to its end. Each stream waits, once its
+// response headers are in, until all n have theirs: at that moment every
+// request is inside the proxy at once, and the proxy's in-flight count is
+// read then (peakFlight).
 func streamRound(t *testing.T, p *Proxy, client *http.Client, url string, n, maxTokens int, tag string) loadRound {
 	t.Helper()
 	var res loadRound
 	var errMu sync.Mutex
-	start := make(chan struct{})
-	var wg sync.WaitGroup
+	start, hold := make(chan struct{}), make(chan struct{})
+	var wg, headed sync.WaitGroup
+	headed.Add(n)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
-			events, err := oneStream(client, url, fmt.Sprintf("%s-%d", tag, i), maxTokens)
+			events, err := oneStream(client, url, fmt.Sprintf("%s-%d", tag, i), maxTokens, headed.Done, hold)
 			atomic.AddInt64(&res.events, int64(events))
 			if err == nil {
 				atomic.AddInt64(&res.ok, 1)
@@ -76,22 +79,15 @@ func streamRound(t *testing.T, p *Proxy, client *http.Client, url string, n, max
 			errMu.Unlock()
 		}()
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
 	t0 := time.Now()
 	close(start)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-done:
-			res.elapsed = time.Since(t0)
-			res.tokensAsked = maxTokens
-			return res
-		case <-tick.C:
-			res.peakFlight = max(res.peakFlight, inFlight(p))
-		}
-	}
+	headed.Wait()
+	res.peakFlight = inFlight(p)
+	close(hold)
+	wg.Wait()
+	res.elapsed = time.Since(t0)
+	res.tokensAsked = maxTokens
+	return res
 }
 
 func inFlight(p *Proxy) int {
@@ -103,8 +99,12 @@ func inFlight(p *Proxy) int {
 }
 
 // oneStream posts one streaming request and reads it to the end; it
-// returns the number of data events.
-func oneStream(client *http.Client, url, session string, maxTokens int) (int, error) {
+// returns the number of data events. headed is called exactly once, when
+// the response headers are in or the request failed before them; the body
+// is read only after hold is closed.
+func oneStream(client *http.Client, url, session string, maxTokens int, headed func(), hold <-chan struct{}) (int, error) {
+	var once sync.Once
+	defer once.Do(headed)
 	body := fmt.Sprintf(`{"model":"test-model","stream":true,"max_tokens":%d,"messages":[{"role":"user","content":"load %s"}]}`, maxTokens, session)
 	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -114,6 +114,8 @@ func oneStream(client *http.Client, url, session string, maxTokens int) (int, er
 		return 0, err
 	}
 	defer resp.Body.Close()
+	once.Do(headed)
+	<-hold
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return 0, fmt.Errorf("%s: reading: %w", session, err)
@@ -154,8 +156,8 @@ func TestLoadThousandConcurrentStreamsThenNoGrowth(t *testing.T) {
 	if res.failed > 0 || res.ok != n {
 		t.Fatalf("%d of %d streams failed, first: %s", res.failed, n, res.firstError)
 	}
-	if res.peakFlight < n {
-		t.Errorf("peak in-flight %d: the %d streams did not run concurrently", res.peakFlight, n)
+	if res.peakFlight != n {
+		t.Errorf("in flight with all %d streams open: %d; the proxy did not hold them concurrently", n, res.peakFlight)
 	}
 	heap1, _ := quiet()
 	var gor1 int
