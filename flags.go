@@ -45,6 +45,8 @@ func routerFlags() []cli.Flag {
 			Usage: "adaptive: longest a new conversation waits at the warden when no replica has KV room for it (0: auto, 5 mean turn times; negative, e.g. -1s: never wait)"},
 		&cli.IntFlag{Name: "move-cooldown", EnvVars: envVars("MOVE_COOLDOWN"),
 			Usage: "adaptive: turns a conversation moved off an overfull replica stays on its new one (0: auto = 3)"},
+		&cli.DurationFlag{Name: "ramp-up", Value: 30 * time.Second, EnvVars: envVars("RAMP_UP"),
+			Usage: "how long a replica that comes back into rotation (restart, recovery, added) takes to reach its full share of new conversations (0: at once)"},
 		&cli.Float64Flag{Name: "kv-fill", EnvVars: envVars("KV_FILL"),
 			Usage: "adaptive: fraction of each replica's KV cache the conversations' working sets are planned into (0: auto = 1.0; below 1 keeps headroom, above 1 overcommits)"},
 		&cli.StringSliceFlag{Name: "session-header", EnvVars: envVars("SESSION_HEADER"),
@@ -78,6 +80,9 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 	if c.Duration("balancer-interval") <= 0 {
 		return proxy.Config{}, "", fmt.Errorf("--balancer-interval must be positive, got %v", c.Duration("balancer-interval"))
 	}
+	if c.Duration("ramp-up") < 0 {
+		return proxy.Config{}, "", fmt.Errorf("--ramp-up must be >= 0 (0: at once), got %v", c.Duration("ramp-up"))
+	}
 	if c.Duration("response-header-timeout") <= 0 {
 		return proxy.Config{}, "", fmt.Errorf("--response-header-timeout must be positive, got %v", c.Duration("response-header-timeout"))
 	}
@@ -96,6 +101,10 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 		ResponseHeaderTimeout: c.Duration("response-header-timeout"), StrictModel: c.Bool("strict-model"),
 		BalancerInterval: c.Duration("balancer-interval"), MaxBodyBytes: int64(maxBody),
 		AdmitWait: c.Duration("admit-wait"), MoveCooldown: c.Int("move-cooldown"), KVFill: c.Float64("kv-fill"),
+		RampUp: c.Duration("ramp-up"),
+	}
+	if cfg.RampUp == 0 {
+		cfg.RampUp = -1 // at once (0 in proxy.Config is the default)
 	}
 	if err := cfg.Validate(); err != nil {
 		return proxy.Config{}, "", err

@@ -256,7 +256,8 @@ func (f *routeFleet) startWithOneDown(t *testing.T) {
 	f.state = filepath.Join(t.TempDir(), "sessions.json")
 	f.port = simproc.FreePort(t)
 	f.w = startRoute(t, f.port, "--replica", f.a.URL+"#max_num_seqs=8", "--replica", f.b.URL+","+f.cURL,
-		"--max-num-seqs", "64", "--state-file", f.state, "--state-interval", "200ms", "--policy", "sticky")
+		"--max-num-seqs", "64", "--state-file", f.state, "--state-interval", "200ms", "--policy", "sticky",
+		"--ramp-up", "0") // the replicas that come up take the new conversations at once (ramping: TestRampUp...)
 	st := f.w.status(t)
 	var rows []string
 	for _, r := range st.Replicas {

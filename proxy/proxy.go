@@ -56,7 +56,14 @@ type Config struct {
 	// then the client gets 504 naming the replica. 0 = 10m.
 	ResponseHeaderTimeout time.Duration
 	FailCooldown          time.Duration // out of rotation after engine.ReqFailsDown failed requests at least this long; 0 = 10s
+	// RampUp is how long a replica that came back into the rotation takes to
+	// reach its full share of new conversations. 0 = 30s, < 0 = at once.
+	RampUp time.Duration
 }
+
+// staleAfter scrape intervals without a good scrape make a replica's
+// metrics stale: it counts as busy for new placements.
+const staleAfter = 3
 
 // Validate checks the settings a user gives (each named by the warden flag
 // that sets it); zero values are valid and mean the defaults. It is the one
@@ -108,6 +115,9 @@ func (c *Config) defaults() error {
 	}
 	if c.ScrapeInterval <= 0 {
 		c.ScrapeInterval = time.Second
+	}
+	if c.RampUp == 0 {
+		c.RampUp = 30 * time.Second
 	}
 	if c.BalancerInterval <= 0 {
 		c.BalancerInterval = 100 * time.Millisecond
@@ -235,7 +245,7 @@ func (p *Proxy) SetReplicaState(rank int, up bool, state, reason string) {
 		p.log.Warn("state for an unknown replica", "replica", rank, "state", state)
 		return
 	}
-	r.health.Launcher(up, state, reason)
+	r.health.Launcher(up, state, reason, p.clock())
 }
 
 // NoteRestart counts a restart of the replica's engine; its counters start
@@ -368,7 +378,7 @@ func (p *Proxy) place(key identity.SessionKey, pinned bool, pin int, skip []int,
 	reps := p.replicaList()
 	snap := make([]place.ReplicaView, len(reps))
 	for i, r := range reps {
-		snap[i] = r.view(p.sessions.Active(r.rank))
+		snap[i] = r.view(p.sessions.Active(r.rank), now, staleAfter*p.cfg.ScrapeInterval, p.cfg.RampUp)
 		if slices.Contains(skip, r.rank) {
 			snap[i].Healthy = false
 		}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/lmwarden/warden/proxy/engine"
 	"github.com/lmwarden/warden/proxy/place"
@@ -93,18 +94,24 @@ func (r *replica) port() int {
 }
 
 // view copies what placement needs. The caller holds Proxy.mu.
-func (r *replica) view(active int) place.ReplicaView {
+func (r *replica) view(active int, now time.Time, fresh, rampUp time.Duration) place.ReplicaView {
 	healthy := r.health.Routable()
+	joined := r.health.Joined()
 	r.mu.Lock()
 	e := r.eng.Stats()
 	r.mu.Unlock()
-	return place.ReplicaView{
+	v := place.ReplicaView{
 		Rank: r.rank, Healthy: healthy,
 		InFlight: int(r.inflight.Load()), Running: e.Running, Waiting: e.Waiting,
 		KVUsed: e.KVUsed, ActiveSessions: active, MaxNumSeqs: r.seqs(),
 		KVCapacity: e.KVCapacity, StaleRunning: r.staleRunning, StaleWaiting: r.staleWaiting,
 		SentSince: r.sentSince,
+		Stale:     now.Sub(e.ScrapedAt) > fresh, // never scraped: stale too
 	}
+	if since := now.Sub(joined); !joined.IsZero() && since >= 0 && since < rampUp {
+		v.Ramp = 1 - float64(since)/float64(rampUp)
+	}
+	return v
 }
 
 // refreshBalancer takes a new DP-balancer stats sample from the exact

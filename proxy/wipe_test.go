@@ -18,7 +18,7 @@ func residentOn(p *Proxy, key string) int {
 	defer p.mu.Unlock()
 	var snap []place.ReplicaView
 	for _, r := range p.replicaList() {
-		snap = append(snap, r.view(p.sessions.Active(r.rank)))
+		snap = append(snap, r.view(p.sessions.Active(r.rank), p.clock(), time.Hour, 0))
 	}
 	sv := place.SessionView{Key: key}
 	p.route.ViewSession(&sv, 0, snap)
@@ -142,5 +142,55 @@ func TestActiveMeansActive(t *testing.T) {
 	clk.add(time.Hour / 2)
 	if st = p.Status(); st.ConcurrentSessions != 0 || st.Sessions != 51 {
 		t.Errorf("half an hour later: %d active of %d, want 0 of 51", st.ConcurrentSessions, st.Sessions)
+	}
+}
+
+// TestReturningReplicaRampsUp: a replica back from a restart, empty, takes
+// about its share of the new conversations during its ramp-up instead of
+// every one of them, and its full share once the ramp-up is over.
+func TestReturningReplicaRampsUp(t *testing.T) {
+	run := func(t *testing.T, ramp time.Duration, seed uint64) (during, after int) {
+		clk := &fakeClock{t: time.Unix(1_000_000, 0)}
+		engines := []*fakeEngine{newFakeEngine(t), newFakeEngine(t), newFakeEngine(t)}
+		p, front := testProxy(t, Config{Policy: "sticky", Clock: clk.now, RampUp: ramp, Seed: seed}, engines...)
+		onZero := func(prefix string, n int) (k int) {
+			for i := range n {
+				resp, body := post(t, front.URL+"/v1/chat/completions", chatBody(fmt.Sprint(prefix, i), false, ""))
+				if resp.StatusCode != 200 {
+					t.Fatalf("%d %s", resp.StatusCode, body)
+				}
+				if resp.Header.Get(identity.PinHeader) == "0" {
+					k++
+				}
+			}
+			settled(t, p)
+			return k
+		}
+		p.SetReplicaState(0, false, "loading", "restart")
+		if k := onZero("old-", 12); k != 0 {
+			t.Fatalf("%d conversations went to the replica that is down", k)
+		}
+		p.NoteRestart(0)
+		p.SetReplicaState(0, true, "healthy", "")
+		during = onZero("new-", 6)
+		clk.add(ramp + time.Second)
+		after = onZero("later-", 3)
+		return during, after
+	}
+	if during, _ := run(t, -1, 1); during != 6 {
+		t.Fatalf("without a ramp-up the empty replica took %d of 6 new conversations, want all 6", during)
+	}
+	// Ramping, it competes as if it carried the others' mean load: it wins
+	// its share of the ties (a third here), over five tie-break seeds.
+	total := 0
+	for seed := uint64(1); seed <= 5; seed++ {
+		during, after := run(t, 30*time.Second, seed)
+		total += during
+		if after < 1 {
+			t.Errorf("seed %d: after the ramp-up it took none of 3 new conversations, though the least loaded", seed)
+		}
+	}
+	if total < 4 || total > 20 {
+		t.Errorf("ramping: the returning replica took %d of 5 x 6 new conversations, want about a third (4-20; without a ramp-up 30)", total)
 	}
 }

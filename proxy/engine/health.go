@@ -68,6 +68,7 @@ type Health struct {
 	until          time.Time // Cooling: not back before this
 	launcherState  string    // what the launcher last said, for display ("healthy", "loading", ...)
 	launcherReason string
+	joined         time.Time // when it last (re-)entered the rotation; zero: in it since NewHealth
 }
 
 // NewHealth starts in rotation, or (probe) in Probing until a good check:
@@ -97,6 +98,24 @@ func (h *Health) State() State {
 	return h.state
 }
 
+// Joined is when the replica last entered the rotation from outside it
+// (after starting, a restart, a failure); zero if it has been in rotation
+// since it was created. Placement ramps a replica up from then.
+func (h *Health) Joined() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.joined
+}
+
+// join moves the replica into rotation at now, noting when it came back.
+// The caller holds h.mu.
+func (h *Health) join(now time.Time) {
+	if !h.routable() {
+		h.joined = now
+	}
+	h.state, h.checkFails, h.reqFails = InRotation, 0, 0
+}
+
 // Display is what the panel shows: the launcher's word for the engine
 // ("healthy", "loading", ...), or "unhealthy" when the launcher says up but
 // the replica is out of rotation.
@@ -112,7 +131,7 @@ func (h *Health) Display() (state string, routable bool) {
 // Launcher records the launcher's view: up (healthy after a start or a
 // restart) puts the replica in rotation with a clean record; down takes it
 // out until the launcher says up again.
-func (h *Health) Launcher(up bool, state, reason string) {
+func (h *Health) Launcher(up bool, state, reason string, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.launcherState, h.launcherReason = state, reason
@@ -120,7 +139,7 @@ func (h *Health) Launcher(up bool, state, reason string) {
 		h.state = Starting
 		return
 	}
-	h.state, h.checkFails, h.reqFails = InRotation, 0, 0
+	h.join(now)
 }
 
 // Check records one health check or scrape outcome at now.
@@ -132,7 +151,7 @@ func (h *Health) Check(ok bool, err error, now time.Time) {
 		// The launcher decides; checks of a loading engine fail as expected.
 	case ok && h.state == Cooling && now.Before(h.until):
 	case ok:
-		h.state, h.checkFails, h.reqFails = InRotation, 0, 0
+		h.join(now)
 	case h.state == InRotation || h.state == Failing:
 		h.checkFails++
 		h.state = Failing

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"errors"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -52,9 +53,9 @@ func TestHealthStateMachine(t *testing.T) {
 			{failReq(true), InRotation, true},
 		}},
 		{"the launcher decides while it says down", false, []step{
-			{func(h *Health) { h.Launcher(false, "loading", "restart") }, Starting, false},
+			{func(h *Health) { h.Launcher(false, "loading", "restart", time.Time{}) }, Starting, false},
 			{check(true, 0), Starting, false}, {check(false, 0), Starting, false},
-			{func(h *Health) { h.Launcher(true, "healthy", "") }, InRotation, true},
+			{func(h *Health) { h.Launcher(true, "healthy", "", time.Time{}) }, InRotation, true},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,12 +73,12 @@ func TestHealthStateMachine(t *testing.T) {
 func TestHealthDisplayAndLogs(t *testing.T) {
 	var logs bytes.Buffer
 	h := NewHealth(false, slog.New(slog.NewTextHandler(&logs, nil)))
-	h.Launcher(false, "loading", "engine loading")
+	h.Launcher(false, "loading", "engine loading", time.Time{})
 	h.Check(false, errors.New("refused"), time.Now()) // quiet: the engine is loading
 	if st, up := h.Display(); st != "loading" || up {
 		t.Errorf("while loading: %q %v", st, up)
 	}
-	h.Launcher(true, "healthy", "")
+	h.Launcher(true, "healthy", "", time.Time{})
 	for range CheckFailsDown {
 		h.Check(false, errors.New("timeout"), time.Now())
 	}
@@ -88,5 +89,30 @@ func TestHealthDisplayAndLogs(t *testing.T) {
 	out := logs.String()
 	if strings.Count(out, "out of rotation") != 1 || strings.Count(out, "back in rotation") != 1 || strings.Contains(out, "refused") {
 		t.Errorf("logs:\n%s", out)
+	}
+}
+
+// TestHealthJoined: Joined says when the replica last came back into the
+// rotation from outside it, not when it went from failing back to healthy.
+func TestHealthJoined(t *testing.T) {
+	h := NewHealth(false, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t0 := time.Unix(100, 0)
+	if !h.Joined().IsZero() {
+		t.Fatal("a replica in rotation since creation has a join time")
+	}
+	h.Check(false, errors.New("x"), t0) // failing: still routable
+	h.Check(true, nil, t0.Add(time.Second))
+	if !h.Joined().IsZero() {
+		t.Errorf("failing -> in rotation counted as a return: %v", h.Joined())
+	}
+	h.Launcher(false, "loading", "restart", t0.Add(2*time.Second))
+	h.Launcher(true, "healthy", "", t0.Add(3*time.Second))
+	if !h.Joined().Equal(t0.Add(3 * time.Second)) {
+		t.Errorf("back after a restart: joined %v, want %v", h.Joined(), t0.Add(3*time.Second))
+	}
+	h.Refused(errors.New("refused"))
+	h.Check(true, nil, t0.Add(5*time.Second))
+	if !h.Joined().Equal(t0.Add(5 * time.Second)) {
+		t.Errorf("back after out: joined %v", h.Joined())
 	}
 }

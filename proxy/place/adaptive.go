@@ -146,6 +146,9 @@ func pickAdaptive(snap []ReplicaView, s SessionView, cfg Config, rng Rand) Decis
 	return noDecision
 }
 
+// homedLoad is the adaptive policy's load of a replica for new placements.
+func homedLoad(r ReplicaView) int { return r.InFlight + r.Homed }
+
 // leastLoadedWith is the least-loaded available replica other than skip
 // that has room for footprint tokens (-1 if none has; a very negative
 // footprint admits every replica). Load is the seed rule's order (in
@@ -155,11 +158,12 @@ func pickAdaptive(snap []ReplicaView, s SessionView, cfg Config, rng Rand) Decis
 func leastLoadedWith(snap []ReplicaView, skip, footprint int, fill float64, rng Rand) int {
 	var ties []int
 	var best [2]int
+	adm := admissionOf(snap, homedLoad)
 	for i, r := range snap {
 		if left, ok := room(r, fill); i == skip || !r.Available() || (ok && left < footprint) {
 			continue
 		}
-		cur := [2]int{r.InFlight + r.Homed, int(r.KVUsed * 20)}
+		cur := [2]int{adm.adjust(r, homedLoad(r)), int(r.KVUsed * 20)}
 		switch {
 		case ties == nil || less(cur, best):
 			best, ties = cur, append(ties[:0], i)

@@ -67,6 +67,14 @@ type ReplicaView struct {
 	TurnSeconds        float64 // mean request duration here
 	WaitSeconds        float64 // mean time to first byte here
 	PrefillSecPerToken float64 // measured prefill cost per computed prompt token
+
+	// For new placements: Stale says its engine metrics are out of date (it
+	// counts as busy: chosen only when every replica's are); Ramp in (0, 1]
+	// says it re-entered the rotation recently, the share of its ramp-up
+	// still ahead: its load counts as at least Ramp x the others' mean, so it
+	// fills gradually instead of taking every new conversation at once.
+	Stale bool
+	Ramp  float64
 }
 
 // Available is the one eligibility predicate every policy uses.
@@ -213,17 +221,61 @@ func load(r ReplicaView) (int, int) {
 	return r.InFlight + r.ActiveSessions, int(r.KVUsed * 20)
 }
 
+// busyLoad is added to the load of a replica whose metrics are stale.
+const busyLoad = 1 << 20
+
+// admission adjusts the loads new placements compare: a stale replica
+// counts as busy, a ramping one as at least Ramp x the mean load of the
+// available replicas that are not ramping (the established ones; when all
+// are ramping, as at start, none is adjusted).
+type admission struct {
+	sum, n  int
+	ramping bool
+}
+
+func admissionOf(snap []ReplicaView, load func(ReplicaView) int) admission {
+	var a admission
+	for _, r := range snap {
+		if !r.Available() {
+			continue
+		}
+		if r.Ramp > 0 {
+			a.ramping = true
+			continue
+		}
+		a.sum += load(r)
+		a.n++
+	}
+	return a
+}
+
+func (a admission) adjust(r ReplicaView, l int) int {
+	adj := l
+	if a.ramping && r.Ramp > 0 && a.n > 0 {
+		established := float64(a.sum) / float64(a.n)
+		adj = max(adj, int(min(r.Ramp, 1)*established)) // rounded down: it wins the ties at its share
+	}
+	if r.Stale {
+		adj += busyLoad
+	}
+	return adj
+}
+
+// newLoad is load's first component, for admissionOf.
+func newLoad(r ReplicaView) int { a, _ := load(r); return a }
+
 // leastLoaded returns the index of the least-loaded available replica other
 // than skip (an index, -1 for none), ties broken by rng; -1 if none.
 func leastLoaded(snap []ReplicaView, skip int, rng Rand) int {
 	var ties []int
 	var best [2]int
+	adm := admissionOf(snap, newLoad)
 	for i, r := range snap {
 		if i == skip || !r.Available() {
 			continue
 		}
 		a, b := load(r)
-		cur := [2]int{a, b}
+		cur := [2]int{adm.adjust(r, a), b}
 		switch {
 		case ties == nil || less(cur, best):
 			best, ties = cur, append(ties[:0], i)

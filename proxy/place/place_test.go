@@ -177,3 +177,77 @@ func TestValidPolicy(t *testing.T) {
 		t.Error("ValidPolicy(fastest) = nil, want an error")
 	}
 }
+
+// TestNewPlacementsAvoidStaleAndRampUp: new conversations go to a replica
+// with stale metrics only when every replica's are stale, and a replica that
+// just re-entered the rotation takes about its share of them instead of
+// every one until its load catches up. The replicas report KV capacity, so
+// that adaptive decides as itself (without one it is sticky).
+func TestNewPlacementsAvoidStaleAndRampUp(t *testing.T) {
+	idle4 := func() []ReplicaView {
+		s := idle4()
+		for i := range s {
+			s[i].KVCapacity = 200_000
+		}
+		return s
+	}
+	for _, pol := range []string{PolicySticky, PolicyAdaptive} {
+		cfg := Config{Policy: pol}
+		t.Run(pol+"/stale", func(t *testing.T) {
+			snap := idle4()
+			snap[0].Stale = true // idle, but we do not know it
+			snap[1].InFlight, snap[2].InFlight, snap[3].InFlight = 5, 5, 5
+			for seed := range 20 {
+				if d := Pick(snap, SessionView{Key: "n"}, cfg, fixedRand(seed)); d.Rank == 0 {
+					t.Fatalf("seed %d: a new conversation went to the stale replica", seed)
+				}
+			}
+			for i := range snap {
+				snap[i].Stale = true
+			}
+			if d := Pick(snap, SessionView{Key: "n"}, cfg, fixedRand(0)); d.Rank != 0 {
+				t.Errorf("all stale: went to %d, want the least loaded (0)", d.Rank)
+			}
+		})
+		t.Run(pol+"/ramp", func(t *testing.T) {
+			// Replicas 1-3 carry 6 conversations each; replica 0 is back, empty.
+			// Place 12 new conversations one after another: without a ramp
+			// the first 6 all go to 0; with one, 0 takes about a quarter.
+			place := func(ramp float64) (onZero int) {
+				snap := idle4()
+				for i := 1; i < 4; i++ {
+					snap[i].InFlight, snap[i].Homed = 6, 6
+				}
+				snap[0].Ramp = ramp
+				for n := range 12 {
+					d := Pick(snap, SessionView{Key: "n"}, cfg, fixedRand(n))
+					snap[indexOf(snap, d.Rank)].InFlight++
+					snap[indexOf(snap, d.Rank)].Homed++
+					if d.Rank == 0 {
+						onZero++
+					}
+				}
+				return onZero
+			}
+			if got := place(0); got < 6 {
+				t.Fatalf("without a ramp the empty replica took %d of 12, want >= 6", got)
+			}
+			if got := place(1); got < 2 || got > 5 {
+				t.Errorf("ramping (1.0): the returning replica took %d of 12, want about 3", got)
+			}
+		})
+		t.Run(pol+"/all-ramping", func(t *testing.T) {
+			// At start every replica has just joined: none is held back.
+			snap := idle4()
+			snap[1].InFlight, snap[2].InFlight, snap[3].InFlight = 1, 1, 5
+			for i := range snap {
+				snap[i].Ramp = 0.9
+			}
+			for seed := range 20 {
+				if d := Pick(snap, SessionView{Key: "n"}, cfg, fixedRand(seed)); d.Rank != 0 {
+					t.Fatalf("seed %d: all ramping, went to %d, want the least loaded (0)", seed, d.Rank)
+				}
+			}
+		})
+	}
+}
