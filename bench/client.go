@@ -43,6 +43,7 @@ const ReplicaHeader = "X-Warden-Replica"
 type conversation struct {
 	api       API
 	sessionID string
+	agentID   string       // a subagent's id, sent as AgentHeader ("" = the session's own conversation)
 	head      []byte       // everything before the messages array's content
 	tail      []byte       // everything after it
 	msgs      bytes.Buffer // encoded messages, comma separated
@@ -135,6 +136,9 @@ func (c *conversation) newRequest(ctx context.Context, base string) (*http.Reque
 		req.Header.Set("anthropic-version", "2023-06-01")
 		req.Header.Set("x-api-key", "sk-dummy")
 		req.Header.Set("x-app", "cli")
+	}
+	if c.agentID != "" {
+		req.Header.Set(AgentHeader, c.agentID)
 	}
 	return req, nil
 }

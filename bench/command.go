@@ -31,6 +31,9 @@ func flags() []cli.Flag {
 		&cli.IntFlag{Name: "turns", Value: d.Turns, Usage: "follow-up turns after the first message", EnvVars: env("TURNS")},
 		&cli.BoolFlag{Name: "billing-header", Usage: "send Claude Code's per-conversation billing line (x-anthropic-billing-header: cc_version=...) as the first system block, as Claude Code does (anthropic API only)", EnvVars: env("BILLING_HEADER")},
 		&cli.StringFlag{Name: "mix", Usage: "mixed session lengths: FIRSTxTURNS shapes taken in turn by the sessions, e.g. 2000x10,7300x5,15000x3 (overrides --first-tokens and --turns)", EnvVars: env("MIX")},
+		&cli.StringFlag{Name: "load", Value: LoadReference, Usage: "preset load: reference (the reference measurement's sessions) or agent (--tool-time 3s,30s,2m --mix 2000x10,7300x5,15000x3 --subagents 0.25,2,3; see docs/benchmarks.md); --tool-time, --mix and --subagents given explicitly override it", EnvVars: env("LOAD")},
+		&cli.StringFlag{Name: "tool-time", Value: "0", Usage: "pause between a turn's answer and the session's next turn, the agent running its tools (simulated time): MEDIAN,P90[,MAX] of a log-normal, e.g. 3s,30s,2m; one duration = a fixed pause; 0 = none. Nothing is in flight meanwhile. Drawn from --seed per session and turn", EnvVars: env("TOOL_TIME")},
+		&cli.StringFlag{Name: "subagents", Value: "0", Usage: "SHARE,N,TURNS: a share of sessions (drawn from --seed) spawns N subagents in parallel after its first turn, like Claude Code's Agent tool: each a conversation of its own (a shared 1.5k-token agent system prompt, a 300-2000-token task, TURNS follow-ups) sent with the parent's session id plus x-claude-code-agent-id (both APIs); the parent waits and sends their final replies as its next turn. --stages counts parents only; 0 = none", EnvVars: env("SUBAGENTS")},
 		&cli.IntFlag{Name: "max-tokens", Value: d.MaxTokens, Usage: "max output tokens per turn", EnvVars: env("MAX_TOKENS")},
 		&cli.StringFlag{Name: "stages", Value: "4,8,16,24,32", Usage: "concurrent sessions per stage, comma separated", EnvVars: env("STAGES")},
 		&cli.DurationFlag{Name: "stage", Value: d.Stage, Usage: "length of each stage (simulated time when --time-scale > 1)", EnvVars: env("STAGE")},
@@ -75,11 +78,30 @@ func configFrom(c *cli.Context) (Config, error) {
 	cfg.Sizes = Sizes{SystemTokens: c.Int("system-tokens"), FirstTokens: c.Int("first-tokens"),
 		TurnTokens: c.Int("turn-tokens"), CharsPerToken: c.Float64("chars-per-token")}
 	cfg.Turns = c.Int("turns")
-	mix, err := parseMix(c.String("mix"))
-	if err != nil {
+	if err := cfg.applyLoad(c.String("load")); err != nil {
 		return cfg, err
 	}
-	cfg.Mix = mix
+	if c.IsSet("mix") || cfg.Load == "" {
+		mix, err := parseMix(c.String("mix"))
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Mix = mix
+	}
+	if c.IsSet("tool-time") || cfg.Load == "" {
+		tt, err := parseToolTime(c.String("tool-time"))
+		if err != nil {
+			return cfg, err
+		}
+		cfg.ToolTime = tt
+	}
+	if c.IsSet("subagents") || cfg.Load == "" {
+		sa, err := parseSubagents(c.String("subagents"))
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Subagents = sa
+	}
 	cfg.MaxTokens = c.Int("max-tokens")
 	stages, err := parseInts(c.String("stages"))
 	if err != nil {

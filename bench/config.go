@@ -40,8 +40,18 @@ type Config struct {
 	// BillingHeader makes Anthropic sessions send Claude Code's
 	// per-conversation billing line as their first system block.
 	BillingHeader bool
-	Out           string
-	Progress      bool
+	// Load names the preset the run started from (--load; "" = the
+	// reference load); ToolTime, Mix and Subagents hold what it set.
+	Load string
+	// ToolTime is the pause between a turn's answer and the session's (or
+	// subagent's) next turn, simulated; zero = none, as the reference.
+	ToolTime ToolTime
+	// Subagents makes a share of sessions spawn subagents after their
+	// first turn; zero = none. Concurrency counts parents only: a
+	// session's subagents run in addition to its slot.
+	Subagents Subagents
+	Out       string
+	Progress  bool
 }
 
 // FallbackCharsPerToken is used when --chars-per-token is 0 (measure) and
@@ -96,6 +106,12 @@ func (c *Config) Validate() error {
 	check(c.Poll <= 0, "--poll must be > 0")
 	check(c.RTT < 0 || c.RTT > time.Minute, "--client-rtt must be in [0, 1m]")
 	check(c.TimeScale < 1, "--time-scale must be >= 1")
+	if err := c.ToolTime.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Subagents.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	check(len(c.Variants) == 1 || len(c.Variants) > 2, "--ab takes two policies A,B (or none), got %d", len(c.Variants))
 	return errors.Join(errs...)
 }

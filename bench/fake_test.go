@@ -20,18 +20,21 @@ import (
 // fakeServer speaks just enough Anthropic and OpenAI SSE, vLLM /metrics and
 // (with warden=true) the warden's admin endpoints for the bench's tests. Its
 // "prefix cache" counts, per request, the longest common character prefix
-// with any earlier prompt, at 4 characters per token.
+// with any earlier prompt, at 4 characters per token. Conversations are
+// told apart by session id and x-claude-code-agent-id (subagents share their
+// parent's session id).
 type fakeServer struct {
 	t       *testing.T
 	warden  bool
 	tokens  int           // output tokens per reply
 	between time.Duration // delay between streamed tokens
 	token   string        // when set, admin POSTs need "Authorization: Bearer <token>"
+	tag     bool          // make every reply unique: its pieces name the request
 
 	mu        sync.Mutex
 	reqs      []fakeReq
 	prompts   []string
-	last      map[string]string // session id -> previous prompt + reply
+	last      map[string]string // session id + "/" + agent id -> previous prompt + reply
 	broken    int               // follow-ups that did not extend the previous turn exactly
 	running   int
 	hits      float64
@@ -47,6 +50,8 @@ type fakeReq struct {
 	Path, Query string
 	Header      http.Header
 	Body        []byte
+	At, Done    time.Time // arrival; reply booked (just before the final event)
+	Reply       string
 }
 
 func newFake(t *testing.T, warden bool) (*fakeServer, *httptest.Server) {
@@ -103,11 +108,13 @@ func sessionOf(r *http.Request, api API) string {
 	return r.Header.Get("X-Claude-Code-Session-Id")
 }
 
-// admit records a request and updates the fake prefix counters.
-func (f *fakeServer) admit(r *http.Request, body []byte, sid, prompt string) (replica int) {
+// admit records a request and updates the fake prefix counters; idx is
+// the request's index in f.reqs.
+func (f *fakeServer) admit(r *http.Request, body []byte, sid, prompt string) (replica, idx int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.reqs = append(f.reqs, fakeReq{r.URL.Path, r.URL.RawQuery, r.Header.Clone(), body})
+	idx = len(f.reqs)
+	f.reqs = append(f.reqs, fakeReq{Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body, At: time.Now()})
 	best := 0
 	for _, p := range f.prompts {
 		n := 0
@@ -116,7 +123,7 @@ func (f *fakeServer) admit(r *http.Request, body []byte, sid, prompt string) (re
 		}
 		best = max(best, n)
 	}
-	if prev, ok := f.last[sid]; ok && !strings.HasPrefix(prompt, prev) {
+	if prev, ok := f.last[convKey(r, sid)]; ok && !strings.HasPrefix(prompt, prev) {
 		f.broken++
 	}
 	f.prompts = append(f.prompts, prompt)
@@ -127,10 +134,13 @@ func (f *fakeServer) admit(r *http.Request, body []byte, sid, prompt string) (re
 	if f.policy == "sticky" {
 		h := fnv.New32a()
 		h.Write([]byte(sid))
-		return int(h.Sum32() % 2)
+		return int(h.Sum32() % 2), idx
 	}
-	return f.n % 2
+	return f.n % 2, idx
 }
+
+// convKey names one conversation: a session's own, or one of its subagents'.
+func convKey(r *http.Request, sid string) string { return sid + "/" + r.Header.Get(AgentHeader) }
 
 func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request, api API) {
 	full, err := io.ReadAll(r.Body)
@@ -140,7 +150,7 @@ func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request, api API) {
 	}
 	sid := sessionOf(r, api)
 	prompt := flatten(full)
-	replica := f.admit(r, full, sid, prompt)
+	replica, idx := f.admit(r, full, sid, prompt)
 	defer func() { f.mu.Lock(); f.running--; f.mu.Unlock() }()
 	if f.warden {
 		w.Header().Set(ReplicaHeader, fmt.Sprint(replica))
@@ -159,6 +169,9 @@ func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request, api API) {
 	for i := 0; i < f.tokens; i++ {
 		time.Sleep(f.between)
 		piece := fmt.Sprintf("w%d ", i)
+		if f.tag {
+			piece = fmt.Sprintf("r%d.w%d ", idx, i)
+		}
 		reply.WriteString(piece)
 		if api == APIAnthropic {
 			send(fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%q}}`, piece))
@@ -170,7 +183,8 @@ func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request, api API) {
 	// counters or send its next turn as soon as it has it.
 	f.mu.Lock()
 	f.sent += f.tokens
-	f.last[sid] = prompt + "assistant:" + reply.String()
+	f.last[convKey(r, sid)] = prompt + "assistant:" + reply.String()
+	f.reqs[idx].Done, f.reqs[idx].Reply = time.Now(), reply.String()
 	f.mu.Unlock()
 	if api == APIAnthropic {
 		send(fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":%d}}`, f.tokens))

@@ -33,6 +33,15 @@ func parseMix(s string) ([]Shape, error) {
 	return out, nil
 }
 
+// mixString is the --mix spelling of m ("" = no mix).
+func mixString(m []Shape) string {
+	var f []string
+	for _, s := range m {
+		f = append(f, fmt.Sprintf("%dx%d", s.FirstTokens, s.Turns))
+	}
+	return strings.Join(f, ",")
+}
+
 // shape returns session k's first-message size and follow-up turns: the
 // mix's shapes in turn, or the configured sizes without a mix.
 func (c *Config) shape(k int) (Sizes, int) {

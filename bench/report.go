@@ -158,7 +158,8 @@ func WriteSummaryCSV(w io.Writer, res *Results) error {
 	_ = cw.Write([]string{"variant", "sessions", "seconds", "turns", "sessions_finished", "sessions_started",
 		"errors", "late_turns", "sessions_per_hour", "output_tokens_per_min", "ttfb_p50_s", "ttfb_p95_s",
 		"replicas_busy", "prefix_hit_pct", "stayed_pct", "output_tokens", "prompt_tokens", "cached_tokens",
-		"prefix_hits", "prefix_queries", "busy_polls", "mean_prompt_first", "running_mean", "waiting_mean", "preemptions"})
+		"prefix_hits", "prefix_queries", "busy_polls", "mean_prompt_first", "running_mean", "waiting_mean", "preemptions",
+		"subagent_turns", "subagent_stayed_pct"})
 	for _, s := range res.Stages {
 		_ = cw.Write([]string{s.Variant, strconv.Itoa(s.Sessions), fcsv(s.Seconds), strconv.Itoa(s.Turns),
 			strconv.Itoa(s.SessionsFinished), strconv.Itoa(s.SessionsStarted), strconv.Itoa(s.Errors),
@@ -166,7 +167,8 @@ func WriteSummaryCSV(w io.Writer, res *Results) error {
 			optCSV(s.TTFBP95), optCSV(s.ReplicasBusy), optCSV(s.PrefixHitPct), optCSV(s.StayedPct),
 			strconv.Itoa(s.OutputTokens), strconv.Itoa(s.PromptTokens), strconv.Itoa(s.CachedTokens),
 			fcsv(s.PrefixHits), fcsv(s.PrefixQueries), strconv.Itoa(s.BusyPolls), optCSV(s.MeanPromptFirst),
-			optCSV(s.RunningMean), optCSV(s.WaitingMean), optCSV(s.Preemptions)})
+			optCSV(s.RunningMean), optCSV(s.WaitingMean), optCSV(s.Preemptions),
+			strconv.Itoa(s.SubagentTurns), optCSV(s.SubagentStayedPct)})
 	}
 	cw.Flush()
 	return cw.Error()
@@ -177,7 +179,7 @@ func WriteTurnsCSV(w io.Writer, res *Results) error {
 	cw := csv.NewWriter(w)
 	_ = cw.Write([]string{"variant", "sessions", "session", "session_id", "turn", "start_s", "ttfb_s",
 		"duration_s", "prompt_tokens", "cached_tokens", "output_tokens", "replica", "stayed", "in_stage",
-		"last_turn", "error"})
+		"last_turn", "error", "subagent", "agent_id"})
 	for _, t := range res.Turns {
 		stayed := ""
 		if t.Stayed != nil {
@@ -186,7 +188,8 @@ func WriteTurnsCSV(w io.Writer, res *Results) error {
 		_ = cw.Write([]string{t.Variant, strconv.Itoa(t.Sessions), strconv.Itoa(t.Session), t.SessionID,
 			strconv.Itoa(t.Turn), fcsv(t.StartS), fcsv(t.TTFBS), fcsv(t.DurationS), strconv.Itoa(t.PromptTokens),
 			strconv.Itoa(t.CachedTokens), strconv.Itoa(t.OutputTokens), t.Replica, stayed,
-			strconv.FormatBool(t.InStage), strconv.FormatBool(t.LastTurn), t.Error})
+			strconv.FormatBool(t.InStage), strconv.FormatBool(t.LastTurn), t.Error,
+			strconv.FormatBool(t.Subagent), t.AgentID})
 	}
 	cw.Flush()
 	return cw.Error()

@@ -74,6 +74,14 @@ type configJSON struct {
 	Alternate     bool    `json:"alternate"`
 	Carry         bool    `json:"carry"`
 	ClientRTT     float64 `json:"client_rtt_s"`
+	// The agent-like load's settings; absent for the reference load.
+	Load      string `json:"load,omitempty"`
+	Mix       string `json:"mix,omitempty"`       // FIRSTxTURNS,...
+	ToolTime  string `json:"tool_time,omitempty"` // MEDIAN,P90[,MAX], simulated
+	Subagents string `json:"subagents,omitempty"` // SHARE,N,TURNS
+	// AgentSystemTokens and the task range are the subagents' sizes.
+	AgentSystemTokens int   `json:"agent_system_tokens,omitempty"`
+	AgentTaskTokens   []int `json:"agent_task_tokens,omitempty"` // [min, max]
 }
 
 // Runner drives a whole bench: probe, A/B policy switches, stages.
@@ -130,6 +138,10 @@ func (r *Runner) Run(ctx context.Context, abExplicit bool) (*Results, error) {
 	defer restore()
 	system := systemPrompt(cfg.Seed, cfg.Sizes)
 	deviceID := newDeviceID()
+	agentSystem := ""
+	if cfg.Subagents.enabled() {
+		agentSystem = agentSystemPrompt(cfg.Seed, cfg.Sizes, cfg.Subagents)
+	}
 	current := ""
 	for _, group := range groupSteps(plan(cfg.Stages, cfg.Variants, cfg.Alternate), cfg.carry()) {
 		st := group[0]
@@ -137,7 +149,8 @@ func (r *Runner) Run(ctx context.Context, abExplicit bool) (*Results, error) {
 			return res, err
 		}
 		sr := &stageRun{cfg: &cfg, hc: r.HC, target: t, log: r.Log.With("variant", st.Variant),
-			model: cfg.Model, system: system, deviceID: deviceID, variant: st.Variant, sessions: st.Sessions, now: time.Now}
+			model: cfg.Model, system: system, agentSystem: agentSystem, deviceID: deviceID, variant: st.Variant,
+			sessions: st.Sessions, now: time.Now}
 		if cfg.carry() {
 			stages := make([]int, len(group))
 			for i, g := range group {
@@ -238,15 +251,22 @@ func (r *Runner) newResults(t *Target, cfg Config) *Results {
 	if t.Warden {
 		kind = "warden"
 	}
+	cj := configJSON{
+		Seed: cfg.Seed, SystemTokens: cfg.Sizes.SystemTokens, FirstTokens: cfg.Sizes.FirstTokens,
+		TurnTokens: cfg.Sizes.TurnTokens, CharsPerToken: cfg.Sizes.CharsPerToken, Turns: cfg.Turns,
+		MaxTokens: cfg.MaxTokens, Stages: cfg.Stages, StageSeconds: cfg.Stage.Seconds(), WarmupSeconds: cfg.Warmup.Seconds(),
+		DrainSeconds: cfg.Drain.Seconds(), TimeScale: cfg.TimeScale, ResetCache: cfg.ResetCache, Alternate: cfg.Alternate,
+		Carry: cfg.carry(), ClientRTT: cfg.RTT.Seconds(), Load: cfg.Load, Mix: mixString(cfg.Mix),
+	}
+	if cfg.ToolTime.enabled() {
+		cj.ToolTime = cfg.ToolTime.String()
+	}
+	if sa := cfg.Subagents; sa.enabled() {
+		cj.Subagents, cj.AgentSystemTokens, cj.AgentTaskTokens = sa.String(), sa.SystemTokens, []int{sa.TaskMin, sa.TaskMax}
+	}
 	return &Results{
 		StartedAt: time.Now(), URL: t.URL, Target: kind, Model: cfg.Model, API: cfg.API, Variants: cfg.Variants,
-		Config: configJSON{
-			Seed: cfg.Seed, SystemTokens: cfg.Sizes.SystemTokens, FirstTokens: cfg.Sizes.FirstTokens,
-			TurnTokens: cfg.Sizes.TurnTokens, CharsPerToken: cfg.Sizes.CharsPerToken, Turns: cfg.Turns,
-			MaxTokens: cfg.MaxTokens, Stages: cfg.Stages, StageSeconds: cfg.Stage.Seconds(), WarmupSeconds: cfg.Warmup.Seconds(),
-			DrainSeconds: cfg.Drain.Seconds(), TimeScale: cfg.TimeScale, ResetCache: cfg.ResetCache, Alternate: cfg.Alternate,
-			Carry: cfg.carry(), ClientRTT: cfg.RTT.Seconds(),
-		},
+		Config: cj,
 	}
 }
 

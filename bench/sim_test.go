@@ -77,3 +77,38 @@ func TestAgainstSimulator(t *testing.T) {
 		})
 	}
 }
+
+// The agent-like load against the simulator: subagent requests (the
+// parent's session id plus x-claude-code-agent-id) are served, and every
+// generated token is in a turn record.
+func TestAgentLoadAgainstSimulator(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a simulator process")
+	}
+	p := simproc.Start(t, "--sim-time-scale", "20", "--enable-prompt-tokens-details", "--max-num-seqs", "32")
+	cfg := simConfig(p.URL, APIAnthropic)
+	if err := cfg.applyLoad(LoadAgent); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Stage = 20 * time.Second
+	cfg.ToolTime = ToolTime{Median: 500 * time.Millisecond, P90: 2 * time.Second, Max: 5 * time.Second}
+	cfg.Subagents.Share = 1 // every session spawns, so a short stage has subagents
+	cfg.Subagents.Turns = 1
+	res := runBench(t, cfg, false)
+	s := res.Stages[0]
+	if s.Errors != 0 || s.Turns < 3 || s.SubagentTurns == 0 {
+		t.Fatalf("turns %d (subagents %d), errors %d", s.Turns, s.SubagentTurns, s.Errors)
+	}
+	all := 0
+	for _, tr := range res.Turns {
+		if tr.Error == "" {
+			all += tr.OutputTokens
+		}
+	}
+	if gen := p.Metrics(t)["vllm:generation_tokens_total"]; gen != float64(all) {
+		t.Errorf("the sim generated %v tokens, the bench counted %d", gen, all)
+	}
+	if res.Config.Load != LoadAgent || res.Config.Subagents == "" || res.Config.ToolTime == "" || res.Config.Mix == "" {
+		t.Errorf("results do not record the agent load: %+v", res.Config)
+	}
+}

@@ -16,7 +16,7 @@ type TurnRecord struct {
 	Sessions     int     `json:"sessions"` // the stage's concurrency
 	Session      int     `json:"session"`  // sequence number within the stage
 	SessionID    string  `json:"session_id"`
-	Turn         int     `json:"turn"` // 1 = first message
+	Turn         int     `json:"turn"` // 1 = first message (a subagent's: its task message)
 	StartS       float64 `json:"start_s"`
 	TTFBS        float64 `json:"ttfb_s"` // -1 when no content token arrived
 	DurationS    float64 `json:"duration_s"`
@@ -24,10 +24,14 @@ type TurnRecord struct {
 	CachedTokens int     `json:"cached_tokens"`
 	OutputTokens int     `json:"output_tokens"`
 	Replica      string  `json:"replica,omitempty"`
-	Stayed       *bool   `json:"stayed,omitempty"` // follow-up turns against a warden: served by the session's first replica
+	Stayed       *bool   `json:"stayed,omitempty"` // follow-up turns (and every subagent turn) against a warden: served by the session's first replica
 	InStage      bool    `json:"in_stage"`         // finished before the stage end (counted in the summary)
-	LastTurn     bool    `json:"last_turn"`        // finished the session
+	LastTurn     bool    `json:"last_turn"`        // finished the session (a subagent's: finished the subagent)
 	Error        string  `json:"error,omitempty"`
+	// Subagent marks a subagent's turn (--subagents): Session, SessionID
+	// and Variant are its parent's, AgentID its own x-claude-code-agent-id.
+	Subagent bool   `json:"subagent,omitempty"`
+	AgentID  string `json:"agent_id,omitempty"`
 }
 
 // stageRun is one stage of one variant: `sessions` closed-loop sessions for
@@ -44,6 +48,8 @@ type stageRun struct {
 	sessions int  // the stage's concurrency; written under mu in a series
 	series   bool // sessions carry over between stages (runSeries)
 	now      func() time.Time
+	// agentSystem is the subagents' shared system prompt (--subagents).
+	agentSystem string
 
 	stop     chan struct{} // closed at the stage end: no new turns
 	launched time.Time     // wall clock: sessions started
@@ -90,20 +96,20 @@ func (r *stageRun) worker(ctx context.Context, quit <-chan struct{}) {
 	}
 }
 
-// sessionText returns the k-th session's user messages. In a series the
-// stream depends on k alone (both variants of an A/B get the same sessions
-// in the same order); otherwise on the stage's concurrency and k.
+// sessionText returns the k-th session's user messages (named by
+// r.stream(k)) and its follow-up turns.
 func (r *stageRun) sessionText(k int) (*sessionText, int) {
 	sizes, turns := r.cfg.shape(k)
-	if r.series {
-		return newSessionText(r.cfg.Seed, sizes, "series", k), turns
-	}
-	return newSessionText(r.cfg.Seed, sizes, r.sessions, k), turns
+	return newSessionText(r.cfg.Seed, sizes, r.stream(k)...), turns
 }
 
 // runSession plays one session: first message, then cfg.Turns follow-ups,
 // each carrying the assistant's previous reply exactly as received. It
-// gives up before the next turn when the stage ends or quit closes.
+// gives up before the next turn when the stage ends or quit closes. With
+// --tool-time it pauses between a turn's answer and the next turn; with
+// --subagents a spawning session runs its subagents after the first turn,
+// waits for them, and sends their final replies as its second turn's user
+// message (instead of the follow-up text, as a tool result).
 func (r *stageRun) runSession(ctx context.Context, k int, quit <-chan struct{}) {
 	text, turns := r.sessionText(k)
 	id := newUUID()
@@ -113,11 +119,18 @@ func (r *stageRun) runSession(ctx context.Context, k int, quit <-chan struct{}) 
 	}
 	conv := newConversation(r.cfg.API, r.model, r.system, id, r.deviceID, billing, r.cfg.MaxTokens)
 	home := ""
+	spawn := turns > 0 && r.cfg.spawns(r.stream(k))
+	results, haveResults := "", false
 	for turn := 1; turn <= 1+turns; turn++ {
 		if r.stopped() || closed(quit) {
 			return
 		}
-		conv.add("user", text.next())
+		msg := text.next() // drawn even when replaced, so later turns send the same text as without subagents
+		if haveResults && results != "" {
+			msg = results
+		}
+		haveResults = false
+		conv.add("user", msg)
 		r.inflight.Add(1)
 		res := doTurn(ctx, r.hc, r.target.URL, conv, r.cfg.wall(r.cfg.RTT), r.now)
 		r.inflight.Add(-1)
@@ -125,13 +138,21 @@ func (r *stageRun) runSession(ctx context.Context, k int, quit <-chan struct{}) 
 		if turn == 1 {
 			home = res.Replica
 		}
-		r.record(k, id, turn, res, home, turn == 1+turns)
+		r.record(k, id, "", turn, res, home, turn == 1+turns)
 		if res.Err != nil {
 			r.log.Debug("turn failed", "session", k, "turn", turn, "err", res.Err)
 			r.backoff()
 			return
 		}
 		conv.add("assistant", res.Text)
+		if turn == 1 && spawn {
+			// The subagents are this turn's tool: no tool time on top.
+			if results, haveResults = r.runSubagents(ctx, k, id, home, quit); !haveResults {
+				return
+			}
+		} else if turn <= turns && !r.pause(ctx, quit, k, -1, turn) {
+			return
+		}
 	}
 }
 
@@ -157,9 +178,12 @@ func (r *stageRun) window() (start, end time.Time, sessions int) {
 	return r.start, r.end, r.sessions
 }
 
-func (r *stageRun) record(k int, id string, turn int, res turnResult, home string, last bool) {
+// record books one turn; agent is the subagent's id ("" = the session's own
+// turn), home the replica of the session's first turn.
+func (r *stageRun) record(k int, id, agent string, turn int, res turnResult, home string, last bool) {
 	start, end, sessions := r.window()
 	rec := TurnRecord{
+		Subagent: agent != "", AgentID: agent,
 		Variant: r.variant, Sessions: sessions, Session: k, SessionID: id, Turn: turn,
 		StartS:       r.sim(res.Start.Sub(start)),
 		TTFBS:        -1,
@@ -172,7 +196,7 @@ func (r *stageRun) record(k int, id string, turn int, res turnResult, home strin
 	if !res.FirstToken.IsZero() {
 		rec.TTFBS = r.sim(res.FirstToken.Sub(res.Start))
 	}
-	if turn > 1 && home != "" && res.Replica != "" && res.Err == nil {
+	if (turn > 1 || agent != "") && home != "" && res.Replica != "" && res.Err == nil {
 		stayed := res.Replica == home
 		rec.Stayed = &stayed
 	}

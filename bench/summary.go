@@ -35,6 +35,13 @@ type StageSummary struct {
 	BusyPolls       int      `json:"busy_polls"`        // status polls averaged into ReplicasBusy
 	MeanPromptFirst *float64 `json:"mean_prompt_first"` // usage prompt tokens of first turns (size check)
 
+	// Subagents (--subagents): their turns are counted in Turns, the token
+	// sums, the rates and TTFB, but not in SessionsFinished, StayedPct or
+	// MeanPromptFirst. SubagentStayedPct is the share of their turns served
+	// by the parent's first replica.
+	SubagentTurns     int      `json:"subagent_turns,omitempty"`
+	SubagentStayedPct *float64 `json:"subagent_stayed_pct,omitempty"`
+
 	// Engine load over the stage, for explaining the columns above:
 	// running and waiting requests summed over the replicas, averaged over
 	// the polls, and engine preemptions (counter delta).
@@ -77,6 +84,7 @@ func summarize(variant string, sessions int, seconds float64, turns []TurnRecord
 	s := StageSummary{Variant: variant, Sessions: sessions, Seconds: seconds, BusyPolls: len(busy)}
 	var ttfb []float64
 	stayed, followups := 0, 0
+	subStayed, subPlaced := 0, 0
 	firstPrompt, firsts := 0, 0
 	started := map[int]bool{}
 	for _, t := range turns {
@@ -92,15 +100,20 @@ func summarize(variant string, sessions int, seconds float64, turns []TurnRecord
 		s.OutputTokens += t.OutputTokens
 		s.PromptTokens += t.PromptTokens
 		s.CachedTokens += t.CachedTokens
-		s.SessionsFinished += btoi(t.LastTurn)
+		s.SessionsFinished += btoi(t.LastTurn && !t.Subagent)
+		s.SubagentTurns += btoi(t.Subagent)
 		if t.TTFBS >= 0 {
 			ttfb = append(ttfb, t.TTFBS)
 		}
-		if t.Stayed != nil {
+		switch {
+		case t.Stayed != nil && t.Subagent:
+			subPlaced++
+			subStayed += btoi(*t.Stayed)
+		case t.Stayed != nil:
 			followups++
 			stayed += btoi(*t.Stayed)
 		}
-		if t.Turn == 1 && t.PromptTokens > 0 {
+		if t.Turn == 1 && !t.Subagent && t.PromptTokens > 0 {
 			firstPrompt += t.PromptTokens
 			firsts++
 		}
@@ -125,6 +138,9 @@ func summarize(variant string, sessions int, seconds float64, turns []TurnRecord
 	}
 	if followups > 0 {
 		s.StayedPct = ptr(100 * float64(stayed) / float64(followups))
+	}
+	if subPlaced > 0 {
+		s.SubagentStayedPct = ptr(100 * float64(subStayed) / float64(subPlaced))
 	}
 	if firsts > 0 {
 		s.MeanPromptFirst = ptr(float64(firstPrompt) / float64(firsts))
