@@ -45,6 +45,8 @@ func routerFlags() []cli.Flag {
 			Usage: "adaptive: longest a new conversation waits at the warden when no replica has KV room for it (0: auto, 5 mean turn times; negative, e.g. -1s: never wait)"},
 		&cli.IntFlag{Name: "move-cooldown", EnvVars: envVars("MOVE_COOLDOWN"),
 			Usage: "adaptive: turns a conversation moved off an overfull replica stays on its new one (0: auto = 3)"},
+		&cli.StringFlag{Name: "subagents", Value: "own", EnvVars: envVars("SUBAGENTS"),
+			Usage: "own: a subagent (Claude Code's x-claude-code-agent-id, a Codex child thread) is a conversation of its own, placed by load; parent: it goes where its parent's session is"},
 		&cli.DurationFlag{Name: "ramp-up", Value: 30 * time.Second, EnvVars: envVars("RAMP_UP"),
 			Usage: "how long a replica that comes back into rotation (restart, recovery, added) takes to reach its full share of new conversations (0: at once)"},
 		&cli.Float64Flag{Name: "kv-fill", EnvVars: envVars("KV_FILL"),
@@ -80,6 +82,9 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 	if c.Duration("balancer-interval") <= 0 {
 		return proxy.Config{}, "", fmt.Errorf("--balancer-interval must be positive, got %v", c.Duration("balancer-interval"))
 	}
+	if v := c.String("subagents"); v != "own" && v != "parent" {
+		return proxy.Config{}, "", fmt.Errorf("--subagents must be own or parent, got %q", v)
+	}
 	if c.Duration("ramp-up") < 0 {
 		return proxy.Config{}, "", fmt.Errorf("--ramp-up must be >= 0 (0: at once), got %v", c.Duration("ramp-up"))
 	}
@@ -101,7 +106,7 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 		ResponseHeaderTimeout: c.Duration("response-header-timeout"), StrictModel: c.Bool("strict-model"),
 		BalancerInterval: c.Duration("balancer-interval"), MaxBodyBytes: int64(maxBody),
 		AdmitWait: c.Duration("admit-wait"), MoveCooldown: c.Int("move-cooldown"), KVFill: c.Float64("kv-fill"),
-		RampUp: c.Duration("ramp-up"),
+		RampUp: c.Duration("ramp-up"), SubagentsWithParent: c.String("subagents") == "parent",
 	}
 	if cfg.RampUp == 0 {
 		cfg.RampUp = -1 // at once (0 in proxy.Config is the default)

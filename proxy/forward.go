@@ -31,7 +31,7 @@ const routeHeader = "X-Warden-Route"
 // request is a client request read and prepared for forwarding.
 type request struct {
 	body   []byte
-	key    identity.SessionKey
+	key    identity.SessionKey // Key is the placement key: a subagent's own unless SubagentsWithParent
 	kind   tap.Kind
 	stream bool
 	strip  bool   // the warden asked for the usage chunk: drop it from the stream
@@ -57,6 +57,7 @@ func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 		f.Model = p.clients.ServedModel() // identity sees the served name on every turn
 	}
 	req.key = identity.ExtractFrom(r.Header, f, p.cfg.SessionHeaders)
+	req.key.Key = req.key.Conversation(p.cfg.SubagentsWithParent)
 	var drop compat.ToolDrop
 	if strings.HasPrefix(r.URL.Path, "/v1/messages") {
 		drop = compat.ServerTools(f.Tools) // read now: the edits below move bytes under f

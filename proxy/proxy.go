@@ -34,14 +34,19 @@ type Config struct {
 	KVFill            float64       // adaptive: fraction of each replica's KV capacity working sets are planned into; 0 = 1.0
 	SessionHeaders    []string      // extra request headers that carry a session id
 	KeepBillingHeader bool          // forward Claude Code's billing system block instead of removing it
-	MaxBodyBytes      int64         // request body limit; 0 = 32 MiB
-	MaxSessions       int           // session table bound (LRU beyond); 0 = 100000
-	SessionTTL        time.Duration // idle sessions expire after this; 0 = 1h
-	AdminToken        string        // bearer token for admin endpoints from non-loopback callers; "" = loopback only
-	ScrapeInterval    time.Duration // engine /metrics + /health poll; 0 = 1s
-	BalancerInterval  time.Duration // refresh of the "off" balancer's engine stats; 0 = 100ms
-	Logger            *slog.Logger  // nil = slog.Default()
-	Registry          *prometheus.Registry
+	// SubagentsWithParent places a subagent's requests (the parent's session
+	// id plus an agent id) on its parent's session, as before subagents were
+	// told apart; false: each subagent is a conversation of its own, placed
+	// by load (identity.SessionKey.Conversation).
+	SubagentsWithParent bool
+	MaxBodyBytes        int64         // request body limit; 0 = 32 MiB
+	MaxSessions         int           // session table bound (LRU beyond); 0 = 100000
+	SessionTTL          time.Duration // idle sessions expire after this; 0 = 1h
+	AdminToken          string        // bearer token for admin endpoints from non-loopback callers; "" = loopback only
+	ScrapeInterval      time.Duration // engine /metrics + /health poll; 0 = 1s
+	BalancerInterval    time.Duration // refresh of the "off" balancer's engine stats; 0 = 100ms
+	Logger              *slog.Logger  // nil = slog.Default()
+	Registry            *prometheus.Registry
 	// Clock is the one clock the proxy reads time from (nil = time.Now):
 	// session TTL, series buckets, balancer refresh, times to first byte,
 	// turn times, failure cooldowns. Only I/O deadlines (the response-header
@@ -401,6 +406,9 @@ func (p *Proxy) place(key identity.SessionKey, pinned bool, pin int, skip []int,
 	case key.Key == "":
 	case s == nil:
 		s = p.sessions.Insert(key.Key, d.Rank, now)
+		if key.Subagent && (key.Agent == "" || !p.cfg.SubagentsWithParent) {
+			p.sessions.MarkSubagent(s)
+		}
 	case s.Home() < 0 || d.Reason == place.ReasonFailover || d.Reason == place.ReasonMove:
 		p.sessions.Rehome(s, d.Rank)
 	}

@@ -24,19 +24,21 @@ func (p *Proxy) Status() panel.Status {
 		Sessions: p.sessions.Len(), SessionsSeen: p.sessions.Seen(),
 		ActiveContextTokens: ctxSum, ActiveContextSessions: ctxN,
 		ConcurrentSessions: p.sessions.ActiveTotal(), ActiveWindowSeconds: p.sessions.ActiveWindow().Seconds(),
+		SubagentSessions: p.sessions.SubagentsActiveTotal(), SubagentsSeen: p.sessions.SubagentsSeen(),
 	}
 	if p.knownTurns > 0 {
 		s.StickyShare = float64(p.homeTurns) / float64(p.knownTurns)
 	}
 	reps := p.replicaList()
-	active := make([]int, len(reps))
+	active, sub := make([]int, len(reps)), make([]int, len(reps))
 	for i, r := range reps {
-		active[i] = p.sessions.Active(r.rank)
+		active[i], sub[i] = p.sessions.Active(r.rank), p.sessions.SubagentsActive(r.rank)
 	}
 	p.mu.Unlock()
 
 	for i, r := range reps {
 		row := r.status(active[i])
+		row.ActiveSubagents = sub[i]
 		s.Replicas = append(s.Replicas, row)
 		s.InFlight += row.InFlight
 	}

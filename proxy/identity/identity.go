@@ -51,10 +51,32 @@ var legacyClaudeSession = regexp.MustCompile(`_session_([0-9a-fA-F-]{36})$`)
 
 // SessionKey says which conversation a request belongs to and how that was
 // found. The zero value (Key "") means no session could be identified.
+//
+// A subagent's request carries its parent's session id in Key: Claude
+// Code's Agent tool adds x-claude-code-agent-id, a Codex child sends the
+// root's session-id with its own thread-id (and x-codex-parent-thread-id).
+// Agent holds that agent's own id; Subagent also marks opencode's child
+// sessions (x-parent-session-id), which have a Key of their own.
 type SessionKey struct {
-	Key    string
-	Source string
+	Key      string
+	Source   string
+	Agent    string // the subagent's id within Key's session; "" for the session's own conversation
+	Subagent bool   // a subagent's request (Agent set, or a child session with its own Key)
 }
+
+// Conversation is the key placement uses: the session's key, or for a
+// subagent with an agent id, session and agent (its own conversation: a
+// subagent shares its parent's tools prompt at most, not its history)
+// unless inherit keeps it on its parent's key.
+func (k SessionKey) Conversation(inherit bool) string {
+	if k.Agent == "" || inherit {
+		return k.Key
+	}
+	return k.Key + AgentSeparator + k.Agent
+}
+
+// AgentSeparator joins a session key and an agent id in Conversation.
+const AgentSeparator = "#agent:"
 
 // Extract finds the conversation a request belongs to, trying the sources
 // in the order docs/clients.md lists (first match wins): headers first,
@@ -71,7 +93,7 @@ func Extract(h http.Header, body []byte, extraHeaders []string) SessionKey {
 	if k, ok := fromHeaders(h, extraHeaders); ok {
 		return k // no body scan needed
 	}
-	return fromFields(Scan(body))
+	return withBodyAgent(h, fromFields(Scan(body)))
 }
 
 // ExtractFrom is Extract over a body already scanned (the proxy's request
@@ -80,7 +102,16 @@ func ExtractFrom(h http.Header, f Fields, extraHeaders []string) SessionKey {
 	if k, ok := fromHeaders(h, extraHeaders); ok {
 		return k
 	}
-	return fromFields(f)
+	return withBodyAgent(h, fromFields(f))
+}
+
+// withBodyAgent adds the subagent header to a key Claude Code's metadata
+// gave (clients older than its session header).
+func withBodyAgent(h http.Header, k SessionKey) SessionKey {
+	if k.Source != SourceClaudeMetadata {
+		return k
+	}
+	return claudeAgent(h, &oddKeys{h: h}, k)
 }
 
 func fromFields(f Fields) SessionKey {
@@ -121,16 +152,26 @@ var (
 	opencodeHeaders = headerNames("x-session-affinity", "x-session-id", "x_session_id")
 )
 
+// The subagent headers (docs/clients.md, "Subagents").
+var (
+	claudeAgentHeaders  = headerNames("x-claude-code-agent-id")
+	codexThreadHeaders  = headerNames("thread-id", "thread_id")
+	codexParentHeaders  = headerNames("x-codex-parent-thread-id")
+	opencodeParentHeads = headerNames("x-parent-session-id")
+)
+
 func fromHeaders(h http.Header, extra []string) (SessionKey, bool) {
 	odd := oddKeys{h: h}
 	if v := headerAny(h, &odd, claudeHeaders); v != "" {
-		return capKey(v, SourceClaudeHeader), true
+		return claudeAgent(h, &odd, capKey(v, SourceClaudeHeader)), true
 	}
 	if v := headerAny(h, &odd, codexHeaders); v != "" {
-		return capKey(v, SourceCodexHeader), true
+		return codexAgent(h, &odd, capKey(v, SourceCodexHeader)), true
 	}
 	if v := headerAny(h, &odd, opencodeHeaders); v != "" {
-		return capKey(v, SourceOpencode), true
+		k := capKey(v, SourceOpencode)
+		k.Subagent = headerAny(h, &odd, opencodeParentHeads) != ""
+		return k, true
 	}
 	for _, name := range extra {
 		if v := headerAny(h, &odd, headerNames(name)); v != "" {
@@ -138,6 +179,24 @@ func fromHeaders(h http.Header, extra []string) (SessionKey, bool) {
 		}
 	}
 	return SessionKey{}, false
+}
+
+// claudeAgent adds Claude Code's subagent id to a key from its session id.
+func claudeAgent(h http.Header, odd *oddKeys, k SessionKey) SessionKey {
+	if a := headerAny(h, odd, claudeAgentHeaders); a != "" {
+		k.Agent, k.Subagent = capKey(a, "").Key, true
+	}
+	return k
+}
+
+// codexAgent marks a Codex child: its thread-id differs from the root's
+// session-id (the root agent sends both equal), or it names a parent thread.
+func codexAgent(h http.Header, odd *oddKeys, k SessionKey) SessionKey {
+	t := headerAny(h, odd, codexThreadHeaders)
+	if t != "" && (t != k.Key || headerAny(h, odd, codexParentHeaders) != "") {
+		k.Agent, k.Subagent = capKey(t, "").Key, true
+	}
+	return k
 }
 
 // bytesView views body as a string without copying, so that gjson results

@@ -39,59 +39,76 @@ func TestExtract(t *testing.T) {
 		want   SessionKey
 	}{
 		{"Claude Code >= 2.1.86 sends X-Claude-Code-Session-Id",
-			wire("X-Claude-Code-Session-Id", ccID), ccMeta, nil, SessionKey{ccID, SourceClaudeHeader}},
+			wire("X-Claude-Code-Session-Id", ccID), ccMeta, nil, SessionKey{Key: ccID, Source: SourceClaudeHeader}},
 		{"Claude Code 2.1.78-2.1.85: metadata.user_id is a JSON string with session_id",
-			wire(), ccMeta, nil, SessionKey{ccID, SourceClaudeMetadata}},
+			wire(), ccMeta, nil, SessionKey{Key: ccID, Source: SourceClaudeMetadata}},
 		{"Claude Code <= 2.1.77: legacy user_..._session_<uuid>",
-			wire(), ccLegacy, nil, SessionKey{ccID, SourceClaudeMetadata}},
+			wire(), ccLegacy, nil, SessionKey{Key: ccID, Source: SourceClaudeMetadata}},
 		{"Claude Code count_tokens carries only the header",
-			wire("X-Claude-Code-Session-Id", ccID), `{"model":"m","messages":[],"tools":[]}`, nil, SessionKey{ccID, SourceClaudeHeader}},
+			wire("X-Claude-Code-Session-Id", ccID), `{"model":"m","messages":[],"tools":[]}`, nil, SessionKey{Key: ccID, Source: SourceClaudeHeader}},
 		{"Codex >= 0.131 sends session-id (hyphen)",
-			wire("session-id", codexID), `{"prompt_cache_key":"other"}`, nil, SessionKey{codexID, SourceCodexHeader}},
+			wire("session-id", codexID), `{"prompt_cache_key":"other"}`, nil, SessionKey{Key: codexID, Source: SourceCodexHeader}},
 		{"Codex <= 0.130 sends session_id (underscore; arrives as Session_id)",
-			wire("session_id", codexID), `{}`, nil, SessionKey{codexID, SourceCodexHeader}},
+			wire("session_id", codexID), `{}`, nil, SessionKey{Key: codexID, Source: SourceCodexHeader}},
 		{"opencode sends x-session-affinity",
-			wire("x-session-affinity", opencodeID, "X-Session-Id", opencodeID), `{}`, nil, SessionKey{opencodeID, SourceOpencode}},
+			wire("x-session-affinity", opencodeID, "X-Session-Id", opencodeID), `{}`, nil, SessionKey{Key: opencodeID, Source: SourceOpencode}},
 		{"generic X-Session-Id alone",
-			wire("X-Session-Id", "conv-7"), `{}`, nil, SessionKey{"conv-7", SourceOpencode}},
+			wire("X-Session-Id", "conv-7"), `{}`, nil, SessionKey{Key: "conv-7", Source: SourceOpencode}},
 		{"an underscore header set by hand as written",
-			http.Header{"session_id": {codexID}}, `{}`, nil, SessionKey{codexID, SourceCodexHeader}},
+			http.Header{"session_id": {codexID}}, `{}`, nil, SessionKey{Key: codexID, Source: SourceCodexHeader}},
 		{"an underscore header set by hand in capitals",
-			http.Header{"SESSION_ID": {codexID}}, `{}`, nil, SessionKey{codexID, SourceCodexHeader}},
+			http.Header{"SESSION_ID": {codexID}}, `{}`, nil, SessionKey{Key: codexID, Source: SourceCodexHeader}},
 		{"a header set by hand in another case",
-			http.Header{"X-CLAUDE-CODE-SESSION-ID": {ccID}}, `{}`, nil, SessionKey{ccID, SourceClaudeHeader}},
+			http.Header{"X-CLAUDE-CODE-SESSION-ID": {ccID}}, `{}`, nil, SessionKey{Key: ccID, Source: SourceClaudeHeader}},
 		{"a --session-header name",
-			wire("X-My-Conv", "abc"), `{}`, []string{"x-my-conv"}, SessionKey{"abc", SourceCustomHeader}},
+			wire("X-My-Conv", "abc"), `{}`, []string{"x-my-conv"}, SessionKey{Key: "abc", Source: SourceCustomHeader}},
 		{"a --session-header name with an underscore",
-			wire("my_conv", "abc"), `{}`, []string{"my_conv"}, SessionKey{"abc", SourceCustomHeader}},
+			wire("my_conv", "abc"), `{}`, []string{"my_conv"}, SessionKey{Key: "abc", Source: SourceCustomHeader}},
 		{"Codex body only: prompt_cache_key",
-			wire(), `{"model":"m","input":"x","prompt_cache_key":"` + codexID + `"}`, nil, SessionKey{codexID, SourcePromptCacheKey}},
+			wire(), `{"model":"m","input":"x","prompt_cache_key":"` + codexID + `"}`, nil, SessionKey{Key: codexID, Source: SourcePromptCacheKey}},
 		{"opencode setCacheKey quirk: promptCacheKey (camelCase)",
-			wire(), `{"promptCacheKey":"` + opencodeID + `","messages":[{"role":"user","content":"a"}]}`, nil, SessionKey{opencodeID, SourcePromptCacheKey}},
+			wire(), `{"promptCacheKey":"` + opencodeID + `","messages":[{"role":"user","content":"a"}]}`, nil, SessionKey{Key: opencodeID, Source: SourcePromptCacheKey}},
 		{"Codex 0.171 Responses: client_metadata.session_id",
-			wire(), `{"client_metadata":{"thread_id":"t","session_id":"` + codexID + `"},"input":"x"}`, nil, SessionKey{codexID, SourceClientMetadata}},
+			wire(), `{"client_metadata":{"thread_id":"t","session_id":"` + codexID + `"},"input":"x"}`, nil, SessionKey{Key: codexID, Source: SourceClientMetadata}},
 		{"no id: fingerprint of model + system + first user message",
-			wire(), chat, nil, SessionKey{fingerprint((chat)), SourceFingerprint}},
+			wire(), chat, nil, SessionKey{Key: fingerprint((chat)), Source: SourceFingerprint}},
 		{"fingerprint comes before user (a person, not a conversation)",
 			wire(), `{"user":"alice","messages":[{"role":"user","content":"a"}]}`, nil,
-			SessionKey{fingerprint((`{"messages":[{"role":"user","content":"a"}]}`)), SourceFingerprint}},
+			SessionKey{Key: fingerprint(`{"messages":[{"role":"user","content":"a"}]}`), Source: SourceFingerprint}},
 		{"user when there is no user message to fingerprint",
-			wire(), `{"user":"alice","messages":[{"role":"system","content":"s"}]}`, nil, SessionKey{"user:alice", SourceUser}},
+			wire(), `{"user":"alice","messages":[{"role":"system","content":"s"}]}`, nil, SessionKey{Key: "user:alice", Source: SourceUser}},
 		{"safety_identifier as the last resort",
-			wire(), `{"safety_identifier":"u-1","prompt":"x"}`, nil, SessionKey{"user:u-1", SourceUser}},
+			wire(), `{"safety_identifier":"u-1","prompt":"x"}`, nil, SessionKey{Key: "user:u-1", Source: SourceUser}},
 		{"system prompt alone is never a key",
-			wire(), `{"system":"shared","messages":[]}`, nil, SessionKey{"", SourceNone}},
+			wire(), `{"system":"shared","messages":[]}`, nil, SessionKey{Key: "", Source: SourceNone}},
 		{"malformed JSON falls back to what can be read: the fingerprint",
 			wire(), `{"messages":[{"role":"user","content":"a"`, nil,
-			SessionKey{fingerprint((`{"messages":[{"role":"user","content":"a"}]}`)), SourceFingerprint}},
+			SessionKey{Key: fingerprint(`{"messages":[{"role":"user","content":"a"}]}`), Source: SourceFingerprint}},
 		{"malformed JSON with nothing readable: no key",
-			wire(), `{"messages":[{"role":`, nil, SessionKey{"", SourceNone}},
+			wire(), `{"messages":[{"role":`, nil, SessionKey{Key: "", Source: SourceNone}},
 		{"not JSON at all",
-			wire(), `hello`, nil, SessionKey{"", SourceNone}},
+			wire(), `hello`, nil, SessionKey{Key: "", Source: SourceNone}},
 		{"empty body",
-			wire(), ``, nil, SessionKey{"", SourceNone}},
+			wire(), ``, nil, SessionKey{Key: "", Source: SourceNone}},
+		{"a Claude Code subagent: the parent's session id plus x-claude-code-agent-id",
+			wire("X-Claude-Code-Session-Id", ccID, "x-claude-code-agent-id", "a31370cd13e9c38d2"), ccMeta, nil,
+			SessionKey{Key: ccID, Source: SourceClaudeHeader, Agent: "a31370cd13e9c38d2", Subagent: true}},
+		{"a Claude Code subagent of a client without the session header",
+			wire("x-claude-code-agent-id", "a31370cd13e9c38d2"), ccMeta, nil,
+			SessionKey{Key: ccID, Source: SourceClaudeMetadata, Agent: "a31370cd13e9c38d2", Subagent: true}},
+		{"the Codex root agent sends thread-id equal to session-id",
+			wire("session-id", codexID, "thread-id", codexID), `{}`, nil, SessionKey{Key: codexID, Source: SourceCodexHeader}},
+		{"a Codex child: the root's session-id, its own thread-id",
+			wire("session-id", codexID, "thread-id", "01a22c42-aaaa", "x-codex-parent-thread-id", codexID), `{}`, nil,
+			SessionKey{Key: codexID, Source: SourceCodexHeader, Agent: "01a22c42-aaaa", Subagent: true}},
+		{"Codex <= 0.130 child (underscores)",
+			wire("session_id", codexID, "thread_id", "01a22c42-bbbb"), `{}`, nil,
+			SessionKey{Key: codexID, Source: SourceCodexHeader, Agent: "01a22c42-bbbb", Subagent: true}},
+		{"an opencode child session has its own id and names its parent",
+			wire("x-session-affinity", "ses_child", "x-parent-session-id", opencodeID), `{}`, nil,
+			SessionKey{Key: "ses_child", Source: SourceOpencode, Subagent: true}},
 		{"a key over 256 bytes is hashed",
-			wire("session-id", long), `{}`, nil, SessionKey{capKey(long, SourceCodexHeader).Key, SourceCodexHeader}},
+			wire("session-id", long), `{}`, nil, SessionKey{Key: capKey(long, SourceCodexHeader).Key, Source: SourceCodexHeader}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -167,5 +184,19 @@ func TestParsePin(t *testing.T) {
 				t.Errorf("ParsePin(%q) = %d, %v, %v", tt.value, rank, ok, err)
 			}
 		})
+	}
+}
+
+func TestConversation(t *testing.T) {
+	sub := SessionKey{Key: ccID, Source: SourceClaudeHeader, Agent: "a1", Subagent: true}
+	if got := sub.Conversation(false); got != ccID+AgentSeparator+"a1" {
+		t.Errorf("own: %q", got)
+	}
+	if got := sub.Conversation(true); got != ccID {
+		t.Errorf("inherit: %q, want the parent's key", got)
+	}
+	parent := SessionKey{Key: ccID, Source: SourceClaudeHeader}
+	if got := parent.Conversation(false); got != ccID {
+		t.Errorf("parent: %q", got)
 	}
 }

@@ -21,7 +21,7 @@ var tableColumns = table.Row{
 var tableLegend = []string{
 	"infl = in flight, sticky = turns that stayed, spill = spilled in, pin = client-pinned,",
 	"run/wait = engine running/waiting, kv = KV cache used, hit = prefix-cache hit rate since start,",
-	"sess = active sessions, rst = restarts",
+	"sess = active conversations (of them subagents'), rst = restarts",
 }
 
 // formatStatusTable writes the routing panel as plain text: a badge line,
@@ -94,6 +94,9 @@ func badgeLine(s Status) string {
 		"in flight " + strconv.Itoa(s.InFlight),
 		"sessions " + strconv.Itoa(s.Sessions),
 	}
+	if s.SubagentSessions > 0 {
+		parts = append(parts, "subagents "+strconv.Itoa(s.SubagentSessions))
+	}
 	return strings.Join(parts, " | ")
 }
 
@@ -102,14 +105,14 @@ func replicaRow(r Replica) table.Row {
 	return table.Row{
 		r.Rank, fmtGPUs(r.GPUs), r.Port, fmtUp(r), r.InFlight, r.Sticky, r.SpilledIn, r.Pinned,
 		fmtNum(r.Running), fmtNum(r.Waiting), fmtPct(r.KVUsed), fmtTokens(float64(r.KVCapacityTokens)),
-		fmtPct(r.HitRate), r.ActiveSessions, r.Restarts,
+		fmtPct(r.HitRate), fmtSessions(r.ActiveSessions, r.ActiveSubagents), r.Restarts,
 	}
 }
 
 // totalsRow sums the rows; kv is the capacity-weighted mean fill and hit
 // the hit rate over all replicas' counters.
 func totalsRow(s Status) table.Row {
-	var inflight, up, sess, rst int
+	var inflight, up, sess, sub, rst int
 	var sticky, spill, pinned uint64
 	var run, wait, used, q, h float64
 	for _, r := range s.Replicas {
@@ -118,6 +121,7 @@ func totalsRow(s Status) table.Row {
 			up++
 		}
 		sess += r.ActiveSessions
+		sub += r.ActiveSubagents
 		rst += r.Restarts
 		sticky += r.Sticky
 		spill += r.SpilledIn
@@ -132,7 +136,7 @@ func totalsRow(s Status) table.Row {
 	return table.Row{
 		"all", "", "", fmt.Sprintf("%d/%d", up, len(s.Replicas)), inflight, sticky, spill, pinned,
 		fmtNum(run), fmtNum(wait), fmtPct(ratio(used, float64(capTok))), fmtTokens(float64(capTok)),
-		fmtPct(ratio(h, q)), sess, rst,
+		fmtPct(ratio(h, q)), fmtSessions(sess, sub), rst,
 	}
 }
 
@@ -150,4 +154,13 @@ func panelTableStyle() table.Style {
 	st.Box.PaddingLeft = ""
 	st.Box.PaddingRight = "  "
 	return st
+}
+
+// fmtSessions is the sess cell: active conversations, and in parentheses
+// how many of them are subagents' when any are.
+func fmtSessions(active, subagents int) string {
+	if subagents == 0 {
+		return strconv.Itoa(active)
+	}
+	return fmt.Sprintf("%d (%d)", active, subagents)
 }

@@ -53,6 +53,27 @@ func TestFormatStatusTableRows(t *testing.T) {
 	}
 }
 
+func TestFormatStatusTableShowsSubagents(t *testing.T) {
+	s := sampleStatus(3)
+	s.Replicas[1].ActiveSubagents, s.Replicas[2].ActiveSubagents = 2, 1
+	s.SubagentSessions = 3
+	var b bytes.Buffer
+	formatStatusTable(&b, s)
+	out := b.String()
+	if f := rowFields(out, "1"); len(f) < 15 || f[13] != "3" || f[14] != "(2)" {
+		t.Errorf("replica 1's sess cell: %q, want 3 (2)\n%s", f, out)
+	}
+	if f := rowFields(out, "all"); len(f) < 13 || f[11] != "9" || f[12] != "(3)" {
+		t.Errorf("totals' sess cell: %q, want 9 (3)\n%s", f, out)
+	}
+	if !strings.Contains(out, "| sessions 13 | subagents 3") {
+		t.Errorf("badge line lacks the subagents:\n%s", out)
+	}
+	if f := rowFields(out, "0"); len(f) != 15 || f[13] != "2" {
+		t.Errorf("replica 0 without subagents: %q, want a plain 2", f)
+	}
+}
+
 func TestFormatStatusTableBadgesAndWarnings(t *testing.T) {
 	s := sampleStatus(2)
 	s.Sessions = 1 // not overcommitted now: the peak is shown

@@ -44,6 +44,12 @@ type Status struct {
 	// within it is active (twice the 90th percentile of the gaps seen
 	// between a session's requests, at least 30 s).
 	ActiveWindowSeconds float64 `json:"active_window_seconds,omitempty"`
+	// SubagentSessions counts the active conversations that are subagents'
+	// (Claude Code's x-claude-code-agent-id, a Codex child thread, an
+	// opencode child session), included in ConcurrentSessions;
+	// SubagentsSeen the distinct ones since start.
+	SubagentSessions int    `json:"subagent_sessions,omitempty"`
+	SubagentsSeen    uint64 `json:"subagents_seen,omitempty"`
 	// PeakOvercommit is the worst moment of the run at which active sessions
 	// x mean context exceeded the total KV capacity; nil if that never
 	// happened. The proxy keeps it with UpdatePeak on every snapshot.
@@ -81,6 +87,8 @@ type Replica struct {
 	Balanced       uint64 `json:"balanced"` // turns placed by a non-affinity policy (off, hash)
 	Errors         uint64 `json:"errors"`   // 5xx / transport errors from this replica
 	ActiveSessions int    `json:"active_sessions"`
+	// ActiveSubagents counts the subagent conversations among ActiveSessions.
+	ActiveSubagents int `json:"active_subagents,omitempty"`
 
 	// From finished requests' usage reports (never estimated).
 	PromptTokens     uint64 `json:"prompt_tokens"`

@@ -15,6 +15,7 @@ type Session struct {
 	lastSeen int64 // unix nanoseconds on the proxy's clock
 	context  uint32
 	active   bool          // seen within the table's active window
+	subagent bool          // a subagent's conversation (MarkSubagent)
 	lru      link[Session] // on Table.lru
 
 	// Usage reports of the conversation's finished requests.
@@ -29,6 +30,9 @@ func (s *Session) Home() int { return s.home }
 
 // LastSeen is when the table last saw it (the proxy's clock).
 func (s *Session) LastSeen() time.Time { return time.Unix(0, s.lastSeen) }
+
+// Subagent says it is a subagent's conversation (MarkSubagent).
+func (s *Session) Subagent() bool { return s.subagent }
 
 // Context is its latest context length in tokens (0 unknown).
 func (s *Session) Context() uint32 { return s.context }
@@ -63,6 +67,9 @@ type Table struct {
 	oldestActive *Session
 	active       map[int]int // rank -> active sessions homed there
 	nActive      int
+	subActive    map[int]int // rank -> active subagent sessions homed there
+	nSubActive   int
+	subSeen      uint64
 	gaps         [gapSamples]float64 // recent gaps between a session's requests, seconds (a ring)
 	nGaps        int
 }
@@ -79,7 +86,7 @@ const (
 // NewTable is a table whose entries expire after ttl idle (<= 0: never)
 // and which holds at most max (<= 0: no bound).
 func NewTable(ttl time.Duration, max int) *Table {
-	t := &Table{ttl: ttl, max: max, m: make(map[string]*Session), homed: make(map[int]int), active: make(map[int]int),
+	t := &Table{ttl: ttl, max: max, m: make(map[string]*Session), homed: make(map[int]int), active: make(map[int]int), subActive: make(map[int]int),
 		lru: ilist[Session]{at: func(s *Session) *link[Session] { return &s.lru }}}
 	t.window = t.clampWindow(DefaultActiveWindow)
 	return t
@@ -116,6 +123,7 @@ func (t *Table) activate(s *Session) {
 	if s.home >= 0 {
 		t.active[s.home]++
 	}
+	t.countSub(s, 1)
 	if s.context > 0 {
 		t.ctxSum += uint64(s.context)
 		t.ctxN++
@@ -128,9 +136,34 @@ func (t *Table) deactivate(s *Session) {
 	if s.home >= 0 {
 		t.active[s.home]--
 	}
+	t.countSub(s, -1)
 	if s.context > 0 {
 		t.ctxSum -= uint64(s.context)
 		t.ctxN--
+	}
+}
+
+// countSub adds d to the active subagent counts when s is one.
+func (t *Table) countSub(s *Session, d int) {
+	if !s.subagent {
+		return
+	}
+	t.nSubActive += d
+	if s.home >= 0 {
+		t.subActive[s.home] += d
+	}
+}
+
+// MarkSubagent records that s is a subagent's conversation, for the counts
+// the status shows; it changes nothing in placement.
+func (t *Table) MarkSubagent(s *Session) {
+	if s.subagent {
+		return
+	}
+	s.subagent = true
+	t.subSeen++
+	if s.active {
+		t.countSub(s, 1)
 	}
 }
 
@@ -215,18 +248,16 @@ func (t *Table) Restore(key string, home int, lastSeen time.Time, context uint32
 
 // Rehome moves a session to a new home replica.
 func (t *Table) Rehome(s *Session, home int) {
+	if s.active {
+		t.deactivate(s)
+		defer t.activate(s)
+	}
 	if s.home >= 0 {
 		t.homed[s.home]--
-		if s.active {
-			t.active[s.home]--
-		}
 	}
 	s.home = home
 	if home >= 0 {
 		t.homed[home]++
-		if s.active {
-			t.active[home]++
-		}
 	}
 }
 
@@ -302,6 +333,13 @@ func (t *Table) Active(rank int) int { return t.active[rank] }
 
 // ActiveTotal is the number of active sessions, homed or not.
 func (t *Table) ActiveTotal() int { return t.nActive }
+
+// SubagentsActive is the number of active subagent sessions whose home is
+// rank; SubagentsActiveTotal counts them over all ranks (and homeless ones),
+// SubagentsSeen the distinct ones marked since start.
+func (t *Table) SubagentsActive(rank int) int { return t.subActive[rank] }
+func (t *Table) SubagentsActiveTotal() int    { return t.nSubActive }
+func (t *Table) SubagentsSeen() uint64        { return t.subSeen }
 
 // Homed is the number of sessions in the table whose home is rank.
 func (t *Table) Homed(rank int) int { return t.homed[rank] }

@@ -182,7 +182,10 @@ func TestSessionTableActiveCountsMatchARecount(t *testing.T) {
 		switch op := rng.IntN(10); {
 		case op < 5:
 			if s := tb.Get(k, now); s == nil {
-				tb.Insert(k, rng.IntN(3), now)
+				s = tb.Insert(k, rng.IntN(3), now)
+				if rng.IntN(3) == 0 {
+					tb.MarkSubagent(s)
+				}
 			}
 		case op < 7:
 			if s := tb.Peek(k); s != nil {
@@ -199,14 +202,20 @@ func TestSessionTableActiveCountsMatchARecount(t *testing.T) {
 		}
 		tb.Expire(now)
 		cutoff := now.Add(-tb.ActiveWindow())
-		want := map[int]int{}
-		total, n := 0, 0
+		want, wantSub := map[int]int{}, map[int]int{}
+		total, n, subTotal := 0, 0, 0
 		var sum uint64
 		for s := range tb.Oldest() {
 			if !s.LastSeen().Before(cutoff) {
 				total++
 				if s.Home() >= 0 {
 					want[s.Home()]++
+				}
+				if s.Subagent() {
+					subTotal++
+					if s.Home() >= 0 {
+						wantSub[s.Home()]++
+					}
 				}
 				if s.Context() > 0 {
 					sum += uint64(s.Context())
@@ -218,9 +227,13 @@ func TestSessionTableActiveCountsMatchARecount(t *testing.T) {
 		if tb.ActiveTotal() != total || gotSum != sum || gotN != n {
 			t.Fatalf("step %d: active %d contexts %d/%d, recount %d %d/%d", step, tb.ActiveTotal(), gotSum, gotN, total, sum, n)
 		}
+		if tb.SubagentsActiveTotal() != subTotal {
+			t.Fatalf("step %d: active subagents %d, recount %d", step, tb.SubagentsActiveTotal(), subTotal)
+		}
 		for r := range 3 {
-			if tb.Active(r) != want[r] {
-				t.Fatalf("step %d: Active(%d) = %d, recount %d", step, r, tb.Active(r), want[r])
+			if tb.Active(r) != want[r] || tb.SubagentsActive(r) != wantSub[r] {
+				t.Fatalf("step %d: Active(%d) = %d (subagents %d), recount %d (%d)", step, r, tb.Active(r),
+					tb.SubagentsActive(r), want[r], wantSub[r])
 			}
 		}
 	}

@@ -14,6 +14,7 @@
     gpus: (g) => (g && g.length ? g.join(',') : '-'),
     up: (r) => (r.up ? 'up' : (r.state || 'down')),
     onOff: (b) => (b ? 'on' : 'off'),
+    sessions: (n, sub) => (sub > 0 ? n + ' (' + sub + ' subagents)' : String(n)),
     duration: (sec) => {
       sec = Math.round(sec);
       const h = Math.floor(sec / 3600), m = Math.floor((sec % 3600) / 60), s = sec % 60;
@@ -49,6 +50,7 @@
       badge('sticky', 'sticky share', fmt.pct(s.sticky_share || 0)),
       badge('inflight', 'in flight', String(s.in_flight || 0)),
       badge('sessions', 'sessions', String(s.sessions || 0)),
+      ...(s.subagent_sessions > 0 ? [badge('subagents', 'subagents', String(s.subagent_sessions))] : []),
     );
     $('model').textContent = s.model || '';
   }
@@ -69,25 +71,25 @@
       ['sticky', String(r.sticky)], ['spilled', String(r.spilled_in)], ['pinned', String(r.pinned)],
       ['running', fmt.num(r.running)], ['waiting', fmt.num(r.waiting)], ['kv', fmt.pct(r.kv_used)],
       ['kvcap', fmt.tokens(r.kv_capacity_tokens)], ['hit', fmt.pct(r.hit_rate)],
-      ['sessions', String(r.active_sessions)], ['restarts', String(r.restarts)],
+      ['sessions', fmt.sessions(r.active_sessions, r.active_subagents)], ['restarts', String(r.restarts)],
     ];
   }
 
   function totalCells(s) {
-    const t = { inflight: 0, up: 0, sticky: 0, spilled: 0, pinned: 0, run: 0, wait: 0, used: 0, cap: 0, q: 0, h: 0, sess: 0, rst: 0 };
+    const t = { inflight: 0, up: 0, sticky: 0, spilled: 0, pinned: 0, run: 0, wait: 0, used: 0, cap: 0, q: 0, h: 0, sess: 0, sub: 0, rst: 0 };
     const reps = s.replicas || [];
     for (const r of reps) {
       t.inflight += r.in_flight; t.up += r.up ? 1 : 0; t.sticky += r.sticky; t.spilled += r.spilled_in;
       t.pinned += r.pinned; t.run += r.running; t.wait += r.waiting; t.used += r.kv_used * r.kv_capacity_tokens;
       t.cap += r.kv_capacity_tokens; t.q += r.prefix_queries; t.h += r.prefix_hits;
-      t.sess += r.active_sessions; t.rst += r.restarts;
+      t.sess += r.active_sessions; t.sub += r.active_subagents || 0; t.rst += r.restarts;
     }
     const cap = (s.totals && s.totals.kv_capacity_tokens) || t.cap;
     return [
       ['rank', 'all'], ['gpus', ''], ['port', ''], ['up', t.up + '/' + reps.length], ['inflight', String(t.inflight)],
       ['sticky', String(t.sticky)], ['spilled', String(t.spilled)], ['pinned', String(t.pinned)],
       ['running', fmt.num(t.run)], ['waiting', fmt.num(t.wait)], ['kv', fmt.pct(ratio(t.used, cap))],
-      ['kvcap', fmt.tokens(cap)], ['hit', fmt.pct(ratio(t.h, t.q))], ['sessions', String(t.sess)], ['restarts', String(t.rst)],
+      ['kvcap', fmt.tokens(cap)], ['hit', fmt.pct(ratio(t.h, t.q))], ['sessions', fmt.sessions(t.sess, t.sub)], ['restarts', String(t.rst)],
     ];
   }
 
