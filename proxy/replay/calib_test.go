@@ -260,3 +260,10 @@ func TestReplayStageHistory(t *testing.T) {
 		}
 	}
 }
+
+func envString(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}

@@ -65,6 +65,46 @@ func TestReplaySweep(t *testing.T) {
 	}
 }
 
+// TestReplayQuantum sweeps conversation-level scheduling (replayLoad's
+// quantum and slots) over the calibrated reference and the mixed load,
+// against sticky and adaptive alone: the trade-off of docs/router.md's
+// "Conversation scheduling". QUANTUM_POLICY names the placement under it
+// (default sticky).
+func TestReplayQuantum(t *testing.T) {
+	exploring(t)
+	base := envString("QUANTUM_POLICY", place.PolicySticky)
+	for _, mk := range []struct {
+		name string
+		f    func(string) replayLoad
+	}{{"reference", calLoad}, {"mixed", mixedLoad}} {
+		for seed := range uint64(2) {
+			for _, pol := range []string{place.PolicyOff, place.PolicySticky, place.PolicyAdaptive} {
+				l := mk.f(pol)
+				l.seed = seed
+				for i, r := range l.runAll() {
+					if l.stages[i] >= 16 {
+						t.Logf("%-9s seed %d %2d %-8s              %v", mk.name, seed, l.stages[i], pol, r)
+					}
+				}
+			}
+			for _, slots := range envFloats("QUANTUM_SLOTS", 3, 4) {
+				for _, q := range envFloats("QUANTUM_TURNS", 1, 2, 3, 6) {
+					for _, hold := range envFloats("QUANTUM_HOLD", 0) {
+						l := mk.f(base)
+						l.seed, l.quantum, l.slots, l.anySlot = seed, int(q), int(slots), os.Getenv("QUANTUM_ANY") != ""
+						l.maxHold = hold
+						for i, r := range l.runAll() {
+							if l.stages[i] >= 16 {
+								t.Logf("%-9s seed %d %2d %-8s slots %d q %d hold %2.0f %v", mk.name, seed, l.stages[i], base, int(slots), int(q), hold, r)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestReplayWorkloads prints the second workloads of docs/router.md.
 func TestReplayWorkloads(t *testing.T) {
 	exploring(t)

@@ -46,6 +46,15 @@ type replayLoad struct {
 	seed               uint64
 	home               func(worker int) int // optional: the replica a new session of this worker slot is placed on (imposed homes)
 	stagePolicy        []string             // optional: the policy of each stage (carry); "" or missing keeps the previous one
+
+	// Conversation-level scheduling (an experiment on top of the policy):
+	// each replica runs at most slots conversations at a time; a turn of
+	// any other conversation homed there waits at the proxy. A running
+	// conversation yields its slot after quantum turns when another waits
+	// for that replica. quantum 0: off.
+	quantum, slots int
+	anySlot        bool    // a waiting conversation takes a free slot on any replica (moving)
+	maxHold        float64 // a turn held this long (seconds) is admitted over the slots; 0 = no bound
 }
 
 func refLoad(policy string, sessions int) replayLoad {
@@ -132,6 +141,7 @@ type replay struct {
 	arrivals []*rReq
 	winStart float64
 	hq       [3]int64
+	run      []map[*rSession]int // conversation scheduling: per replica, running conversations and their turns this quantum
 }
 
 func (l replayLoad) run() replayResult {
@@ -265,6 +275,30 @@ func (p *replay) route(q *rReq) bool {
 	if d.Rank < 0 {
 		panic("replay: no replica")
 	}
+	if p.load.quantum > 0 && p.load.anySlot && !p.admitQuantum(q.s, d.Rank) {
+		// It yielded its slot, so its prefix is probably evicted at home:
+		// any replica's free slot serves it as well (a move).
+		for i := range p.eng {
+			if p.admitQuantum(q.s, i) {
+				if q.s.homeKnown && i != q.s.home {
+					d = place.Decision{Rank: i, Reason: place.ReasonMove}
+				} else {
+					d.Rank = i
+				}
+				break
+			}
+		}
+	}
+	if p.load.quantum > 0 && p.load.maxHold > 0 && p.t-q.arrive >= p.load.maxHold {
+		p.forceQuantum(q.s, d.Rank) // waited long enough: admitted over the slots
+	}
+	if p.load.quantum > 0 && !p.admitQuantum(q.s, d.Rank) {
+		if !slices.Contains(p.held, q) {
+			p.held = append(p.held, q)
+			p.res.waited++
+		}
+		return false
+	}
 	s := q.s
 	switch {
 	case !s.homeKnown:
@@ -286,6 +320,64 @@ func (p *replay) route(q *rReq) bool {
 	p.reqs[q.seq] = q
 	e.sched.Add(q.seq)
 	return true
+}
+
+// admitQuantum: s may send a turn to rank when it holds one of the
+// replica's slots or a slot is free (it takes it).
+func (p *replay) admitQuantum(s *rSession, rank int) bool {
+	if p.run == nil {
+		p.run = make([]map[*rSession]int, len(p.eng))
+		for i := range p.run {
+			p.run[i] = map[*rSession]int{}
+		}
+	}
+	if _, ok := p.run[rank][s]; ok {
+		return true
+	}
+	if len(p.run[rank]) >= p.load.slots {
+		return false
+	}
+	for i := range p.run {
+		delete(p.run[i], s)
+	}
+	p.run[rank][s] = 0
+	return true
+}
+
+// forceQuantum gives s a slot on rank beyond the replica's count.
+func (p *replay) forceQuantum(s *rSession, rank int) {
+	p.admitQuantum(s, rank) // allocates the sets
+	for i := range p.run {
+		delete(p.run[i], s)
+	}
+	p.run[rank][s] = 0
+}
+
+// yieldQuantum counts a finished turn of s on rank; s gives up its slot
+// when it ended, or when its quantum is used and another conversation
+// waits for the replica.
+func (p *replay) yieldQuantum(s *rSession, rank int, ended bool) {
+	if p.run == nil {
+		return
+	}
+	if ended {
+		delete(p.run[rank], s)
+		return
+	}
+	if _, ok := p.run[rank][s]; !ok {
+		return
+	}
+	p.run[rank][s]++
+	if p.run[rank][s] < p.load.quantum {
+		return
+	}
+	for _, q := range p.held {
+		if !q.s.homeKnown || q.s.home == rank {
+			delete(p.run[rank], s)
+			return
+		}
+	}
+	p.run[rank][s] = 0 // nobody waits: a new quantum
 }
 
 // retryHeld asks again for every request held at the proxy, oldest first.
@@ -486,6 +578,9 @@ func (p *replay) finishTurn(r *rReq) {
 		p.res.late++
 	}
 	s.ctx = append(s.ctx, q.Tokens[q.NumPrompt:]...)
+	if p.load.quantum > 0 {
+		p.yieldQuantum(s, r.rank, s.turn == s.turns)
+	}
 	if p.stopped {
 		return
 	}
