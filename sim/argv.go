@@ -23,6 +23,7 @@ type Config struct {
 	PromptDetails    bool     // --enable-prompt-tokens-details
 	ForceUsage       bool     // --enable-force-include-usage
 	StreamInterval   int      // --stream-interval (default 1)
+	TP               int      // --tensor-parallel-size, -tp: cards per replica (default 1)
 
 	Profile        string  // --sim-profile
 	TimeScale      float64 // --sim-time-scale: simulated seconds per wall second
@@ -47,7 +48,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Host: "0.0.0.0", Port: 8000, MaxBatchedTokens: 2048, GPUMemUtil: 0.92,
-		BlockSize: 16, StreamInterval: 1, Profile: DefaultProfile, TimeScale: 1,
+		BlockSize: 16, StreamInterval: 1, TP: 1, Profile: DefaultProfile, TimeScale: 1,
 		ReserveFullISL: true, PrefixStats: StatsAdmission, HangAfter: -1,
 	}
 }
@@ -121,6 +122,7 @@ var flags = map[string]flagSpec{
 	"stream-interval":              {kindValue, "", "tokens per streamed flush; the first token is sent at once (default 1)", intSetter(func(c *Config) *int { return &c.StreamInterval })},
 	"enable-prompt-tokens-details": {kindBool, "", "report cached_tokens in usage", boolSetter(func(c *Config) *bool { return &c.PromptDetails })},
 	"enable-force-include-usage":   {kindBool, "", "always send a streaming usage chunk", boolSetter(func(c *Config) *bool { return &c.ForceUsage })},
+	"tensor-parallel-size":         {kindValue, "", "cards per replica, also -tp: KV capacity from T cards, weight read and compute split T ways, two all-reduces a layer over the profile's link (default 1)", intSetter(func(c *Config) *int { return &c.TP })},
 	"served-model-name":            {kindList, "", "names the model answers to, one or more (default: MODEL)", nil},
 
 	"sim-profile":          {kindValue, "WARDEN_SIM_PROFILE", "hardware profile (default " + DefaultProfile + "; " + ReferenceProfile + " is fitted to the reference measurement, " + ReferenceProfileV1 + " its first fit, " + CPUTinyProfile + " the tiny test model on vLLM's CPU build)", strSetter(func(c *Config) *string { return &c.Profile })},
@@ -170,6 +172,9 @@ func ParseArgs(args []string, getenv func(string) string) (Config, error) {
 func (c *Config) applyArg(a string, rest []string) (int, error) {
 	if a == "--" {
 		return 0, nil
+	}
+	if a == "-tp" || strings.HasPrefix(a, "-tp=") { // vLLM's alias of --tensor-parallel-size
+		a = "--tensor-parallel-size" + a[len("-tp"):]
 	}
 	if !strings.HasPrefix(a, "--") {
 		if c.Model == "" {
@@ -254,8 +259,10 @@ func (c *Config) validate() error {
 	check(c.PrefixStats == StatsAdmission || c.PrefixStats == StatsLookup || c.PrefixStats == StatsLookupAll,
 		"--sim-prefix-stats must be admission, lookup or lookup-all, got %q", c.PrefixStats)
 	check(c.HTTPError == 0 || (c.HTTPError >= 400 && c.HTTPError < 600), "--sim-http-error must be 4xx or 5xx, got %d", c.HTTPError)
-	if _, ok := Profiles[c.Profile]; !ok {
+	if p, ok := Profiles[c.Profile]; !ok {
 		errs = append(errs, fmt.Errorf("unknown --sim-profile %q (known: %s)", c.Profile, strings.Join(ProfileNames(), ", ")))
+	} else if err := p.CheckTP(c.TP); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

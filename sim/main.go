@@ -86,7 +86,7 @@ func newServer(cfg Config, log *slog.Logger) (*server, error) {
 	if maxLen == 0 {
 		maxLen = usable
 	} else if maxLen > kvTokens {
-		return nil, kvCapacityError(maxLen, kvTokens, prof.KVBytesPerToken)
+		return nil, kvCapacityError(maxLen, kvTokens, prof.CardKVBytesPerToken())
 	}
 	maxLen = min(maxLen, usable)
 	sc := SchedConfig{
@@ -109,8 +109,12 @@ func newServer(cfg Config, log *slog.Logger) (*server, error) {
 // time (the port stays closed meanwhile). It returns false if ctx ended.
 func (s *server) load(ctx context.Context) bool {
 	cfg, log := s.cfg, s.log
-	log.Info("Initializing a V1 LLM engine ("+Version+")", "model", cfg.Model, "profile", s.prof.Name,
-		"max_num_seqs", cfg.MaxNumSeqs, "max_num_batched_tokens", cfg.MaxBatchedTokens, "time_scale", cfg.TimeScale)
+	attrs := []any{"model", cfg.Model, "profile", s.prof.Name, "tensor_parallel_size", s.prof.tp(),
+		"max_num_seqs", cfg.MaxNumSeqs, "max_num_batched_tokens", cfg.MaxBatchedTokens, "time_scale", cfg.TimeScale}
+	if s.prof.tp() > 1 {
+		attrs = append(attrs, "link", s.prof.Link)
+	}
+	log.Info("Initializing a V1 LLM engine ("+Version+")", attrs...)
 	log.Info("Loading weights...")
 	if cfg.LoadSeconds > 0 {
 		const steps = 4
@@ -125,8 +129,20 @@ func (s *server) load(ctx context.Context) bool {
 			log.Info(fmt.Sprintf("Loading safetensors checkpoint shards: %d%% Completed", i*100/steps))
 		}
 	}
-	log.Info(fmt.Sprintf("Model loading took %.4f GiB", s.prof.WeightsGiB))
-	log.Info(fmt.Sprintf("Available KV cache memory: %.2f GiB", float64(s.kvTokens)*s.prof.KVBytesPerToken/gib))
+	// Per card, as vLLM's workers log them: one line per TP rank.
+	weights := fmt.Sprintf("Model loading took %.4f GiB", s.prof.CardWeightsGiB())
+	kvMem := fmt.Sprintf("Available KV cache memory: %.2f GiB", float64(s.kvTokens)*s.prof.CardKVBytesPerToken()/gib)
+	if t := s.prof.tp(); t == 1 {
+		log.Info(weights)
+		log.Info(kvMem)
+	} else {
+		for r := range t {
+			log.Info(weights, "worker", fmt.Sprintf("TP%d", r))
+		}
+		for r := range t {
+			log.Info(kvMem, "worker", fmt.Sprintf("TP%d", r))
+		}
+	}
 	log.Info(fmt.Sprintf("GPU KV cache size: %s tokens", thousands(s.kvTokens)))
 	log.Info(fmt.Sprintf("Maximum concurrency for %s tokens per request: %.2fx", thousands(s.maxLen), float64(s.kvTokens)/float64(s.maxLen)))
 	return ctx.Err() == nil

@@ -52,38 +52,70 @@ type Profile struct {
 	C                 float64 // seconds per decoding sequence
 	DefaultMaxNumSeqs int     // used when --max-num-seqs is not given
 	// FitKVTokens, when > 0, is the KV capacity in tokens whatever the memory
-	// utilisation (a calibration fit; --sim-kv-tokens still overrides it).
+	// utilisation (a calibration fit; --sim-kv-tokens still overrides it). It is
+	// a fit of one card (TP 1); KVTokens scales it for TP > 1 from the physics
+	// (the fitted per-card KV memory plus the weight memory the shards free).
 	FitKVTokens int
+
+	// The model's shape, for tensor parallelism (docs/reference-rig.md, tensor
+	// parallelism). A profile without it (Layers 0) runs at TP 1 only.
+	Layers        int     // num_hidden_layers: two all-reduces each
+	Hidden        int     // hidden_size: the bf16 activation each all-reduce sums, per token
+	Heads         int     // num_attention_heads: the TP size must divide them
+	KVHeads       int     // num_key_value_heads: sharded over the ranks (replicated when TP > KVHeads)
+	ReplicatedGiB float64 // part of WeightsGiB every rank holds whole (the rope cache)
+	// The card-to-card link the all-reduces run over.
+	Link        string  // what it is, in words
+	LinkGBps    float64 // effective all-reduce bus bandwidth (nccl-tests' busbw), GB/s
+	LinkLatency float64 // seconds per all-reduce on top of its bytes
+
+	// TP is the tensor-parallel size the profile is used at: the cards one
+	// replica spans (0 or 1: one card, the profile as measured). Config.profile
+	// sets it from --tensor-parallel-size.
+	TP int
+}
+
+// a4000Qwen3 is the reference rig's model shape and card-to-card link, shared
+// by its profiles: Qwen3-4B-Instruct-2507 (36 layers, hidden 2560, 32 query /
+// 8 KV heads; a 64 MiB bf16 rope cache for 262,144 positions on every rank)
+// on RTX A4000s, which have no NVLink: all-reduces go peer to peer over PCIe
+// 4.0 x16 (31.5 GB/s a direction in theory, ~22 GB/s of bus bandwidth assumed)
+// at ~20 µs each (docs/reference-rig.md, tensor parallelism).
+func a4000Qwen3(p Profile) Profile {
+	p.Layers, p.Hidden, p.Heads, p.KVHeads = 36, 2560, 32, 8
+	p.ReplicatedGiB = 262144 * 128 * 2.0 / gib
+	p.Link, p.LinkGBps, p.LinkLatency = "PCIe 4.0 x16 peer-to-peer, no NVLink", 22, 20e-6
+	return p
 }
 
 // Profiles are the known hardware profiles by name.
 var Profiles = map[string]Profile{
-	DefaultProfile: {
+	DefaultProfile: a4000Qwen3(Profile{
 		Name: DefaultProfile, CUDATotalGiB: 15.61, WeightsGiB: 7.61,
 		Overhead256GiB: 0.72, Overhead32GiB: 0.45, CUDAGraphGiB: 0,
 		KVBytesPerToken: 147456, WeightBytes: 8.05e9, DecodeGBps: 360,
 		T0: 1.2e-3, A: 130e-6, B: 9.3e-9, C: 0.15e-3, DefaultMaxNumSeqs: 32,
-	},
-	ReferenceProfile: {
+	}),
+	ReferenceProfile: a4000Qwen3(Profile{
 		Name: ReferenceProfile, CUDATotalGiB: 15.61, WeightsGiB: 7.61,
 		Overhead256GiB: 0.72, Overhead32GiB: 0.45, CUDAGraphGiB: 0,
 		KVBytesPerToken: 147456, WeightBytes: 8.05e9, DecodeGBps: 360,
 		T0: 1.2e-3, A: 2 * 130e-6, B: 2 * 9.3e-9, C: 0.15e-3, DefaultMaxNumSeqs: 32,
 		FitKVTokens: 38000,
-	},
+	}),
 	CPUTinyProfile: {
 		Name: CPUTinyProfile, CUDATotalGiB: 1, WeightsGiB: 467840 * 4.0 / gib,
 		KVBytesPerToken: 1024, WeightBytes: 467840 * 4, DecodeGBps: 4.1,
 		T0: 3.4e-3, A: 30e-6, B: 4.5e-9, C: 0.25e-3, DefaultMaxNumSeqs: 128,
 		FitKVTokens: 262144, // --cpu-kv-cache 256MiB
 	},
-	ReferenceProfileV1: {
+	ReferenceProfileV1: a4000Qwen3(Profile{
 		Name: ReferenceProfileV1, CUDATotalGiB: 15.61, WeightsGiB: 7.61,
 		Overhead256GiB: 0.72, Overhead32GiB: 0.45, CUDAGraphGiB: 0,
 		KVBytesPerToken: 147456, WeightBytes: 8.05e9, DecodeGBps: 310,
 		T0: 1.2e-3, A: 130e-6, B: 9.3e-9, C: 0.15e-3, DefaultMaxNumSeqs: 32,
 		FitKVTokens: 40000,
-	},
+	}),
 }
 
 // ProfileNames lists the known profiles, sorted.
@@ -104,19 +136,84 @@ func (p Profile) overheadGiB(maxNumSeqs int) float64 {
 	return p.Overhead32GiB + f*(p.Overhead256GiB-p.Overhead32GiB)
 }
 
+// tp is the tensor-parallel size, 1 for a profile used as measured.
+func (p Profile) tp() int {
+	return max(1, p.TP)
+}
+
+// CheckTP says whether the profile can run at tensor-parallel size t, with
+// vLLM's wording where vLLM has one: t >= 1; for t > 1 the profile needs the
+// model's shape and a link, t must divide the attention heads, and t and the
+// KV heads must divide one another (vLLM's QKVParallelLinear).
+func (p Profile) CheckTP(t int) error {
+	switch {
+	case t < 1:
+		return fmt.Errorf("--tensor-parallel-size must be at least 1, got %d", t)
+	case t == 1:
+		return nil
+	case p.Layers <= 0 || p.Hidden <= 0 || p.Heads <= 0 || p.KVHeads <= 0 || p.LinkGBps <= 0:
+		return fmt.Errorf("--tensor-parallel-size %d: profile %s has no model shape or card-to-card link; it runs at tensor-parallel size 1 only", t, p.Name)
+	case p.Heads%t != 0:
+		return fmt.Errorf("Total number of attention heads (%d) must be divisible by tensor parallel size (%d).", p.Heads, t)
+	case t < p.KVHeads && p.KVHeads%t != 0, t > p.KVHeads && t%p.KVHeads != 0:
+		return fmt.Errorf("--tensor-parallel-size %d: the %d KV heads cannot be split or replicated evenly over %d ranks", t, p.KVHeads, t)
+	}
+	return nil
+}
+
+// WithTP is the profile at tensor-parallel size t (see CheckTP).
+func (p Profile) WithTP(t int) Profile {
+	p.TP = t
+	return p
+}
+
+// CardWeightsGiB is the weight memory on each of the TP ranks' cards: the
+// sharded part split TP ways plus what every rank holds whole; WeightsGiB at
+// TP 1.
+func (p Profile) CardWeightsGiB() float64 {
+	t := p.tp()
+	if t == 1 {
+		return p.WeightsGiB
+	}
+	return (p.WeightsGiB-p.ReplicatedGiB)/float64(t) + p.ReplicatedGiB
+}
+
+// CardKVBytesPerToken is the KV bytes each rank's card holds per token: its
+// share of the KV heads, max(1, KVHeads/TP) of them (vLLM replicates a head
+// when TP > KVHeads); KVBytesPerToken at TP 1.
+func (p Profile) CardKVBytesPerToken() float64 {
+	t := p.tp()
+	if t == 1 {
+		return p.KVBytesPerToken
+	}
+	perCard := max(1, p.KVHeads/t)
+	return p.KVBytesPerToken * float64(perCard) / float64(p.KVHeads)
+}
+
 // KVTokens is the KV capacity in tokens for a memory utilisation,
 // max_num_seqs and block size: floor((total*util - weights - overhead -
 // graphs) / bytes_per_token / block) * block, never below 0; or the
 // profile's FitKVTokens rounded down to whole blocks when set.
+//
+// At TP > 1 every one of the TP cards computes that budget with its own
+// weight share (CardWeightsGiB) and its own activation and non-torch
+// overhead, and stores CardKVBytesPerToken a token, so the replica holds
+// TP x the per-card budget / KVBytesPerToken tokens (KV heads dividing TP);
+// a fit (FitKVTokens, one card's) keeps its fitted per-card KV memory and
+// gains the weight memory the shards free.
 func (p Profile) KVTokens(util float64, maxNumSeqs, blockSize int) int {
 	if p.FitKVTokens > 0 {
-		return p.FitKVTokens / blockSize * blockSize
+		if p.tp() == 1 {
+			return p.FitKVTokens / blockSize * blockSize
+		}
+		cardKV := float64(p.FitKVTokens)*p.KVBytesPerToken + (p.WeightsGiB-p.CardWeightsGiB())*gib
+		return int(cardKV/p.CardKVBytesPerToken()/float64(blockSize)) * blockSize
 	}
-	avail := p.CUDATotalGiB*util - p.WeightsGiB - p.overheadGiB(maxNumSeqs) - p.CUDAGraphGiB
+	avail := p.CUDATotalGiB*util - p.CardWeightsGiB() - p.overheadGiB(maxNumSeqs) - p.CUDAGraphGiB
 	if avail <= 0 {
 		return 0
 	}
-	blocks := int(avail * gib / p.KVBytesPerToken / float64(blockSize))
+	blocks := int(avail * gib / p.CardKVBytesPerToken() / float64(blockSize))
 	return blocks * blockSize
 }
 
@@ -131,17 +228,43 @@ type StepCost struct {
 // StepSeconds is the simulated duration of a step:
 // t0 + max(W, a*N) + b*sum(p) + k*T_dec + c*B, with W = weight bytes /
 // bandwidth and k = KV bytes per token / bandwidth.
+//
+// At TP > 1 (T cards): t0 + max(W, a*N)/T + b*sum(p)/T + k'*T_dec + c*B +
+// AllReduceSeconds(N), with k' the per-card KV bytes per token (k/T when the
+// KV heads divide by T): each card reads its weight shard and its KV heads and
+// does 1/T of the matmuls and attention; t0 (scheduler, sampler, launches) and
+// c are per step and per sequence on every rank alike.
 func (p Profile) StepSeconds(s StepCost) float64 {
 	bw := p.DecodeGBps * 1e9
 	w := p.WeightBytes / bw
-	k := p.KVBytesPerToken / bw
 	n := float64(s.Decodes + s.PrefillTokens)
-	return p.T0 + math.Max(w, p.A*n) + p.B*s.PrefillPosSum + k*float64(s.DecodeContext) + p.C*float64(s.Decodes)
+	if p.tp() == 1 { // the measured single-card model, as it always was
+		k := p.KVBytesPerToken / bw
+		return p.T0 + math.Max(w, p.A*n) + p.B*s.PrefillPosSum + k*float64(s.DecodeContext) + p.C*float64(s.Decodes)
+	}
+	k := p.CardKVBytesPerToken() / bw
+	t := float64(p.tp())
+	return p.T0 + math.Max(w, p.A*n)/t + p.B*s.PrefillPosSum/t + k*float64(s.DecodeContext) + p.C*float64(s.Decodes) +
+		p.AllReduceSeconds(n)
+}
+
+// AllReduceSeconds is what a step of n tokens spends in all-reduces at TP >
+// 1 (0 at TP 1): two per layer (after attention and after the MLP), each of
+// n x Hidden bf16 values, a ring moving 2(T-1)/T of them over the link at
+// LinkGBps, plus LinkLatency each.
+func (p Profile) AllReduceSeconds(n float64) float64 {
+	t := p.tp()
+	if t == 1 || n <= 0 {
+		return 0
+	}
+	bytes := n * float64(p.Hidden) * 2
+	ring := 2 * float64(t-1) / float64(t) * bytes / (p.LinkGBps * 1e9)
+	return float64(2*p.Layers) * (p.LinkLatency + ring)
 }
 
 // profile is the named profile with the calibration knobs of cfg applied
-// (--sim-decode-gbps, --sim-prefill-scale): the one the engine times its
-// steps with.
+// (--sim-decode-gbps, --sim-prefill-scale) at its tensor-parallel size
+// (--tensor-parallel-size): the one the engine times its steps with.
 func (c Config) profile() Profile {
 	p := Profiles[c.Profile]
 	if c.DecodeGBps > 0 {
@@ -150,6 +273,9 @@ func (c Config) profile() Profile {
 	if c.PrefillScale > 0 {
 		p.A *= c.PrefillScale
 		p.B *= c.PrefillScale
+	}
+	if c.TP > 1 {
+		p.TP = c.TP
 	}
 	return p
 }

@@ -86,7 +86,7 @@ func (s *server) handleVersion(w http.ResponseWriter, r *http.Request) {
 	v := map[string]any{
 		"version": Version,
 		"sim": map[string]any{"profile": s.prof.Name, "time_scale": s.cfg.TimeScale, "kv_tokens": s.kvTokens,
-			"busy_seconds": snap.BusySeconds, "lag_seconds": snap.LagSeconds},
+			"tensor_parallel_size": s.prof.tp(), "busy_seconds": snap.BusySeconds, "lag_seconds": snap.LagSeconds},
 	}
 	if s.childPID != 0 {
 		v["child_pid"] = s.childPID
