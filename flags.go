@@ -65,6 +65,10 @@ func routerFlags() []cli.Flag {
 			Usage: "largest request body accepted (e.g. 32MiB); larger ones get 413 (agent conversations reach a few MB)"},
 		&cli.DurationFlag{Name: "response-header-timeout", Value: 10 * time.Minute, EnvVars: envVars("RESPONSE_HEADER_TIMEOUT"),
 			Usage: "how long to wait for an engine's response headers (a non-streaming answer sends them when complete); then 504 naming the replica"},
+		&cli.StringFlag{Name: "decision-log", EnvVars: envVars("DECISION_LOG"),
+			Usage: "write one JSON line per routed request to this file (route reason, replica, warden queue wait, tokens, TTFB; docs/operations.md); off by default"},
+		&cli.IntFlag{Name: "decision-log-max-mb", Value: 100, EnvVars: envVars("DECISION_LOG_MAX_MB"),
+			Usage: "rotate the --decision-log file at this size in megabytes, keeping three old files"},
 		&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, EnvVars: envVars("DRAIN_TIMEOUT"),
 			Usage: "on SIGINT/SIGTERM, how long in-flight requests may finish before the warden stops"},
 	}
@@ -91,6 +95,9 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 	if c.Duration("response-header-timeout") <= 0 {
 		return proxy.Config{}, "", fmt.Errorf("--response-header-timeout must be positive, got %v", c.Duration("response-header-timeout"))
 	}
+	if c.Int("decision-log-max-mb") < 1 {
+		return proxy.Config{}, "", fmt.Errorf("--decision-log-max-mb must be >= 1, got %d", c.Int("decision-log-max-mb"))
+	}
 	maxBody, err := humanize.ParseBytes(c.String("max-body-bytes"))
 	if err != nil || maxBody == 0 || maxBody > 1<<40 {
 		return proxy.Config{}, "", fmt.Errorf("--max-body-bytes %q is not a size such as 32MiB", c.String("max-body-bytes"))
@@ -107,6 +114,7 @@ func routerConfigFrom(c *cli.Context, servedName string) (proxy.Config, string, 
 		BalancerInterval: c.Duration("balancer-interval"), MaxBodyBytes: int64(maxBody),
 		AdmitWait: c.Duration("admit-wait"), MoveCooldown: c.Int("move-cooldown"), KVFill: c.Float64("kv-fill"),
 		RampUp: c.Duration("ramp-up"), SubagentsWithParent: c.String("subagents") == "parent",
+		DecisionLog: c.String("decision-log"), DecisionLogMaxMB: c.Int("decision-log-max-mb"),
 	}
 	if cfg.RampUp == 0 {
 		cfg.RampUp = -1 // at once (0 in proxy.Config is the default)
@@ -156,6 +164,9 @@ func drain(ctx context.Context, stopSignals func(), srv *http.Server, served <-c
 	}
 	stopSignals()
 	shutdownHTTP(srv, grace)
+	if err := px.CloseDecisionLog(); err != nil {
+		log.Warn("the decision log was not written completely", "error", err)
+	}
 	px.CheckNow(context.Background())
 	return px.Status()
 }

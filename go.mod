@@ -18,6 +18,7 @@ require (
 	go.uber.org/goleak v1.3.0 // goroutine-leak checks in tests
 	golang.org/x/sys v0.50.0 // CPU affinity of CPU engines (sched_setaffinity)
 	golang.org/x/term v0.44.0 // terminal detection for live displays
+	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // size-rotated --decision-log file
 )
 
 require (

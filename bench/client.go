@@ -44,6 +44,7 @@ type conversation struct {
 	api       API
 	sessionID string
 	agentID   string       // a subagent's id, sent as AgentHeader ("" = the session's own conversation)
+	turns     int          // user messages so far: the turn number in the request id
 	head      []byte       // everything before the messages array's content
 	tail      []byte       // everything after it
 	msgs      bytes.Buffer // encoded messages, comma separated
@@ -92,6 +93,9 @@ func mustJSON(v any) []byte {
 
 // add appends one message exactly as given.
 func (c *conversation) add(role, text string) {
+	if role == "user" {
+		c.turns++
+	}
 	if c.msgs.Len() > 0 {
 		c.msgs.WriteByte(',')
 	}
@@ -140,6 +144,7 @@ func (c *conversation) newRequest(ctx context.Context, base string) (*http.Reque
 	if c.agentID != "" {
 		req.Header.Set(AgentHeader, c.agentID)
 	}
+	req.Header.Set(RequestIDHeader, requestID(c.sessionID, c.agentID, c.turns)) // the decision log's join key
 	return req, nil
 }
 

@@ -52,6 +52,9 @@ type Config struct {
 	Subagents Subagents
 	Out       string
 	Progress  bool
+	// DecisionLog is the warden's --decision-log file, read back after the
+	// run and joined with the turns into turns-decisions.csv ("" = none).
+	DecisionLog string
 }
 
 // FallbackCharsPerToken is used when --chars-per-token is 0 (measure) and

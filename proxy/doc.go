@@ -32,7 +32,9 @@
 // /warden/status, /warden/policy, /warden/reset_prefix_cache; status.go,
 // metrics.go, stats.go), replicas changed at run time (dynamic.go:
 // /warden/replicas, probed servers, another warden as a replica) and the
-// session table saved across restarts (persist.go). The lock order is
+// session table saved across restarts (persist.go), and the optional
+// decision log, one JSON line per routed request written off the request
+// path (decisionlog.go). The lock order is
 // written where the locks are declared (Proxy.mu, replica.mu). The proxy
 // reads time only from Config.Clock.
 package proxy

@@ -36,6 +36,7 @@ type request struct {
 	stream bool
 	strip  bool   // the warden asked for the usage chunk: drop it from the stream
 	refuse string // a model name refused in strict mode: answer 404
+	id     string // the client's X-Request-Id, for the decision log
 }
 
 // prepare classifies the request, maps its model name to the served one (or
@@ -44,6 +45,10 @@ type request struct {
 // its usage chunk when the client did not, and finds the session key.
 func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 	req := &request{body: body, kind: tap.KindOf(r.URL.Path)}
+	if p.decisions != nil {
+		req.id = r.Header.Get(RequestIDHeader)
+		req.id = req.id[:min(len(req.id), maxRequestID)]
+	}
 	f := identity.Scan(body) // one pass over the top-level keys
 	if req.kind != tap.None {
 		req.stream = f.Stream.Bool()
@@ -256,6 +261,7 @@ func (p *Proxy) account(at *attempt, req *request, pl placement, start time.Time
 		p.metrics.completion.WithLabelValues(rank).Add(float64(u.Completion))
 		p.series.add(p.clock(), u)
 	}
+	p.logDecision(at, req, pl, start, u.Prompt, u.Cached, u.Completion)
 	p.log.Debug("routed", "replica", rep.rank, "route", pl.d.Reason, "session_source", req.key.Source,
 		"status", at.status, "prompt_tokens", u.Prompt, "cached_tokens", u.Cached)
 	p.mu.Lock()

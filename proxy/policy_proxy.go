@@ -90,6 +90,9 @@ func (p *Proxy) placeOrHold(r *http.Request, req *request, pinned bool, pin int,
 		waited := p.clock().Sub(start)
 		pl := p.place(req.key, pinned, pin, skip, len(req.body), waited)
 		if pl.d.Reason != place.ReasonWait {
+			if held {
+				pl.waited = waited
+			}
 			return pl
 		}
 		p.mu.Lock()

@@ -64,6 +64,12 @@ type Config struct {
 	// RampUp is how long a replica that came back into the rotation takes to
 	// reach its full share of new conversations. 0 = 30s, < 0 = at once.
 	RampUp time.Duration
+
+	// DecisionLog is a file that gets one JSON line per routed request
+	// (decisionlog.go); "" = off. It is rotated at DecisionLogMaxMB
+	// megabytes (0 = 100), keeping three old files.
+	DecisionLog      string
+	DecisionLogMaxMB int
 }
 
 // staleAfter scrape intervals without a good scrape make a replica's
@@ -89,6 +95,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--balancer-interval must be positive, got %v", c.BalancerInterval)
 	case c.ResponseHeaderTimeout < 0:
 		return fmt.Errorf("--response-header-timeout must be positive, got %v", c.ResponseHeaderTimeout)
+	case c.DecisionLogMaxMB < 0:
+		return fmt.Errorf("--decision-log-max-mb must be >= 1, got %d", c.DecisionLogMaxMB)
 	}
 	return nil
 }
@@ -156,6 +164,7 @@ type Proxy struct {
 	handler      http.Handler
 	clients      *compat.Clients // model-name mapping and request adaptation
 	starting     atomic.Bool     // engines still starting: /health is 503 (SetStarting)
+	decisions    *decisionLog    // --decision-log; nil = off
 
 	// mu guards everything below and the replicas' balancer fields. Lock
 	// order: mu before a replica's mu (placement reads every replica's view
@@ -217,6 +226,9 @@ func New(cfg Config, backends []Backend) (*Proxy, error) {
 	p.metrics = m
 	if err := cfg.Registry.Register(panel.NewCollector(p.Status)); err != nil {
 		return nil, fmt.Errorf("proxy: panel collector: %w", err)
+	}
+	if err := p.startDecisionLog(); err != nil {
+		return nil, err
 	}
 	p.handler = p.routes()
 	return p, nil
@@ -364,6 +376,8 @@ type placement struct {
 	known  bool          // the session had a home before this request
 	home   int           // its home after the decision
 	ticket *place.Ticket // the adaptive policy's record of this request
+	policy string        // the policy that decided
+	waited time.Duration // held at the proxy before this decision (placeOrHold)
 }
 
 // place decides and increments the chosen replica's in-flight count in one
@@ -394,7 +408,7 @@ func (p *Proxy) place(key identity.SessionKey, pinned bool, pin int, skip []int,
 	}
 	p.adaptiveView(snap, &sv, bodyBytes, waited, now)
 	d := place.Pick(snap, sv, p.placeConfig(), p.rng)
-	pl := placement{d: d, known: s != nil}
+	pl := placement{d: d, known: s != nil, policy: p.policy}
 	if d.Rank < 0 {
 		return pl
 	}
