@@ -39,6 +39,7 @@ func main() {
 			sim.Command(),
 			bench.Command(),
 			waitCommand(),
+			sweepCommand(),
 		},
 	}
 	if err := app.Run(os.Args); err != nil {

@@ -47,6 +47,7 @@ func flags() []cli.Flag {
 		&cli.BoolFlag{Name: "alternate", Usage: "run stage by stage, A,B then B,A, ... instead of all stages of A, then all of B", EnvVars: env("ALTERNATE")},
 		&cli.BoolFlag{Name: "carry", Value: d.Carry, Usage: "run each variant's stages back to back as one load: sessions carry over from one stage to the next (new ones are added), so stages after the first measure sessions at mixed turns, as the reference's continuous run did; --carry=false starts every stage's sessions together (lockstep). Ignored with --alternate", EnvVars: env("CARRY")},
 		&cli.StringFlag{Name: "admin-token", Usage: "bearer token for POST /warden/policy and /warden/reset_prefix_cache when the warden is not on loopback", EnvVars: env("ADMIN_TOKEN")},
+		&cli.StringFlag{Name: "decision-log", Usage: "the warden's --decision-log file (readable here): after the run, join its lines with the turns by X-Request-Id into turns-decisions.csv (route reason, replica, warden queue wait per turn)", EnvVars: env("DECISION_LOG")},
 		&cli.StringFlag{Name: "out", Usage: "results folder (default bench-results/<timestamp>)", EnvVars: env("OUT")},
 		&cli.Float64Flag{Name: "max-failed", Value: 0.1, Usage: "exit 1 when a stage lost more than this share of its turns to errors (or no turn succeeded at all); results are still written", EnvVars: env("MAX_FAILED")},
 		&cli.BoolFlag{Name: "no-progress", Usage: "no progress bars on stderr", EnvVars: env("NO_PROGRESS")},
@@ -62,7 +63,7 @@ func Command() *cli.Command {
 		Description: "Stages of concurrent Claude-Code-like sessions (shared system prompt, unique first message,\n" +
 			"follow-up turns); per stage the reference table's columns. Against a warden, --ab switches\n" +
 			"its policy between two variants. Writes table.md, summary.csv, summary.json, turns.csv and\n" +
-			"ttfb.svg to --out and prints the table.",
+			"ttfb.svg to --out (with --decision-log also turns-decisions.csv) and prints the table.",
 		Flags:  flags(),
 		Action: action,
 	}
@@ -70,6 +71,47 @@ func Command() *cli.Command {
 
 // configFrom reads the flags into a validated Config.
 func configFrom(c *cli.Context) (Config, error) {
+	cfg, err := readConfig(c)
+	if err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.Validate()
+}
+
+// LoadFlags are the bench's flags for a command that runs the bench against
+// wardens it starts itself (warden sweep): all but the target and its
+// switching (--url, --ab, --admin-token), the results folder and the
+// decision log, which that command sets.
+func LoadFlags() []cli.Flag {
+	var out []cli.Flag
+	for _, f := range flags() {
+		switch f.Names()[0] {
+		case "url", "ab", "admin-token", "out", "decision-log":
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// LoadConfig reads LoadFlags into a validated Config for the target url,
+// writing to out, with the warden's own policy (no switching) and times
+// read at timeScale.
+func LoadConfig(c *cli.Context, url, out string, timeScale float64) (Config, error) {
+	cfg, err := readConfig(c)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.URL, cfg.Out, cfg.Variants, cfg.DecisionLog, cfg.AdminToken = url, out, nil, "", ""
+	if timeScale > 0 {
+		cfg.TimeScale = timeScale
+	}
+	return cfg, cfg.Validate()
+}
+
+// readConfig reads the flags into a Config, checking what parsing needs;
+// Validate checks the rest.
+func readConfig(c *cli.Context) (Config, error) {
 	cfg := DefaultConfig()
 	cfg.URL = c.String("url")
 	cfg.API = API(c.String("api"))
@@ -122,10 +164,11 @@ func configFrom(c *cli.Context) (Config, error) {
 		cfg.Out = filepath.Join("bench-results", time.Now().Format("20060102-150405"))
 	}
 	cfg.Progress = !c.Bool("no-progress")
+	cfg.DecisionLog = c.String("decision-log")
 	if f := c.Float64("max-failed"); f <= 0 || f > 1 {
 		return cfg, fmt.Errorf("--max-failed must be a share in (0, 1], got %v", f)
 	}
-	return cfg, cfg.Validate()
+	return cfg, nil
 }
 
 func action(c *cli.Context) error {
@@ -147,6 +190,13 @@ func action(c *cli.Context) error {
 	}
 	if err := WriteAll(cfg.Out, res); err != nil {
 		return errors.Join(runErr, fmt.Errorf("writing results: %w", err))
+	}
+	if cfg.DecisionLog != "" {
+		if n, err := JoinDecisions(cfg.Out, cfg.DecisionLog, res, 3*time.Second); err != nil {
+			log.Error("the decision log was not joined", "path", cfg.DecisionLog, "err", err)
+		} else {
+			log.Info("decision log joined", "file", FileTurnDecisions, "turns", len(res.Turns), "logged", n)
+		}
 	}
 	fmt.Fprint(c.App.Writer, Markdown(res))
 	for _, s := range res.Stages {
