@@ -21,6 +21,7 @@
 #   YARD_BENCH_EXTRA  more bench flags                 (default none)
 #   YARD_SERVE_EXTRA  more serve flags, e.g. "--subagents parent" (default none)
 #   YARD_OUT          results folder                   (default bench-results/yardstick-<time>)
+#   WARDEN_BIN        warden binary                    (default: built from this checkout once)
 #   BENCH_*           passed on to scripts/bench-ab.sh
 set -euo pipefail
 
@@ -34,9 +35,13 @@ warmup=${YARD_WARMUP:-3m}
 out=${YARD_OUT:-bench-results/yardstick-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$out"
 
-bin=$(mktemp -d)
-trap 'rm -rf "$bin"' EXIT
-(cd "$here" && go build -o "$bin/warden" .) || { echo "yardstick: go build failed" >&2; exit 1; }
+warden=${WARDEN_BIN:-}
+if [ -z "$warden" ]; then
+  bin=$(mktemp -d)
+  trap 'rm -rf "$bin"' EXIT
+  warden=$bin/warden
+  (cd "$here" && go build -o "$warden" .) || { echo "yardstick: go build failed" >&2; exit 1; }
+fi
 
 n=0
 total=$(( $(wc -w <<<"$pairs") * $(wc -w <<<"$loads") * repeats ))
@@ -47,7 +52,7 @@ for rep in $(seq 1 "$repeats"); do
       n=$((n + 1))
       dir=$out/$load-${pair/,/-}-$rep
       echo "yardstick: run $n/$total: $load load, $pair, repeat $rep -> $dir ($(( (SECONDS - started) / 60 )) min so far)" >&2
-      WARDEN_BIN=$bin/warden BENCH_OUT=$dir BENCH_AB=$pair \
+      WARDEN_BIN=$warden BENCH_OUT=$dir BENCH_AB=$pair \
         BENCH_SERVE_ARGS="--max-num-seqs 32 ${YARD_SERVE_EXTRA:-}" \
         BENCH_ARGS="--load $load --warmup $warmup ${YARD_BENCH_EXTRA:-}" \
         "$here/scripts/bench-ab.sh" >"$dir.log" 2>&1 || { echo "yardstick: run $n failed; see $dir.log" >&2; tail -5 "$dir.log" >&2; exit 1; }
