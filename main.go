@@ -39,6 +39,7 @@ func main() {
 			sim.Command(),
 			bench.Command(),
 			waitCommand(),
+			runCommand(),
 			sweepCommand(),
 		},
 	}

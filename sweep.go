@@ -392,7 +392,7 @@ func spawnServe(self string, argv []string, logPath string) (*serveProc, error) 
 	s := &serveProc{exited: make(chan struct{}), logf: logf}
 	cmd := exec.Command(self, argv...)
 	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.SysProcAttr = sweepProcAttr()
+	cmd.SysProcAttr = childProcAttr()
 	s.cmd = cmd
 	started := make(chan error, 1)
 	go func() {
