@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -35,6 +36,7 @@ type serveConfig struct {
 	GPUs              string
 	Device            string // "gpu" or "cpu"
 	CPUKVCache        string // --cpu-kv-cache: "auto" or a size
+	KVOffload         string // --kv-offload: "off", "auto" or a size per rank
 	MaxNumSeqs        int
 	Engine, VLLMPath  string
 	LogDir            string
@@ -61,6 +63,12 @@ func serveFlags() []cli.Flag {
 			Usage: "what vLLM runs on: gpu (NVIDIA; --tp GPUs per rank) or cpu (vLLM's CPU build; each rank on its own physical cores and NUMA node)"},
 		&cli.StringFlag{Name: "cpu-kv-cache", Value: "auto", EnvVars: envVars("CPU_KV_CACHE"),
 			Usage: "--device cpu: KV cache memory per rank (e.g. 4GiB), vLLM's --kv-cache-memory-bytes; auto: half the memory available after the engines' own (~3 GiB each), split over the ranks"},
+		&cli.StringFlag{Name: "kv-offload", Value: "off", EnvVars: envVars("KV_OFFLOAD"),
+			Usage: "host-RAM KV tier per rank, vLLM's native KV offloading (evicted prefix blocks kept in host memory, " +
+				"loaded back when a later prompt misses on the GPU): off, a size per rank (e.g. 32GiB), or auto: " +
+				"the memory available less max(25 %, 8 GiB) kept for the OS and the engines' own processes " +
+				"(the tier is pinned: it cannot be swapped), at most 90 % of /dev/shm's free space, split over " +
+				"the ranks; NVIDIA GPUs and --engine sim (vLLM's CPU platform cannot run it)"},
 		&cli.IntFlag{Name: "max-num-seqs", EnvVars: envVars("MAX_NUM_SEQS"),
 			Usage: "vLLM --max-num-seqs per replica (0: vLLM's own default for the GPU); the spill threshold derives from it"},
 		&cli.StringFlag{Name: "engine", Value: "vllm", EnvVars: envVars("ENGINE"),
@@ -96,6 +104,7 @@ func configFrom(c *cli.Context) (serveConfig, error) {
 		Model: c.String("model"), ServedName: c.String("served-model-name"),
 		DP: c.Int("dp"), TP: c.Int("tp"), Host: c.String("host"), Port: c.Int("port"),
 		GPUs: c.String("gpus"), Device: c.String("device"), CPUKVCache: c.String("cpu-kv-cache"),
+		KVOffload:  c.String("kv-offload"),
 		MaxNumSeqs: c.Int("max-num-seqs"),
 		Engine:     c.String("engine"), VLLMPath: c.String("vllm"), LogDir: c.String("log-dir"),
 		StartupTimeout: c.Duration("startup-timeout"), DrainTimeout: c.Duration("drain-timeout"),
@@ -126,6 +135,14 @@ func configFrom(c *cli.Context) (serveConfig, error) {
 	if err := launch.CheckExtra(cfg.Extra); err != nil {
 		return cfg, err
 	}
+	for _, kw := range []string{"off", "auto"} {
+		if strings.EqualFold(strings.TrimSpace(cfg.KVOffload), kw) {
+			cfg.KVOffload = kw
+		}
+	}
+	if err := checkKVOffload(cfg); err != nil {
+		return cfg, err
+	}
 	var err error
 	if cfg.Proxy, cfg.Addr, err = routerConfigFrom(c, cfg.ServedName); err != nil {
 		return cfg, err
@@ -134,6 +151,32 @@ func configFrom(c *cli.Context) (serveConfig, error) {
 		cfg.LogDir = defaultLogDir(time.Now())
 	}
 	return cfg, nil
+}
+
+// checkKVOffload refuses a --kv-offload that cannot work, before anything
+// starts: vLLM's CPU platform cannot run its offloading worker (vLLM 0.32.0
+// v1/kv_offload/cpu/spec.py, CPUOffloadingSpec.get_worker: "CPU Offloading
+// is currently only supported on CUDA-alike and XPU GPUs", raised once the
+// model is loaded), and vLLM's offloading replaces the connector of a
+// --kv-transfer-config given after -- (config/vllm.py,
+// _post_init_kv_transfer_config).
+func checkKVOffload(cfg serveConfig) error {
+	if err := launch.CheckKVOffload(cfg.KVOffload); err != nil {
+		return err
+	}
+	if cfg.KVOffload == "off" {
+		return nil
+	}
+	if cfg.Device == "cpu" {
+		return fmt.Errorf("--kv-offload %s with --device cpu: vLLM's native KV offloading runs on CUDA, ROCm "+
+			"and XPU GPUs only (its CPU platform refuses the offloading worker after loading the model); "+
+			"use --kv-offload off, or --cpu-kv-cache for a larger KV cache", cfg.KVOffload)
+	}
+	if launch.HasFlag(cfg.Extra, "--kv-transfer-config") || launch.HasFlag(cfg.Extra, "--kv_transfer_config") {
+		return fmt.Errorf("--kv-offload %s with -- --kv-transfer-config: vLLM's offloading would replace that "+
+			"connector with its own; use one or the other (--kv-offload off keeps yours)", cfg.KVOffload)
+	}
+	return nil
 }
 
 // stateDir is where the warden keeps its files: $XDG_STATE_HOME/warden
@@ -162,12 +205,58 @@ type rankDevices struct {
 	gpus    [][]string    // CUDA_VISIBLE_DEVICES per rank; nil entries for the simulator
 	cpus    []hostcpu.Set // --device cpu
 	kvBytes uint64        // --device cpu: --kv-cache-memory-bytes per rank; 0 when given after --
+	offload uint64        // --kv-offload: each rank's host KV tier in bytes; 0 off
 	seqs    int
+}
+
+// hostMemory reads what --kv-offload auto sizes from: the memory available
+// and, for vLLM (which maps a GPU engine's tier from /dev/shm), /dev/shm's
+// free space. A variable, for tests.
+var hostMemory = func(shm bool) (launch.HostMemory, error) {
+	avail, err := hostcpu.Available()
+	if err != nil {
+		return launch.HostMemory{}, fmt.Errorf("reading the memory available: %w", err)
+	}
+	m := launch.HostMemory{Available: avail}
+	if shm {
+		m.ShmFree, m.ShmChecked = launch.ShmFree()
+	}
+	return m, nil
+}
+
+// offloadDevices sizes every rank's host KV tier (--kv-offload).
+func offloadDevices(cfg serveConfig, d *rankDevices, log *slog.Logger) error {
+	if cfg.KVOffload == "off" || cfg.KVOffload == "" {
+		return nil
+	}
+	mem, err := hostMemory(cfg.Engine == "vllm")
+	if err != nil {
+		return err
+	}
+	perRank, warn, err := launch.KVOffloadPerRank(cfg.KVOffload, cfg.DP, mem)
+	if err != nil {
+		return err
+	}
+	if warn != "" {
+		log.Warn(warn)
+	}
+	d.offload = perRank
+	shm := "not checked"
+	if mem.ShmChecked {
+		shm = hostcpu.Bytes(mem.ShmFree)
+	}
+	log.Info("host KV tier (vLLM native KV offloading)", "setting", cfg.KVOffload, "per_rank", hostcpu.Bytes(perRank),
+		"ranks", cfg.DP, "memory_available", hostcpu.Bytes(mem.Available),
+		"headroom", hostcpu.Bytes(launch.OffloadHeadroom(mem.Available)), "shm_free", shm)
+	return nil
 }
 
 // engineDevices finds the devices for the run. The simulator needs none.
 func engineDevices(ctx context.Context, cfg serveConfig, log *slog.Logger) (rankDevices, error) {
 	d := rankDevices{gpus: make([][]string, cfg.DP), seqs: cfg.MaxNumSeqs}
+	if err := offloadDevices(cfg, &d, log); err != nil {
+		return d, err
+	}
 	if cfg.Engine == "sim" {
 		if d.seqs == 0 {
 			d.seqs = simDefaultMaxNumSeqs
@@ -251,7 +340,8 @@ func engineSpecs(cfg serveConfig, d rankDevices) ([]launch.Spec, []proxy.Backend
 		return nil, nil, fmt.Errorf("finding %d free loopback ports: %w", cfg.DP, err)
 	}
 	eng := launch.Engine{Kind: cfg.Engine, VLLMPath: cfg.VLLMPath, Model: cfg.Model,
-		ServedName: cfg.ServedName, MaxNumSeqs: d.seqs, TP: cfg.TP, KVBytes: d.kvBytes, Extra: cfg.Extra}
+		ServedName: cfg.ServedName, MaxNumSeqs: d.seqs, TP: cfg.TP, KVBytes: d.kvBytes, OffloadBytes: d.offload,
+		Extra: cfg.Extra}
 	specs := make([]launch.Spec, cfg.DP)
 	backends := make([]proxy.Backend, cfg.DP)
 	for i := range specs {

@@ -21,14 +21,24 @@ type Engine struct {
 	KVBytes    uint64   // --kv-cache-memory-bytes (CPU engines); omitted when 0
 	SimArgs    []string // simulator-only flags, before Extra; Kind "sim" only
 	Extra      []string // the user's args after `--`, passed verbatim, last
+
+	// OffloadBytes is the engine's host-RAM KV tier, for all its TP workers
+	// together: --kv-offloading-backend native --kv-offloading-size <GiB>,
+	// for vLLM and the simulator alike; omitted when 0.
+	OffloadBytes uint64
 }
 
 // Argv is the command line that serves the model on 127.0.0.1:port:
 //
 //	vllm: VLLMPath serve MODEL --host 127.0.0.1 --port P --served-model-name N
 //	      --max-num-seqs S [--tensor-parallel-size T] [--kv-cache-memory-bytes B]
-//	      --enable-prompt-tokens-details Extra...
+//	      --enable-prompt-tokens-details
+//	      [--kv-offloading-backend native --kv-offloading-size GiB] Extra...
 //	sim:  SimPath sim serve MODEL (the same flags) SimArgs... Extra...
+//
+// The offloading flags follow --enable-prompt-tokens-details so that a vLLM
+// too old for either names that one first in its "unrecognized arguments"
+// (Hint tells the two apart).
 func (e Engine) Argv(port int) []string {
 	var argv []string
 	if e.Kind == "sim" {
@@ -63,7 +73,10 @@ func (e Engine) Argv(port int) []string {
 	if e.KVBytes > 0 {
 		argv = append(argv, "--kv-cache-memory-bytes", strconv.FormatUint(e.KVBytes, 10))
 	}
-	argv = append(argv, "--enable-prompt-tokens-details")
+	argv = append(argv, RequiredVLLMFlag)
+	if e.OffloadBytes > 0 {
+		argv = append(argv, "--kv-offloading-backend", OffloadBackend, "--kv-offloading-size", OffloadGiB(e.OffloadBytes))
+	}
 	if e.Kind == "sim" {
 		argv = append(argv, e.SimArgs...)
 	}

@@ -56,6 +56,41 @@ type hintRule struct {
 	hint    func(lines string, port int) string
 }
 
+// offloadRules are vLLM's refusals of its KV offloading, the host KV tier
+// of --kv-offload (vLLM 0.32.0; docs/kv-offload.md names the sources).
+// Hint tries them first, as a traceback line can carry a generic marker
+// too. vLLM's worker states these causes once, and the tracebacks of the
+// EngineCore and the API server that follow push them out of the last
+// lines: so their lines are also kept from anywhere in the output
+// (tailWriter.Cues).
+var offloadRules = []hintRule{
+	{[]string{"CPU Offloading is currently only supported on CUDA-alike and XPU GPUs"}, func(string, int) string {
+		return "vLLM's native KV offloading (--kv-offload) runs only on CUDA, ROCm and XPU GPUs, " +
+			"not on this engine's platform: run with --kv-offload off"
+	}},
+	{[]string{"for CPU KV offload shared region"}, func(string, int) string {
+		return "the host KV tier (--kv-offload) does not fit /dev/shm, where vLLM maps it: lower --kv-offload, " +
+			"enlarge /dev/shm (docker run --shm-size, or --ipc=host), " + offloadOff
+	}},
+	{[]string{"KV offloading found no eligible cache groups"}, func(string, int) string {
+		return "vLLM finds no KV cache of this model it can offload to host memory (--kv-offload): " + offloadOff
+	}},
+	{[]string{"Encoder-decoder models are not currently supported with KV connectors"}, func(string, int) string {
+		return "vLLM runs no KV connector, hence no host KV tier (--kv-offload), for encoder-decoder models: " + offloadOff
+	}},
+	{[]string{"need --enable-prefix-caching to align block sizes"}, func(string, int) string {
+		return "this hybrid model needs prefix caching for the host KV tier (--kv-offload): pass " +
+			"`-- --enable-prefix-caching`, " + offloadOff
+	}},
+	{[]string{"incompatible with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"}, func(string, int) string {
+		return "vLLM refuses a KV connector, such as the host KV tier of --kv-offload, with " +
+			"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: unset it, " + offloadOff
+	}},
+}
+
+// offloadOff is how the host-KV-tier hints end.
+const offloadOff = "or run with --kv-offload off (docs/kv-offload.md)"
+
 var hintRules = []hintRule{
 	{[]string{"max seq len", "decreasing `max_model_len`", "decreasing max_model_len"}, maxLenHint},
 	{[]string{"Free memory on device", "less than desired GPU memory utilization"}, func(string, int) string {
@@ -83,6 +118,10 @@ var hintRules = []hintRule{
 	{[]string{"unrecognized arguments: " + RequiredVLLMFlag}, func(string, int) string {
 		return "this vLLM is too old for the warden: it lacks " + RequiredVLLMFlag +
 			" (vLLM 0.9 and later have it); upgrade vLLM (pip install -U vllm)"
+	}},
+	{[]string{"unrecognized arguments: --kv-offloading-"}, func(string, int) string {
+		return "this vLLM predates its KV offloading flags (--kv-offloading-backend, --kv-offloading-size), " +
+			"which --kv-offload passes: upgrade vLLM (pip install -U vllm), " + offloadOff
 	}},
 	{[]string{"unrecognized arguments", "error: argument"}, func(string, int) string {
 		return "vLLM rejected an argument: check the extra arguments after --, and `vllm serve --help`"
@@ -120,12 +159,16 @@ func lastMatch(re *regexp.Regexp, text string) string {
 
 // Hint names the known cause found in an engine's last output lines, or ""
 // when none matches. port is the rank's port, for the port-in-use hint.
+// The lines kept as cues (tailWriter.Cues) may be passed too, when the last
+// lines name nothing.
 func Hint(lines []string, port int) string {
 	text := strings.Join(lines, "\n")
-	for _, r := range hintRules {
-		for _, m := range r.markers {
-			if strings.Contains(text, m) {
-				return r.hint(text, port)
+	for _, rules := range [][]hintRule{offloadRules, hintRules} {
+		for _, r := range rules {
+			for _, m := range r.markers {
+				if strings.Contains(text, m) {
+					return r.hint(text, port)
+				}
 			}
 		}
 	}
@@ -138,6 +181,19 @@ func exitHint(sig syscall.Signal) string {
 		return "the engine was killed by SIGKILL: the host may have run out of RAM (check `dmesg` for the OOM killer)"
 	}
 	return ""
+}
+
+// isCue reports whether line carries one of offloadRules' markers
+// (tailWriter keeps such lines as Cues).
+func isCue(line string) bool {
+	for _, r := range offloadRules {
+		for _, m := range r.markers {
+			if strings.Contains(line, m) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -117,6 +117,15 @@ func (p *proc) lastLines() []string {
 	return p.tail.Lines()
 }
 
+// cueLines waits like lastLines, then returns the output's cue lines
+// (tailWriter.Cues).
+func (p *proc) cueLines() []string {
+	if !p.alive() {
+		<-p.drained
+	}
+	return p.tail.Cues()
+}
+
 // alive reports whether the process has not been reaped yet.
 func (p *proc) alive() bool {
 	select {

@@ -103,6 +103,9 @@ func (g *Group) launch(r *rank, what string) error {
 		if p != nil {
 			se.LastLines = p.lastLines()
 			se.Hint = Hint(se.LastLines, s.Port)
+			if se.Hint == "" {
+				se.Hint = Hint(p.cueLines(), s.Port)
+			}
 			if se.Hint == "" && !p.alive() {
 				se.Hint = exitHint(p.signaled())
 			}

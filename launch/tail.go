@@ -19,9 +19,13 @@ type tailWriter struct {
 
 	mu      sync.Mutex
 	lines   []string // ring of the last tailLines lines, oldest first
+	cues    []string // the last maxCues lines with an offloadRules marker (isCue), oldest first
 	partial []byte
 	wrote   bool
 }
+
+// maxCues is how many cue lines are kept.
+const maxCues = 4
 
 func newTailWriter(out io.Writer) *tailWriter { return &tailWriter{out: out} }
 
@@ -48,6 +52,12 @@ func (t *tailWriter) Write(p []byte) (int, error) {
 }
 
 func (t *tailWriter) push(line string) {
+	if isCue(line) {
+		if len(t.cues) == maxCues {
+			t.cues = append(t.cues[:0], t.cues[1:]...)
+		}
+		t.cues = append(t.cues, line)
+	}
 	if len(t.lines) == tailLines {
 		copy(t.lines, t.lines[1:])
 		t.lines = t.lines[:tailLines-1]
@@ -65,6 +75,15 @@ func (t *tailWriter) Lines() []string {
 		out = append(out, string(t.partial))
 	}
 	return out
+}
+
+// Cues returns the lines, anywhere in the output so far, that carry an
+// offloadRules marker (the last few, oldest first): causes vLLM states far
+// above the end of its tracebacks.
+func (t *tailWriter) Cues() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]string(nil), t.cues...)
 }
 
 // Last returns the latest non-empty output line, "" when none yet.

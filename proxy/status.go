@@ -83,6 +83,12 @@ func (r *replica) status(active int) panel.Replica {
 		row.HitRate = row.PrefixHits / row.PrefixQueries
 	}
 	row.EnginePrompt, row.EngineGenerated, row.Preemptions = e.Prompt, e.Generated, e.Preemptions
+	row.OffloadBackend, row.OffloadBytes = e.Offload.Backend, e.Offload.Bytes
+	row.OffloadQueries, row.OffloadHits = e.OffloadQueries, e.OffloadHits
+	if row.OffloadQueries > 0 {
+		row.OffloadHitRate = row.OffloadHits / row.OffloadQueries
+	}
+	row.OffloadLoadedBytes, row.OffloadStoredBytes = e.OffloadLoadedBytes, e.OffloadStoredBytes
 	row.ScrapedAt, row.ScrapeError = e.ScrapedAt, e.ScrapeErr
 	return row
 }

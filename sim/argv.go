@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,6 +25,8 @@ type Config struct {
 	ForceUsage       bool     // --enable-force-include-usage
 	StreamInterval   int      // --stream-interval (default 1)
 	TP               int      // --tensor-parallel-size, -tp: cards per replica (default 1)
+	KVOffloadBackend string   // --kv-offloading-backend: native (default) or lmcache
+	KVOffloadGiB     float64  // --kv-offloading-size, --sim-kv-offload-gib: host-RAM KV tier in GiB, whole engine (0: off)
 
 	Profile        string  // --sim-profile
 	TimeScale      float64 // --sim-time-scale: simulated seconds per wall second
@@ -48,7 +51,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Host: "0.0.0.0", Port: 8000, MaxBatchedTokens: 2048, GPUMemUtil: 0.92,
-		BlockSize: 16, StreamInterval: 1, TP: 1, Profile: DefaultProfile, TimeScale: 1,
+		BlockSize: 16, StreamInterval: 1, TP: 1, Profile: DefaultProfile, TimeScale: 1, KVOffloadBackend: "native",
 		ReserveFullISL: true, PrefixStats: StatsAdmission, HangAfter: -1,
 	}
 }
@@ -124,6 +127,8 @@ var flags = map[string]flagSpec{
 	"enable-force-include-usage":   {kindBool, "", "always send a streaming usage chunk", boolSetter(func(c *Config) *bool { return &c.ForceUsage })},
 	"tensor-parallel-size":         {kindValue, "", "cards per replica, also -tp: KV capacity from T cards, weight read and compute split T ways, two all-reduces a layer over the profile's link (default 1)", intSetter(func(c *Config) *int { return &c.TP })},
 	"served-model-name":            {kindList, "", "names the model answers to, one or more (default: MODEL)", nil},
+	"kv-offloading-backend":        {kindValue, "", "KV offloading backend: native (vLLM's CPU offloading, simulated; the default) or lmcache (refused); takes effect with --kv-offloading-size", strSetter(func(c *Config) *string { return &c.KVOffloadBackend })},
+	"kv-offloading-size":           {kindValue, "", "host-RAM KV tier in GiB for the whole engine (summed over its TP ranks), vLLM's native offloading: prompt blocks stored as computed, LRU, loaded back on a GPU miss (default: off)", floatSetter(func(c *Config) *float64 { return &c.KVOffloadGiB })},
 
 	"sim-profile":          {kindValue, "WARDEN_SIM_PROFILE", "hardware profile (default " + DefaultProfile + "; " + ReferenceProfile + " is fitted to the reference measurement, " + ReferenceProfileV1 + " its first fit, " + CPUTinyProfile + " the tiny test model on vLLM's CPU build)", strSetter(func(c *Config) *string { return &c.Profile })},
 	"sim-time-scale":       {kindValue, "WARDEN_SIM_TIME_SCALE", "simulated seconds per wall second (default 1)", floatSetter(func(c *Config) *float64 { return &c.TimeScale })},
@@ -135,11 +140,18 @@ var flags = map[string]flagSpec{
 	"sim-output-tokens":    {kindValue, "WARDEN_SIM_OUTPUT_TOKENS", "tokens generated per request within max_tokens and the context, instead of a length drawn from coding agents' answers (0: drawn; ignore_eos requests always get max_tokens)", intSetter(func(c *Config) *int { return &c.OutputTokens })},
 	"sim-reserve-full-isl": {kindBool, "WARDEN_SIM_RESERVE_FULL_ISL", "admit only when the whole prompt fits, vLLM >= 0.20 (default true)", boolSetter(func(c *Config) *bool { return &c.ReserveFullISL })},
 	"sim-prefix-stats":     {kindValue, "WARDEN_SIM_PREFIX_STATS", "when prefix queries count: admission (0.26), lookup (0.11-0.25), lookup-all (0.10)", strSetter(func(c *Config) *string { return &c.PrefixStats })},
-	"sim-watermark":        {kindValue, "WARDEN_SIM_WATERMARK", "fraction of blocks kept free when admitting (0: off)", floatSetter(func(c *Config) *float64 { return &c.Watermark })},
-	"sim-die-after":        {kindValue, "WARDEN_SIM_DIE_AFTER", "exit 1 mid-stream on the Nth generation request (0: off)", intSetter(func(c *Config) *int { return &c.DieAfter })},
-	"sim-hang-after":       {kindValue, "WARDEN_SIM_HANG_AFTER", "after N generation requests answer nothing, /health included (-1: off)", intSetter(func(c *Config) *int { return &c.HangAfter })},
-	"sim-http-error":       {kindValue, "WARDEN_SIM_HTTP_ERROR", "answer every generation request with this status (0: off)", intSetter(func(c *Config) *int { return &c.HTTPError })},
-	"sim-fork-child":       {kindBool, "WARDEN_SIM_FORK_CHILD", "start a child process (like EngineCore) that only a group kill removes", boolSetter(func(c *Config) *bool { return &c.ForkChild })},
+	"sim-kv-offload-gib": {kindValue, "WARDEN_SIM_KV_OFFLOAD_GIB", "shorthand for --kv-offloading-backend native --kv-offloading-size G", func(c *Config, v string) error {
+		if err := floatSetter(func(c *Config) *float64 { return &c.KVOffloadGiB })(c, v); err != nil {
+			return err
+		}
+		c.KVOffloadBackend = "native"
+		return nil
+	}},
+	"sim-watermark":  {kindValue, "WARDEN_SIM_WATERMARK", "fraction of blocks kept free when admitting (0: off)", floatSetter(func(c *Config) *float64 { return &c.Watermark })},
+	"sim-die-after":  {kindValue, "WARDEN_SIM_DIE_AFTER", "exit 1 mid-stream on the Nth generation request (0: off)", intSetter(func(c *Config) *int { return &c.DieAfter })},
+	"sim-hang-after": {kindValue, "WARDEN_SIM_HANG_AFTER", "after N generation requests answer nothing, /health included (-1: off)", intSetter(func(c *Config) *int { return &c.HangAfter })},
+	"sim-http-error": {kindValue, "WARDEN_SIM_HTTP_ERROR", "answer every generation request with this status (0: off)", intSetter(func(c *Config) *int { return &c.HTTPError })},
+	"sim-fork-child": {kindBool, "WARDEN_SIM_FORK_CHILD", "start a child process (like EngineCore) that only a group kill removes", boolSetter(func(c *Config) *bool { return &c.ForkChild })},
 }
 
 // ParseArgs reads the environment (through getenv) and then args, the argv
@@ -163,6 +175,10 @@ func ParseArgs(args []string, getenv func(string) string) (Config, error) {
 			return c, err
 		}
 		i += used
+	}
+	if n, _ := strconv.Atoi(getenv("VLLM_USE_SIMPLE_KV_OFFLOAD")); n != 0 && c.KVOffloadGiB > 0 {
+		return c, errors.Join(c.validate(), errors.New("VLLM_USE_SIMPLE_KV_OFFLOAD=1 makes vLLM use its SimpleCPUOffloadConnector, "+
+			"which the simulator does not model (it models the default OffloadingConnector); unset it"))
 	}
 	return c, c.validate()
 }
@@ -259,12 +275,48 @@ func (c *Config) validate() error {
 	check(c.PrefixStats == StatsAdmission || c.PrefixStats == StatsLookup || c.PrefixStats == StatsLookupAll,
 		"--sim-prefix-stats must be admission, lookup or lookup-all, got %q", c.PrefixStats)
 	check(c.HTTPError == 0 || (c.HTTPError >= 400 && c.HTTPError < 600), "--sim-http-error must be 4xx or 5xx, got %d", c.HTTPError)
-	if p, ok := Profiles[c.Profile]; !ok {
+	p, ok := Profiles[c.Profile]
+	if !ok {
 		errs = append(errs, fmt.Errorf("unknown --sim-profile %q (known: %s)", c.Profile, strings.Join(ProfileNames(), ", ")))
 	} else if err := p.CheckTP(c.TP); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.checkOffload(p, ok))
 	return errors.Join(errs...)
+}
+
+// checkOffload validates the host-RAM KV tier flags. vLLM accepts
+// --kv-offloading-backend native or lmcache (argparse choices) and turns
+// offloading on only when --kv-offloading-size is set
+// (config/vllm.py _post_init_kv_transfer_config).
+func (c *Config) checkOffload(p Profile, known bool) error {
+	switch c.KVOffloadBackend {
+	case "native":
+	case "lmcache":
+		if c.KVOffloadGiB != 0 {
+			return errors.New("--kv-offloading-backend lmcache: the simulator models only vLLM's native CPU offloading " +
+				"(OffloadingConnector); LMCache keeps its KV in its own server process, which it does not simulate. " +
+				"Use --kv-offloading-backend native")
+		}
+	default:
+		return fmt.Errorf("argument --kv-offloading-backend: invalid choice: '%s' (choose from 'native', 'lmcache')", c.KVOffloadBackend)
+	}
+	switch {
+	case c.KVOffloadGiB == 0:
+		return nil
+	case c.KVOffloadGiB < 0 || math.IsNaN(c.KVOffloadGiB) || math.IsInf(c.KVOffloadGiB, 0):
+		return fmt.Errorf("--kv-offloading-size must be a positive number of GiB, got %v", c.KVOffloadGiB)
+	case !known:
+		return nil
+	}
+	p = p.WithTP(max(1, c.TP))
+	if p.HostLinkGBps <= 0 {
+		return fmt.Errorf("--kv-offloading-size: profile %s has no host link; vLLM's CPU offloading runs on CUDA and XPU GPUs only", p.Name)
+	}
+	if h := HostTier(c.KVOffloadGiB, p, c.BlockSize); c.BlockSize > 0 && h.Blocks < 1 {
+		return fmt.Errorf("--kv-offloading-size %v GiB holds no KV block (%.0f bytes of %d tokens)", c.KVOffloadGiB, h.BlockBytes, c.BlockSize)
+	}
+	return nil
 }
 
 // FlagHelp returns one line per flag for `warden sim serve --help`.

@@ -18,6 +18,7 @@ type Snapshot struct {
 	Running, Waiting int
 	KVUsage          float64
 	Counters         Counters
+	Host             HostSnapshot // the host-RAM KV tier's gauges (Host.On false without it)
 	// BusySeconds is simulated time spent in steps; LagSeconds is simulated
 	// time lost because the engine (CPU) started a step later than the
 	// previous one ended. LagSeconds/(BusySeconds+LagSeconds) near 0 means
@@ -174,6 +175,12 @@ func (e *Engine) Run(ctx context.Context) {
 		if e.sched.Idle() {
 			continue
 		}
+		if e.sched.HasHostTier() {
+			if !e.stepWithHost(ctx) {
+				return
+			}
+			continue
+		}
 		b := e.sched.Schedule()
 		dur := e.prof.StepSeconds(b.Cost())
 		end := e.stepStart() + dur
@@ -183,6 +190,66 @@ func (e *Engine) Run(ctx context.Context) {
 		e.simT, e.busy, e.wasBusy = end, e.busy+dur, true
 		e.apply(b, end)
 	}
+}
+
+// stepWithHost is one loop iteration with the host-RAM KV tier: the
+// scheduler learns the step's start first (transfers completed by then take
+// effect) and its end after (the step's stores start then). A step with
+// nothing to compute while loads or stores are in flight is not run: the
+// engine waits for the next transfer to complete or a new request, as
+// vLLM's engine polls its connector in empty steps. It returns false when
+// ctx ended.
+func (e *Engine) stepWithHost(ctx context.Context) bool {
+	start := e.stepStart()
+	e.sched.SetNow(start)
+	b := e.sched.Schedule()
+	if len(b.Items) == 0 {
+		e.sched.StepEnd(start)
+		if next, ok := e.sched.NextHostEvent(); ok {
+			e.onStep(e.Snapshot())
+			if !e.waitEvent(ctx, next) {
+				return false
+			}
+			e.simT, e.wasBusy = max(start, min(next, e.SimNow())), false
+			e.sched.SetNow(e.simT) // completed transfers show in the gauges even if the engine now idles
+			e.onStep(e.Snapshot())
+			return true
+		}
+		if e.sched.Idle() { // it only flushed finished requests
+			e.onStep(e.Snapshot())
+			return true
+		}
+	}
+	dur := e.prof.StepSeconds(b.Cost())
+	end := start + dur
+	e.sched.StepEnd(end)
+	if !e.waitUntil(ctx, end) {
+		return false
+	}
+	e.simT, e.busy, e.wasBusy = end, e.busy+dur, true
+	e.apply(b, end)
+	return true
+}
+
+// waitEvent sleeps until wall time reaches simulated time t or a request
+// arrives (it is queued), whichever is first.
+func (e *Engine) waitEvent(ctx context.Context, t float64) bool {
+	d := time.Until(e.wallStart.Add(time.Duration(t / e.cfg.TimeScale * float64(time.Second))))
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case r := <-e.submit:
+		e.add(r)
+	case r := <-e.aborts:
+		e.abort(r)
+	case <-timer.C:
+	}
+	return true
 }
 
 // maxLateWall is how far behind wall time a busy engine may run and still
@@ -306,7 +373,7 @@ func (e *Engine) apply(b Batch, now float64) {
 func (e *Engine) Snapshot() Snapshot {
 	return Snapshot{
 		Running: e.sched.NumRunning(), Waiting: e.sched.NumWaiting(),
-		KVUsage: e.sched.Pool().Usage(), Counters: e.sched.Counters,
+		KVUsage: e.sched.Pool().Usage(), Counters: e.sched.Counters, Host: e.sched.HostSnapshot(),
 		BusySeconds: e.busy, LagSeconds: e.lag,
 	}
 }

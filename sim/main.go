@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -93,10 +94,14 @@ func newServer(cfg Config, log *slog.Logger) (*server, error) {
 		MaxNumSeqs: cfg.MaxNumSeqs, MaxBatchedTokens: cfg.MaxBatchedTokens, MaxModelLen: maxLen,
 		BlockSize: cfg.BlockSize, ReserveFullISL: cfg.ReserveFullISL, PrefixStats: cfg.PrefixStats,
 		WatermarkBlocks: int(cfg.Watermark * float64(numBlocks)),
+		Host:            HostTier(cfg.KVOffloadGiB, prof, cfg.BlockSize),
 	}
 	sched := NewScheduler(sc, NewBlockPool(numBlocks))
-	s := &server{cfg: cfg, prof: prof, log: log, maxLen: maxLen, kvTokens: kvTokens, numBlocks: numBlocks}
+	s := &server{cfg: cfg, prof: prof, log: log, maxLen: maxLen, kvTokens: kvTokens, numBlocks: numBlocks, host: sc.Host, engineID: uuid4()}
 	s.met = newMetrics(cfg.ServedNames[0], cacheConfigLabels(cfg, numBlocks))
+	if sched.HasHostTier() {
+		s.met.enableHost()
+	}
 	s.eng = NewEngine(cfg, prof, sched, log)
 	s.eng.onStep = s.met.publish
 	s.eng.onTTFT = s.met.ttft.Observe
@@ -145,6 +150,15 @@ func (s *server) load(ctx context.Context) bool {
 	}
 	log.Info(fmt.Sprintf("GPU KV cache size: %s tokens", thousands(s.kvTokens)))
 	log.Info(fmt.Sprintf("Maximum concurrency for %s tokens per request: %.2fx", thousands(s.maxLen), float64(s.kvTokens)/float64(s.maxLen)))
+	if h := s.host; h.Blocks > 0 {
+		// vLLM's own lines (kv_connector/factory.py, v1/kv_offload/factory.py),
+		// then the sim's: vLLM logs the tier's size only in GB of its mmap file.
+		log.Info("Creating v1 connector with name: OffloadingConnector and engine_id: " + s.engineID)
+		log.Info("Creating offloading spec with name: CPUOffloadingSpec")
+		log.Info(fmt.Sprintf("CPU KV offload cache size: %s tokens", thousands(h.Blocks*cfg.BlockSize)),
+			"blocks", h.Blocks, "gib", cfg.KVOffloadGiB, "host_link", s.prof.HostLink,
+			"host_link_gbps", s.prof.HostLinkGBps, "load_ms_per_1k_tokens", fmt.Sprintf("%.2f", 1e6*h.BlockSeconds/float64(cfg.BlockSize)))
+	}
 	return ctx.Err() == nil
 }
 
@@ -155,4 +169,12 @@ func thousands(n int) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// uuid4 is a random UUID in its text form, as vLLM names its engines.
+func uuid4() string {
+	a, b := rand.Uint64(), rand.Uint64()
+	a = a&^0xf000 | 0x4000     // version 4
+	b = b&^(0xc<<60) | 0x8<<60 // variant 10
+	return fmt.Sprintf("%08x-%04x-%04x-%04x-%012x", a>>32, a>>16&0xffff, a&0xffff, b>>48, b&0xffffffffffff)
 }

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +23,40 @@ type metrics struct {
 
 	running, waiting, usage, queries, hits, preempt, prompt, gen, cacheInfo *prometheus.Desc
 	cacheLabels                                                             prometheus.Labels
+	host                                                                    *hostDescs // nil without the host tier
+}
+
+// hostDescs are the metrics vLLM 0.32.0 exports with its native KV
+// offloading (docs/kv-offload.md): the connector's prefix-cache counters
+// (v1/metrics/loggers.py), hits by tier, the offloading connector's
+// transfer counters (distributed/kv_transfer/kv_connector/v1/offloading/
+// metrics.py, also under their deprecated transfer_type names) and the CPU
+// cache gauge (v1/kv_offload/cpu/spec.py), and the async-load stages of
+// waiting requests.
+type hostDescs struct {
+	extQueries, extHits, bySource, loadBytes, loadTime, storeBytes, storeTime, allocFail, cpuUsage, totalBytes, totalTime, fetch *prometheus.Desc
+}
+
+// enableHost adds the host tier's metrics.
+func (m *metrics) enableHost() {
+	vl := []string{"model_name", "engine"}
+	desc := func(name, help string, extra ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, append(vl, extra...), nil)
+	}
+	m.host = &hostDescs{
+		extQueries: desc("vllm:external_prefix_cache_queries_total", "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens."),
+		extHits:    desc("vllm:external_prefix_cache_hits_total", "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens."),
+		bySource:   desc("vllm:prompt_tokens_cached_by_source_total", "Prefix-cache hit tokens by the cache tier that supplied them.", "source"),
+		loadBytes:  desc("vllm:kv_offload_load_bytes_total", "Total bytes loaded from offload storage to GPU."),
+		loadTime:   desc("vllm:kv_offload_load_time_total", "Total load time from offload storage to GPU, in seconds."),
+		storeBytes: desc("vllm:kv_offload_store_bytes_total", "Total bytes stored from GPU to offload storage."),
+		storeTime:  desc("vllm:kv_offload_store_time_total", "Total store time from GPU to offload storage, in seconds."),
+		allocFail:  desc("vllm:kv_offload_allocation_failure_total", "Number of KV offload store allocation attempts that failed."),
+		cpuUsage:   desc("vllm:kv_offload_cpu_cache_usage_perc", "Fraction of CPU KV-cache space currently pinned by active transfers (0.0 = idle, 1.0 = saturated)."),
+		totalBytes: desc("vllm:kv_offload_total_bytes_total", "Number of bytes offloaded by KV connector (deprecated).", "transfer_type"),
+		totalTime:  desc("vllm:kv_offload_total_time_total", "Total time measured by all KV offloading operations (deprecated).", "transfer_type"),
+		fetch:      desc("vllm:num_requests_kv_fetch_by_stage", "Number of waiting requests by async KV load stage.", "stage"),
+	}
 }
 
 func newMetrics(model string, cacheLabels prometheus.Labels) *metrics {
@@ -57,6 +93,12 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.running, m.waiting, m.usage, m.queries, m.hits, m.preempt, m.prompt, m.gen, m.cacheInfo} {
 		ch <- d
 	}
+	if h := m.host; h != nil {
+		for _, d := range []*prometheus.Desc{h.extQueries, h.extHits, h.bySource, h.loadBytes, h.loadTime, h.storeBytes,
+			h.storeTime, h.allocFail, h.cpuUsage, h.totalBytes, h.totalTime, h.fetch} {
+			ch <- d
+		}
+	}
 }
 
 // Collect implements prometheus.Collector from the last snapshot.
@@ -80,6 +122,35 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	c(m.prompt, s.Counters.PromptTokens)
 	c(m.gen, s.Counters.GenerationTokens)
 	ch <- prometheus.MustNewConstMetric(m.cacheInfo, prometheus.GaugeValue, 1)
+	if h := m.host; h != nil {
+		f := func(d *prometheus.Desc, t prometheus.ValueType, v float64, extra ...string) {
+			ch <- prometheus.MustNewConstMetric(d, t, v, append(lv[:2:2], extra...)...)
+		}
+		k := s.Counters
+		f(h.extQueries, prometheus.CounterValue, float64(k.ExternalQueries))
+		f(h.extHits, prometheus.CounterValue, float64(k.ExternalHits))
+		// vLLM pre-creates every CacheHitSource; the GPU's hits are "device",
+		// the tier's "host" (v1/metrics/cache_hit_source.py).
+		for _, src := range []struct {
+			name string
+			v    int64
+		}{{"device", k.PrefixHits}, {"host", k.ExternalHits}, {"p2p", 0}, {"disk", 0}, {"external_unspecified", 0}} {
+			f(h.bySource, prometheus.CounterValue, float64(src.v), src.name)
+		}
+		f(h.loadBytes, prometheus.CounterValue, float64(k.HostLoadBytes))
+		f(h.loadTime, prometheus.CounterValue, k.HostLoadSeconds)
+		f(h.storeBytes, prometheus.CounterValue, float64(k.HostStoreBytes))
+		f(h.storeTime, prometheus.CounterValue, k.HostStoreSeconds)
+		f(h.allocFail, prometheus.CounterValue, float64(k.HostAllocFailures))
+		f(h.cpuUsage, prometheus.GaugeValue, s.Host.UsagePerc)
+		f(h.totalBytes, prometheus.CounterValue, float64(k.HostLoadBytes), "CPU_to_GPU")
+		f(h.totalBytes, prometheus.CounterValue, float64(k.HostStoreBytes), "GPU_to_CPU")
+		f(h.totalTime, prometheus.CounterValue, k.HostLoadSeconds, "CPU_to_GPU")
+		f(h.totalTime, prometheus.CounterValue, k.HostStoreSeconds, "GPU_to_CPU")
+		f(h.fetch, prometheus.GaugeValue, 0, "waiting_to_start")
+		f(h.fetch, prometheus.GaugeValue, float64(s.Host.FetchRunning), "in_progress")
+		f(h.fetch, prometheus.GaugeValue, float64(s.Host.FetchCompleted), "completed_waiting")
+	}
 }
 
 func (m *metrics) snapshot() Snapshot {
@@ -95,7 +166,30 @@ func (m *metrics) publish(s Snapshot) {
 }
 
 // cacheConfigLabels are the labels of vllm:cache_config_info.
+// With the host tier they also carry its two CacheConfig fields, as vLLM's
+// (metrics_info exports every field; without the tier vLLM says
+// kv_offloading_size "None", which the sim leaves out to keep its output
+// as before).
 func cacheConfigLabels(cfg Config, numBlocks int) prometheus.Labels {
+	l := cacheConfigLabelsBase(cfg, numBlocks)
+	if cfg.KVOffloadGiB > 0 {
+		l["kv_offloading_backend"] = cfg.KVOffloadBackend
+		l["kv_offloading_size"] = pyFloat(cfg.KVOffloadGiB)
+	}
+	return l
+}
+
+// pyFloat formats f as Python's str(float) does for ordinary values
+// (16.0, 0.5).
+func pyFloat(f float64) string {
+	s := strconv.FormatFloat(f, 'g', -1, 64)
+	if !strings.ContainsAny(s, ".eEn") {
+		s += ".0"
+	}
+	return s
+}
+
+func cacheConfigLabelsBase(cfg Config, numBlocks int) prometheus.Labels {
 	return prometheus.Labels{
 		"block_size":             fmt.Sprint(cfg.BlockSize),
 		"num_gpu_blocks":         fmt.Sprint(numBlocks),

@@ -68,6 +68,13 @@ type Profile struct {
 	Link        string  // what it is, in words
 	LinkGBps    float64 // effective all-reduce bus bandwidth (nccl-tests' busbw), GB/s
 	LinkLatency float64 // seconds per all-reduce on top of its bytes
+	// The card's link to host memory, for the host-RAM KV tier (vLLM's
+	// native KV offloading, docs/kv-offload.md): pinned-memory DMA copies of
+	// KV blocks, each rank over its own link. A profile without it
+	// (HostLinkGBps 0) cannot run the tier, as vLLM's CPU build cannot.
+	HostLink        string  // what it is, in words
+	HostLinkGBps    float64 // effective host<->device copy bandwidth per card and direction, GB/s
+	HostLinkLatency float64 // seconds per transfer job on top of its bytes
 
 	// TP is the tensor-parallel size the profile is used at: the cards one
 	// replica spans (0 or 1: one card, the profile as measured). Config.profile
@@ -85,6 +92,10 @@ func a4000Qwen3(p Profile) Profile {
 	p.Layers, p.Hidden, p.Heads, p.KVHeads = 36, 2560, 32, 8
 	p.ReplicatedGiB = 262144 * 128 * 2.0 / gib
 	p.Link, p.LinkGBps, p.LinkLatency = "PCIe 4.0 x16 peer-to-peer, no NVLink", 22, 20e-6
+	// Host link: the same PCIe 4.0 x16 slot to pinned host memory, 31.5 GB/s
+	// a direction in theory, ~25 GB/s of DMA (cudaMemcpy from pinned memory)
+	// assumed, and ~50 µs a transfer job (docs/reference-rig.md, host link).
+	p.HostLink, p.HostLinkGBps, p.HostLinkLatency = "PCIe 4.0 x16 to pinned host memory", 25, 50e-6
 	return p
 }
 
@@ -278,6 +289,16 @@ func (c Config) profile() Profile {
 		p.TP = c.TP
 	}
 	return p
+}
+
+// HostBlockSeconds is the time one KV block of blockSize tokens takes over
+// the host link: each rank copies its own share (CardKVBytesPerToken a
+// token) over its own link at once. 0 without a host link.
+func (p Profile) HostBlockSeconds(blockSize int) float64 {
+	if p.HostLinkGBps <= 0 {
+		return 0
+	}
+	return p.CardKVBytesPerToken() * float64(blockSize) / (p.HostLinkGBps * 1e9)
 }
 
 // kvCapacityError is vLLM's start-up failure when max_model_len does not fit

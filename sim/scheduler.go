@@ -24,6 +24,7 @@ type Seq struct {
 	hashes    []uint64 // chain hashes of the full blocks of Tokens
 	numCached int      // leading blocks registered in the cache
 	blockSize int
+	host      *seqHost // host-RAM KV tier state (nil without the tier)
 }
 
 // NewSeq makes a waiting sequence for prompt tokens.
@@ -51,9 +52,10 @@ type SchedConfig struct {
 	MaxBatchedTokens int
 	MaxModelLen      int // longest sequence (prompt + output)
 	BlockSize        int
-	ReserveFullISL   bool   // full-sequence admission gate (R2.3)
-	PrefixStats      string // StatsAdmission, StatsLookup or StatsLookupAll
-	WatermarkBlocks  int    // blocks kept free when admitting into a busy engine (R2.4)
+	ReserveFullISL   bool       // full-sequence admission gate (R2.3)
+	PrefixStats      string     // StatsAdmission, StatsLookup or StatsLookupAll
+	WatermarkBlocks  int        // blocks kept free when admitting into a busy engine (R2.4)
+	Host             HostConfig // host-RAM KV tier (offload.go); off when Host.Blocks is 0
 }
 
 // Counters are the scheduler's monotonic counts, in tokens where vLLM's are.
@@ -63,6 +65,16 @@ type Counters struct {
 	Preemptions      int64
 	PromptTokens     int64
 	GenerationTokens int64
+
+	// The host-RAM KV tier's (offload.go; zero without it): the connector's
+	// prefix-cache counters in tokens, and the offloading transfers.
+	ExternalQueries   int64
+	ExternalHits      int64
+	HostLoadBytes     int64
+	HostLoadSeconds   float64
+	HostStoreBytes    int64
+	HostStoreSeconds  float64
+	HostAllocFailures int64
 }
 
 // Scheduled is one request's share of a step: N tokens from position Start.
@@ -105,12 +117,19 @@ type Scheduler struct {
 	pool     *BlockPool
 	running  []*Seq
 	waiting  []*Seq
+	holding  []*Seq    // loading from the host tier, or loaded and not yet running (vLLM's kv_holding_waiting)
+	host     *hostTier // nil without the tier
 	Counters Counters
 }
 
-// NewScheduler makes a scheduler over pool.
+// NewScheduler makes a scheduler over pool, with a host-RAM KV tier when
+// cfg.Host.Blocks > 0.
 func NewScheduler(cfg SchedConfig, pool *BlockPool) *Scheduler {
-	return &Scheduler{cfg: cfg, pool: pool}
+	s := &Scheduler{cfg: cfg, pool: pool}
+	if cfg.Host.Blocks > 0 {
+		s.host = &hostTier{cfg: cfg.Host, pool: newHostPool(cfg.Host.Blocks), beingLoaded: map[uint64]int{}}
+	}
+	return s
 }
 
 // Pool returns the block pool.
@@ -119,11 +138,17 @@ func (s *Scheduler) Pool() *BlockPool { return s.pool }
 // NumRunning and NumWaiting are vLLM's gauges (preempted requests wait).
 func (s *Scheduler) NumRunning() int { return len(s.running) }
 
-// NumWaiting counts waiting and preempted requests.
-func (s *Scheduler) NumWaiting() int { return len(s.waiting) }
+// NumWaiting counts waiting and preempted requests (and, with the host
+// tier, those loading from it or loaded and not yet running).
+func (s *Scheduler) NumWaiting() int { return len(s.waiting) + len(s.holding) }
 
-// Idle reports whether there is nothing to schedule.
-func (s *Scheduler) Idle() bool { return len(s.running) == 0 && len(s.waiting) == 0 }
+// Idle reports whether there is nothing to schedule. With the host tier,
+// requests finished since the last step keep it busy for one more (empty)
+// step, as in vLLM (has_finished_requests): that step offers their last
+// blocks and touches what they used.
+func (s *Scheduler) Idle() bool {
+	return len(s.running) == 0 && len(s.waiting) == 0 && len(s.holding) == 0 && (s.host == nil || len(s.host.finished) == 0)
+}
 
 // Add appends a new request to the waiting queue.
 func (s *Scheduler) Add(q *Seq) { s.waiting = append(s.waiting, q) }
@@ -133,6 +158,10 @@ func (s *Scheduler) Abort(q *Seq) {
 	s.running = removeSeq(s.running, q)
 	s.waiting = removeSeq(s.waiting, q)
 	s.release(q)
+	if s.host != nil {
+		s.holding = removeSeq(s.holding, q)
+		s.host.finished = append(s.host.finished, q)
+	}
 }
 
 func removeSeq(list []*Seq, q *Seq) []*Seq {
@@ -180,7 +209,14 @@ func (s *Scheduler) Schedule() Batch {
 		i++
 	}
 	if len(b.Preempted) == 0 { // R1.4: a step that preempts admits no one
-		b.Items = s.admit(b.Items, budget)
+		if s.host != nil {
+			b.Items = s.admitTier(b.Items, budget)
+		} else {
+			b.Items = s.admit(b.Items, budget)
+		}
+	}
+	if s.host != nil {
+		s.planStores(b)
 	}
 	return b
 }
@@ -226,6 +262,12 @@ func (s *Scheduler) countQuery(r *Seq, hitTok int) {
 // alloc is allocate_slots: charge = new blocks + free hit blocks (+ watermark)
 // must fit the free count; with gate, the whole sequence must fit too.
 func (s *Scheduler) alloc(q *Seq, n int, hits []*Block, gate bool, wm int) bool {
+	return s.allocReserve(q, n, hits, gate, wm, 0)
+}
+
+// allocReserve is alloc that also leaves reserve blocks free for the
+// allocation itself (not the gate): vLLM's reserved_blocks for async loads.
+func (s *Scheduler) allocReserve(q *Seq, n int, hits []*Block, gate bool, wm, reserve int) bool {
 	bs := s.cfg.BlockSize
 	freeHits := 0
 	for _, h := range hits {
@@ -243,7 +285,7 @@ func (s *Scheduler) alloc(q *Seq, n int, hits []*Block, gate bool, wm int) bool 
 		return false
 	}
 	upTo := q.Computed + len(hits)*bs + n
-	if charge(upTo)+wm > free {
+	if charge(upTo)+wm > free-reserve {
 		return false
 	}
 	s.pool.Touch(hits)
@@ -298,6 +340,9 @@ func (s *Scheduler) Complete(b Batch, next func(*Seq) uint32) (emitted, finished
 			s.running = removeSeq(s.running, q)
 			s.release(q)
 			finished = append(finished, q)
+			if s.host != nil {
+				s.host.finished = append(s.host.finished, q)
+			}
 		}
 	}
 	return emitted, finished

@@ -35,6 +35,8 @@ type server struct {
 	maxLen    int // effective max_model_len
 	kvTokens  int
 	numBlocks int
+	host      HostConfig // the host-RAM KV tier (Blocks 0: off)
+	engineID  string
 	childPID  int
 
 	reqCount atomic.Int64
@@ -88,6 +90,10 @@ func (s *server) handleVersion(w http.ResponseWriter, r *http.Request) {
 		"sim": map[string]any{"profile": s.prof.Name, "time_scale": s.cfg.TimeScale, "kv_tokens": s.kvTokens,
 			"tensor_parallel_size": s.prof.tp(), "busy_seconds": snap.BusySeconds, "lag_seconds": snap.LagSeconds},
 	}
+	if s.host.Blocks > 0 {
+		v["sim"].(map[string]any)["kv_offload_tokens"] = s.host.Blocks * s.cfg.BlockSize
+		v["sim"].(map[string]any)["kv_offload_tokens_used"] = snap.Host.Used * s.cfg.BlockSize
+	}
 	if s.childPID != 0 {
 		v["child_pid"] = s.childPID
 	}
@@ -103,10 +109,17 @@ func devMode() bool {
 }
 
 // handleReset drops cached-but-free blocks; like vLLM it refuses while any
-// block is held by a request.
+// block is held by a request. With ?reset_external=true it also empties
+// the host-RAM KV tier (vLLM's reset_connector; entrypoints/serve/dev/cache/
+// api_router.py), here only when the GPU reset succeeds.
 func (s *server) handleReset(w http.ResponseWriter, r *http.Request) {
 	ok := false
-	if err := s.eng.Do(func(sc *Scheduler) { ok = sc.Pool().Reset() }); err != nil {
+	external := strings.EqualFold(r.URL.Query().Get("reset_external"), "true")
+	if err := s.eng.Do(func(sc *Scheduler) {
+		if ok = sc.Pool().Reset(); ok && external {
+			sc.ResetHost()
+		}
+	}); err != nil {
 		openAIError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}

@@ -24,6 +24,9 @@ type Scraped struct {
 	queries, hits            counter
 	prompt, generated        counter
 	preemptions              counter
+	offload                  Offload // the host KV tier's configuration, when the engine has one
+	offQueries, offHits      counter // vllm:external_prefix_cache_queries / _hits
+	offLoaded, offStored     counter // vllm:kv_offload_load_bytes / _store_bytes
 	scrapedAt                time.Time
 	scrapeErr                string
 	scraped                  bool // a scrape succeeded before: a counter that appears now counts from 0
@@ -69,7 +72,39 @@ type Sample struct {
 	queries, hits, prompt, generated, preemptions    float64
 	kvCapacity                                       int
 	hasQueries, hasHits, hasPrompt, hasGen, hasPreem bool
+
+	offload                             Offload
+	offQueries, offHits                 float64
+	offLoaded, offStored                float64
+	hasOffQ, hasOffH, hasOffL, hasOffSt bool
 }
+
+// Offload is an engine's host-RAM KV tier (vLLM's KV offloading) as its
+// vllm:cache_config_info says: the labels kv_offloading_backend ("native",
+// "lmcache") and kv_offloading_size (GiB, "None" when off), vLLM 0.32.0
+// config/cache.py (metrics_info exports every CacheConfig field as a
+// label). Zero when the engine has no tier, or is too old to say.
+type Offload struct {
+	Backend string // "" none
+	Bytes   uint64 // configured size, summed over the engines; 0 unknown (lmcache sizes its own server)
+}
+
+// The metric names of vLLM's host KV tier, vLLM 0.32.0 (docs/kv-offload.md
+// names the source lines). The counters are exposed with _total.
+const (
+	// Tokens of prompts that missed the GPU prefix cache and were looked
+	// up in the connector's tier, and the tokens found there (loaded
+	// back), per engine (labels model_name, engine).
+	MetricExternalQueries = "vllm:external_prefix_cache_queries"
+	MetricExternalHits    = "vllm:external_prefix_cache_hits"
+	// Bytes the native offloading connector moved host to GPU (loads) and
+	// GPU to host (stores).
+	MetricOffloadLoadBytes  = "vllm:kv_offload_load_bytes"
+	MetricOffloadStoreBytes = "vllm:kv_offload_store_bytes"
+	// The same, under the deprecated name with a transfer_type label
+	// (CPU_to_GPU, GPU_to_CPU), for vLLM releases before the flat names.
+	MetricOffloadTotalBytes = "vllm:kv_offload_total_bytes"
+)
 
 // Parse reads vLLM's Prometheus text, summing samples over labels
 // (engines). It accepts counter names with and without _total and either
@@ -96,7 +131,54 @@ func Parse(r io.Reader) (Sample, error) {
 	s.generated, s.hasGen = fams.Counter("vllm:generation_tokens")
 	s.preemptions, s.hasPreem = fams.Counter("vllm:num_preemptions")
 	s.kvCapacity = kvCapacity(fams["vllm:cache_config_info"])
+	s.offload = offloadConfig(fams["vllm:cache_config_info"])
+	s.offQueries, s.hasOffQ = fams.Counter(MetricExternalQueries)
+	s.offHits, s.hasOffH = fams.Counter(MetricExternalHits)
+	s.offLoaded, s.hasOffL = fams.Counter(MetricOffloadLoadBytes)
+	s.offStored, s.hasOffSt = fams.Counter(MetricOffloadStoreBytes)
+	if !s.hasOffL && !s.hasOffSt {
+		if by, ok := fams.CounterBy(MetricOffloadTotalBytes, "transfer_type"); ok {
+			s.offLoaded, s.hasOffL = by["CPU_to_GPU"], true
+			s.offStored, s.hasOffSt = by["GPU_to_CPU"], true
+		}
+	}
+	if s.offload.Backend == "" && (s.hasOffL || s.hasOffSt) {
+		// Only vLLM's native offloading connector exports these (an
+		// engine whose cache_config_info lacks the tier's labels).
+		s.offload.Backend = "native"
+	}
 	return s, nil
+}
+
+// offloadConfig reads the host KV tier from vllm:cache_config_info's
+// kv_offloading_backend and kv_offloading_size labels, summing the size
+// over engines. The size counts for the native backend only: LMCache's
+// capacity is its server's, which vLLM does not pass it.
+func offloadConfig(f *dto.MetricFamily) Offload {
+	var o Offload
+	for _, m := range f.GetMetric() {
+		backend, size := "", ""
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "kv_offloading_backend":
+				backend = l.GetValue()
+			case "kv_offloading_size":
+				size = l.GetValue()
+			}
+		}
+		gib, err := strconv.ParseFloat(size, 64)
+		if err != nil || !(gib > 0) || gib > 1<<30 { // "None": no tier; NaN, Inf or absurd: ignored
+			continue
+		}
+		if backend == "" {
+			backend = "native" // vLLM's default backend
+		}
+		o.Backend = backend
+		if backend == "native" {
+			o.Bytes += uint64(gib * (1 << 30))
+		}
+	}
+	return o
 }
 
 // kvCapacity is num_gpu_blocks x block_size from vllm:cache_config_info,
@@ -127,12 +209,17 @@ func (e *Scraped) Apply(s Sample, at time.Time) (reset bool) {
 	if s.kvCapacity > 0 {
 		e.kvCapacity = s.kvCapacity
 	}
+	if s.offload.Backend != "" {
+		e.offload = s.offload
+	}
 	for _, c := range []struct {
 		c  *counter
 		v  float64
 		ok bool
 	}{{&e.queries, s.queries, s.hasQueries}, {&e.hits, s.hits, s.hasHits}, {&e.prompt, s.prompt, s.hasPrompt},
-		{&e.generated, s.generated, s.hasGen}, {&e.preemptions, s.preemptions, s.hasPreem}} {
+		{&e.generated, s.generated, s.hasGen}, {&e.preemptions, s.preemptions, s.hasPreem},
+		{&e.offQueries, s.offQueries, s.hasOffQ}, {&e.offHits, s.offHits, s.hasOffH},
+		{&e.offLoaded, s.offLoaded, s.hasOffL}, {&e.offStored, s.offStored, s.hasOffSt}} {
 		if !c.ok {
 			continue
 		}
@@ -153,7 +240,8 @@ func (e *Scraped) Fail(err string) { e.scrapeErr = err }
 // Restarted makes every counter's next reading count in full: the engine
 // restarted and its counters start from 0 again.
 func (e *Scraped) Restarted() {
-	for _, c := range []*counter{&e.queries, &e.hits, &e.prompt, &e.generated, &e.preemptions} {
+	for _, c := range []*counter{&e.queries, &e.hits, &e.prompt, &e.generated, &e.preemptions,
+		&e.offQueries, &e.offHits, &e.offLoaded, &e.offStored} {
 		c.restarted()
 	}
 }
@@ -165,13 +253,22 @@ type Stats struct {
 	Queries, Hits, Prompt, Generated, Preemptions float64 // deltas since warden start
 	ScrapedAt                                     time.Time
 	ScrapeErr                                     string
+
+	// The host KV tier: its configuration, and as deltas since warden
+	// start the tokens looked up in it (GPU misses) and found there, and
+	// the bytes loaded from and stored to it.
+	Offload                                Offload
+	OffloadQueries, OffloadHits            float64
+	OffloadLoadedBytes, OffloadStoredBytes float64
 }
 
 // Stats copies the current values.
 func (e *Scraped) Stats() Stats {
 	return Stats{Running: e.running, Waiting: e.waiting, KVUsed: e.kvUsed, KVCapacity: e.kvCapacity,
 		Queries: e.queries.total, Hits: e.hits.total, Prompt: e.prompt.total, Generated: e.generated.total,
-		Preemptions: e.preemptions.total, ScrapedAt: e.scrapedAt, ScrapeErr: e.scrapeErr}
+		Preemptions: e.preemptions.total, ScrapedAt: e.scrapedAt, ScrapeErr: e.scrapeErr,
+		Offload: e.offload, OffloadQueries: e.offQueries.total, OffloadHits: e.offHits.total,
+		OffloadLoadedBytes: e.offLoaded.total, OffloadStoredBytes: e.offStored.total}
 }
 
 // wardenSample reads the /metrics of a warden used as a replica (a `warden

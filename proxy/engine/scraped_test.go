@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -117,4 +118,144 @@ vllm:cache_config_info{block_size="99999999999",num_gpu_blocks="99999999999"} 1
 		e.Apply(s, time.Unix(1_800_000_000, 0))
 		e.Apply(s, time.Unix(1_800_000_000, 0))
 	})
+}
+
+// vllm032Tier is what vLLM 0.32.0 exports for a host KV tier of 64 GiB
+// (--kv-offloading-backend native --kv-offloading-size 64): the metric
+// names, labels and the _total/_created samples prometheus_client writes.
+const vllm032Tier = `# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 2.0
+# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 10000.0
+# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 6000.0
+# HELP vllm:external_prefix_cache_queries_total External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.
+# TYPE vllm:external_prefix_cache_queries_total counter
+vllm:external_prefix_cache_queries_total{engine="0",model_name="m"} 4000.0
+# HELP vllm:external_prefix_cache_queries_created External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.
+# TYPE vllm:external_prefix_cache_queries_created gauge
+vllm:external_prefix_cache_queries_created{engine="0",model_name="m"} 1.7645e+09
+# HELP vllm:external_prefix_cache_hits_total External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens.
+# TYPE vllm:external_prefix_cache_hits_total counter
+vllm:external_prefix_cache_hits_total{engine="0",model_name="m"} 2500.0
+# HELP vllm:prompt_tokens_cached_by_source_total Prefix-cache hit tokens by the cache tier that supplied them.
+# TYPE vllm:prompt_tokens_cached_by_source_total counter
+vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="m",source="device"} 6000.0
+vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="m",source="host"} 2500.0
+# HELP vllm:kv_offload_load_bytes_total Total bytes loaded from offload storage to GPU.
+# TYPE vllm:kv_offload_load_bytes_total counter
+vllm:kv_offload_load_bytes_total{engine="0",model_name="m"} 1.6384e+08
+# HELP vllm:kv_offload_store_bytes_total Total bytes stored from GPU to offload storage.
+# TYPE vllm:kv_offload_store_bytes_total counter
+vllm:kv_offload_store_bytes_total{engine="0",model_name="m"} 6.5536e+08
+# HELP vllm:kv_offload_total_bytes_total Number of bytes offloaded by KV connector
+# TYPE vllm:kv_offload_total_bytes_total counter
+vllm:kv_offload_total_bytes_total{engine="0",model_name="m",transfer_type="CPU_to_GPU"} 1.6384e+08
+vllm:kv_offload_total_bytes_total{engine="0",model_name="m",transfer_type="GPU_to_CPU"} 6.5536e+08
+# HELP vllm:kv_offload_cpu_cache_usage_perc Fraction of CPU KV-cache space currently pinned by active transfers (0.0 = idle, 1.0 = saturated).
+# TYPE vllm:kv_offload_cpu_cache_usage_perc gauge
+vllm:kv_offload_cpu_cache_usage_perc{engine="0",model_name="m"} 0.01
+# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",engine="0",kv_offloading_backend="native",kv_offloading_size="64.0",num_cpu_blocks="None",num_gpu_blocks="2750"} 1.0
+`
+
+func TestParseHostKVTier(t *testing.T) {
+	tests := []struct {
+		name string
+		text string
+		want Sample
+	}{
+		{"vLLM 0.32 native tier", vllm032Tier, Sample{running: 2, queries: 10000, hits: 6000, kvCapacity: 44000,
+			hasQueries: true, hasHits: true,
+			offload: Offload{Backend: "native", Bytes: 64 << 30}, offQueries: 4000, offHits: 2500,
+			offLoaded: 163840000, offStored: 655360000, hasOffQ: true, hasOffH: true, hasOffL: true, hasOffSt: true}},
+		{"older: the transfer bytes only under the deprecated name", `# TYPE vllm:kv_offload_total_bytes_total counter
+vllm:kv_offload_total_bytes_total{engine="0",model_name="m",transfer_type="CPU_to_GPU"} 100
+vllm:kv_offload_total_bytes_total{engine="0",model_name="m",transfer_type="GPU_to_CPU"} 300
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",engine="0",kv_offloading_size="2.5",num_gpu_blocks="10"} 1
+`, Sample{kvCapacity: 160, offload: Offload{Backend: "native", Bytes: 2<<30 + 512<<20},
+			offLoaded: 100, offStored: 300, hasOffL: true, hasOffSt: true}},
+		{"no tier: size None, the connector counters at 0", `# TYPE vllm:external_prefix_cache_queries_total counter
+vllm:external_prefix_cache_queries_total{engine="0",model_name="m"} 0.0
+# TYPE vllm:external_prefix_cache_hits_total counter
+vllm:external_prefix_cache_hits_total{engine="0",model_name="m"} 0.0
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",engine="0",kv_offloading_backend="native",kv_offloading_size="None",num_gpu_blocks="10"} 1
+`, Sample{kvCapacity: 160, hasOffQ: true, hasOffH: true}},
+		{"the transfer counters without the tier's labels: a native tier of unknown size", `# TYPE vllm:kv_offload_load_bytes_total counter
+# TYPE vllm:kv_offload_store_bytes_total counter
+vllm:kv_offload_store_bytes_total{engine="0",model_name="m"} 4096
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="10"} 1
+`, Sample{kvCapacity: 160, offload: Offload{Backend: "native"}, offStored: 4096, hasOffSt: true}}, // a family without samples is absent
+		{"LMCache: on, its size its server's", `# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",engine="0",kv_offloading_backend="lmcache",kv_offloading_size="100.0",num_gpu_blocks="10"} 1
+`, Sample{kvCapacity: 160, offload: Offload{Backend: "lmcache"}}},
+		{"two engines summed", `# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",engine="0",kv_offloading_backend="native",kv_offloading_size="8.0",num_gpu_blocks="10"} 1
+vllm:cache_config_info{block_size="16",engine="1",kv_offloading_backend="native",kv_offloading_size="8.0",num_gpu_blocks="10"} 1
+# TYPE vllm:external_prefix_cache_hits_total counter
+vllm:external_prefix_cache_hits_total{engine="0",model_name="m"} 5
+vllm:external_prefix_cache_hits_total{engine="1",model_name="m"} 7
+`, Sample{kvCapacity: 320, offload: Offload{Backend: "native", Bytes: 16 << 30}, offHits: 12, hasOffH: true}},
+		{"nonsense sizes are ignored", `# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{engine="0",kv_offloading_size="NaN"} 1
+vllm:cache_config_info{engine="1",kv_offloading_size="-4"} 1
+vllm:cache_config_info{engine="2",kv_offloading_size="1e300"} 1
+`, Sample{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Parse(strings.NewReader(tt.text))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(Sample{})); diff != "" {
+				t.Errorf("Parse (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestHostKVTierCountersSinceStart(t *testing.T) {
+	parse := func(q, h, loaded float64) Sample {
+		t.Helper()
+		s, err := Parse(strings.NewReader(fmt.Sprintf(`# TYPE vllm:external_prefix_cache_queries_total counter
+vllm:external_prefix_cache_queries_total{engine="0"} %v
+# TYPE vllm:external_prefix_cache_hits_total counter
+vllm:external_prefix_cache_hits_total{engine="0"} %v
+# TYPE vllm:kv_offload_load_bytes_total counter
+vllm:kv_offload_load_bytes_total{engine="0"} %v
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",engine="0",kv_offloading_backend="native",kv_offloading_size="4.0",num_gpu_blocks="10"} 1
+`, q, h, loaded)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	var e Scraped
+	at := time.Unix(1_800_000_000, 0)
+	e.Apply(parse(1000, 400, 1e6), at) // warden start: a baseline
+	e.Apply(parse(1600, 700, 3e6), at)
+	st := e.Stats()
+	if st.Offload != (Offload{Backend: "native", Bytes: 4 << 30}) || st.OffloadQueries != 600 || st.OffloadHits != 300 ||
+		st.OffloadLoadedBytes != 2e6 {
+		t.Errorf("stats %+v", st)
+	}
+	if !e.Apply(parse(100, 50, 0), at) { // went down: the engine restarted
+		t.Error("a host-tier counter going down is not reported as a reset")
+	}
+	if st = e.Stats(); st.OffloadQueries != 700 || st.OffloadHits != 350 {
+		t.Errorf("after the reset: queries %v hits %v, want 700 and 350", st.OffloadQueries, st.OffloadHits)
+	}
+	e.Apply(Sample{}, at) // a scrape without the tier's labels keeps the configuration
+	if e.Stats().Offload.Bytes != 4<<30 {
+		t.Error("the tier's size was forgotten")
+	}
 }

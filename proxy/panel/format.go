@@ -70,6 +70,82 @@ func fmtSpill(s Status) string {
 	return v
 }
 
+// fmtBytes formats a size compactly in binary units: "512M", "64.0G",
+// "256G", "1.50T"; "0" for none.
+func fmtBytes(n float64) string {
+	const mib, gib, tib = 1 << 20, 1 << 30, 1 << 40
+	switch {
+	case n <= 0:
+		return "0"
+	case n < gib-mib/2:
+		return strconv.FormatFloat(n/mib, 'f', 0, 64) + "M"
+	case n < 99.95*gib:
+		return strconv.FormatFloat(n/gib, 'f', 1, 64) + "G"
+	case n < 1023.5*gib:
+		return strconv.FormatFloat(n/gib, 'f', 0, 64) + "G"
+	default:
+		return strconv.FormatFloat(n/tib, 'f', 2, 64) + "T"
+	}
+}
+
+// fmtIBytes is fmtBytes for prose: "64.0 GiB", "0 B".
+func fmtIBytes(n float64) string {
+	b := fmtBytes(n)
+	if b == "0" {
+		return "0 B"
+	}
+	return b[:len(b)-1] + " " + b[len(b)-1:] + "iB"
+}
+
+// fmtOffloadSize is a replica's host KV tier cell: its size, "on" when the
+// size is unknown (LMCache), "-" without a tier.
+func fmtOffloadSize(r Replica) string {
+	switch {
+	case r.OffloadBytes > 0:
+		return fmtBytes(float64(r.OffloadBytes))
+	case r.HasOffload():
+		return "on"
+	}
+	return "-"
+}
+
+// fmtOffloadHit is a replica's host-tier hit rate cell; "-" without a tier.
+func fmtOffloadHit(r Replica) string {
+	if !r.HasOffload() {
+		return "-"
+	}
+	return fmtPct(r.OffloadHitRate)
+}
+
+// offloadLine says in one sentence what the host KV tiers held and did
+// since start (terminal table, exit summary; panel.js writes the same).
+func offloadLine(s Status) string {
+	t := TotalsOf(s.Replicas)
+	var loaded, stored float64
+	n, backend := 0, ""
+	for _, r := range s.Replicas {
+		if r.HasOffload() {
+			n++
+			if backend == "" {
+				backend = r.OffloadBackend
+			}
+		}
+		loaded += r.OffloadLoadedBytes
+		stored += r.OffloadStoredBytes
+	}
+	size := "size unknown"
+	if t.OffloadBytes > 0 {
+		size = fmtIBytes(float64(t.OffloadBytes))
+	}
+	if backend == "" {
+		backend = "native"
+	}
+	return fmt.Sprintf("host KV tier (vLLM %s KV offloading): %s on %d of %d replicas; %s of %s prompt tokens "+
+		"that missed the GPU cache found there (%s); %s loaded back, %s stored",
+		backend, size, n, len(s.Replicas), fmtTokens(t.OffloadHits), fmtTokens(t.OffloadQueries),
+		fmtPct(t.OffloadHitRate), fmtIBytes(loaded), fmtIBytes(stored))
+}
+
 // ratio is a/b, or 0 when b is 0.
 func ratio(a, b float64) float64 {
 	if b == 0 {

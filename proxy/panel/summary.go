@@ -52,12 +52,63 @@ func WriteSummary(w io.Writer, s Status) {
 	fmt.Fprintln(w, "prompt tok, cached tok and hit: the engines' prefix-cache counters since warden start;")
 	fmt.Fprintf(w, "cached share: usage reports of finished requests (%s of %s prompt tokens cached).\n",
 		fmtTokens(float64(all.CachedTokens)), fmtTokens(float64(all.PromptTokens)))
+	if s.HasOffload() {
+		writeOffloadSummary(w, s)
+	}
 	if p := s.PeakOvercommit; p != nil {
 		writeWrapped(w, p.message("KV cache was overcommitted during the run (worst at "+
 			p.At.Local().Format("15:04:05")+")"), 100)
 	} else if msg, over := Overcommit(s); over {
 		writeWrapped(w, msg, 100)
 	}
+}
+
+// offloadSummaryColumns are the headers of the exit summary's host KV tier
+// table (only when a replica has one).
+var offloadSummaryColumns = table.Row{"replica", "host tier", "looked up", "found", "host hit", "loaded", "stored"}
+
+// writeOffloadSummary writes, per replica and in total, the host KV tier's
+// size, the prompt tokens that missed the GPU cache and were looked up in
+// it, those found there, their share, and the bytes loaded back from it
+// and stored to it; then offloadLine.
+func writeOffloadSummary(w io.Writer, s Status) {
+	t := table.NewWriter()
+	t.SetOutputMirror(w)
+	t.SetStyle(panelTableStyle())
+	t.AppendHeader(offloadSummaryColumns)
+	var all Replica
+	for _, r := range s.Replicas {
+		t.AppendRow(offloadSummaryRow(strconv.Itoa(r.Rank), r))
+		all.OffloadBytes += r.OffloadBytes
+		all.OffloadQueries += r.OffloadQueries
+		all.OffloadHits += r.OffloadHits
+		all.OffloadLoadedBytes += r.OffloadLoadedBytes
+		all.OffloadStoredBytes += r.OffloadStoredBytes
+		if all.OffloadBackend == "" {
+			all.OffloadBackend = r.OffloadBackend
+		}
+	}
+	all.OffloadHitRate = ratio(all.OffloadHits, all.OffloadQueries)
+	t.AppendFooter(offloadSummaryRow("all", all))
+	var cc []table.ColumnConfig
+	for i := range offloadSummaryColumns {
+		cc = append(cc, table.ColumnConfig{Number: i + 1, Align: text.AlignRight, AlignHeader: text.AlignRight, AlignFooter: text.AlignRight})
+	}
+	t.SetColumnConfigs(cc)
+	t.SuppressTrailingSpaces()
+	t.Render()
+	writeWrapped(w, offloadLine(s)+". The usage reports' cached tokens include the host tier's hits; "+
+		"hit and cached tok above count the GPU prefix cache only.", 100)
+}
+
+// offloadSummaryRow is one row of the host KV tier table.
+func offloadSummaryRow(name string, r Replica) table.Row {
+	hit := "-"
+	if r.HasOffload() || r.OffloadQueries > 0 {
+		hit = fmtPct(ratio(r.OffloadHits, r.OffloadQueries))
+	}
+	return table.Row{name, fmtOffloadSize(r), fmtTokens(r.OffloadQueries), fmtTokens(r.OffloadHits), hit,
+		fmtBytes(r.OffloadLoadedBytes), fmtBytes(r.OffloadStoredBytes)}
 }
 
 // writeWrapped writes msg word-wrapped to lines of at most width runes

@@ -24,6 +24,33 @@ var tableLegend = []string{
 	"sess = active conversations (of them subagents'), rst = restarts",
 }
 
+// offloadColumns are inserted after "hit" when any replica has a host KV
+// tier (Status.HasOffload): its size and its hit rate. The table then
+// separates columns by one space instead of two to stay within 100
+// columns.
+var offloadColumns = table.Row{"host", "h.hit"}
+
+// offloadAt is where offloadColumns go: after tableColumns' "hit".
+const offloadAt = 13
+
+// offloadLegend explains offloadColumns.
+const offloadLegend = "host = host KV tier (vLLM KV offloading), h.hit = tokens found there / GPU misses looked up"
+
+// columnsFor is the table's header row for s.
+func columnsFor(s Status) table.Row {
+	if !s.HasOffload() {
+		return tableColumns
+	}
+	return withOffload(tableColumns, offloadColumns)
+}
+
+// withOffload inserts the host tier's cells into a row at offloadAt.
+func withOffload(row, cells table.Row) table.Row {
+	out := append(table.Row{}, row[:offloadAt]...)
+	out = append(out, cells...)
+	return append(out, row[offloadAt:]...)
+}
+
 // formatStatusTable writes the routing panel as plain text: a badge line,
 // the replica table with a totals row, the since-when line and any
 // warnings. It is what `warden status` prints; it does not end with a clear
@@ -32,20 +59,40 @@ func formatStatusTable(w io.Writer, s Status) {
 	for _, l := range badgeLines(s) {
 		fmt.Fprintln(w, l)
 	}
+	tier := s.HasOffload()
 	t := table.NewWriter()
 	t.SetOutputMirror(w)
-	t.SetStyle(panelTableStyle())
-	t.AppendHeader(tableColumns)
-	for _, r := range s.Replicas {
-		t.AppendRow(replicaRow(r))
+	st := panelTableStyle()
+	if tier {
+		st.Box.PaddingRight = " "
 	}
-	t.AppendFooter(totalsRow(s))
-	t.SetColumnConfigs(columnConfigs())
+	t.SetStyle(st)
+	cols := columnsFor(s)
+	t.AppendHeader(cols)
+	for _, r := range s.Replicas {
+		row := replicaRow(r)
+		if tier {
+			row = withOffload(row, table.Row{fmtOffloadSize(r), fmtOffloadHit(r)})
+		}
+		t.AppendRow(row)
+	}
+	foot := totalsRow(s)
+	if tier {
+		tot := TotalsOf(s.Replicas)
+		foot = withOffload(foot, table.Row{fmtOffloadSize(Replica{OffloadBackend: "any", OffloadBytes: tot.OffloadBytes}),
+			fmtPct(tot.OffloadHitRate)})
+	}
+	t.AppendFooter(foot)
+	t.SetColumnConfigs(columnConfigs(cols))
 	t.SuppressTrailingSpaces()
 	t.Render()
 	fmt.Fprintln(w, sinceLine(s))
 	for _, l := range tableLegend {
 		fmt.Fprintln(w, l)
+	}
+	if tier {
+		fmt.Fprintln(w, offloadLegend)
+		writeWrapped(w, offloadLine(s), 100)
 	}
 	for _, r := range s.Replicas {
 		if r.ScrapeError != "" {
@@ -61,9 +108,9 @@ func formatStatusTable(w io.Writer, s Status) {
 }
 
 // columnConfigs right-aligns the numeric columns (all but gpu and up).
-func columnConfigs() []table.ColumnConfig {
+func columnConfigs(cols table.Row) []table.ColumnConfig {
 	var cc []table.ColumnConfig
-	for i := range tableColumns {
+	for i := range cols {
 		if i == 1 || i == 3 {
 			continue
 		}

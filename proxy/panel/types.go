@@ -109,6 +109,39 @@ type Replica struct {
 	Preemptions     float64   `json:"preemptions"`
 	ScrapedAt       time.Time `json:"scraped_at"`
 	ScrapeError     string    `json:"scrape_error,omitempty"`
+
+	// The host-RAM KV tier (vLLM's KV offloading), from the engine's
+	// metrics; all zero when it has none. OffloadBytes is the configured
+	// size (vllm:cache_config_info's kv_offloading_size: vLLM exports no
+	// gauge of the tier's fill), 0 when unknown (LMCache). The counters
+	// are deltas since warden start: OffloadQueries the prompt tokens that
+	// missed the GPU prefix cache and were looked up in the tier, and
+	// OffloadHits those found there and loaded back
+	// (vllm:external_prefix_cache_queries / _hits); the bytes loaded from
+	// and stored to it (vllm:kv_offload_load_bytes / _store_bytes). The
+	// usage reports' cached tokens include the tier's hits; PrefixHits does
+	// not.
+	OffloadBackend     string  `json:"offload_backend,omitempty"` // "native", "lmcache"; "" none
+	OffloadBytes       uint64  `json:"offload_bytes,omitempty"`
+	OffloadQueries     float64 `json:"offload_queries,omitempty"`
+	OffloadHits        float64 `json:"offload_hits,omitempty"`
+	OffloadHitRate     float64 `json:"offload_hit_rate,omitempty"` // OffloadHits / OffloadQueries
+	OffloadLoadedBytes float64 `json:"offload_loaded_bytes,omitempty"`
+	OffloadStoredBytes float64 `json:"offload_stored_bytes,omitempty"`
+}
+
+// HasOffload reports whether the replica's engine has a host KV tier.
+func (r Replica) HasOffload() bool { return r.OffloadBackend != "" || r.OffloadBytes > 0 }
+
+// HasOffload reports whether any replica has a host KV tier: the table,
+// the page and the summary show its columns only then.
+func (s Status) HasOffload() bool {
+	for _, r := range s.Replicas {
+		if r.HasOffload() {
+			return true
+		}
+	}
+	return false
 }
 
 // Totals sums the replica rows.
@@ -125,6 +158,11 @@ type Totals struct {
 	PrefixHits       float64 `json:"prefix_hits"`
 	HitRate          float64 `json:"hit_rate"` // engine counters
 	KVCapacityTokens int     `json:"kv_capacity_tokens"`
+	// The host KV tiers summed (see Replica).
+	OffloadBytes   uint64  `json:"offload_bytes,omitempty"`
+	OffloadQueries float64 `json:"offload_queries,omitempty"`
+	OffloadHits    float64 `json:"offload_hits,omitempty"`
+	OffloadHitRate float64 `json:"offload_hit_rate,omitempty"`
 }
 
 // TotalsOf sums the replicas' rows and derives the shares (zero without
@@ -142,12 +180,18 @@ func TotalsOf(rows []Replica) Totals {
 		t.PrefixQueries += r.PrefixQueries
 		t.PrefixHits += r.PrefixHits
 		t.KVCapacityTokens += r.KVCapacityTokens
+		t.OffloadBytes += r.OffloadBytes
+		t.OffloadQueries += r.OffloadQueries
+		t.OffloadHits += r.OffloadHits
 	}
 	if t.PromptTokens > 0 {
 		t.CachedShare = float64(t.CachedTokens) / float64(t.PromptTokens)
 	}
 	if t.PrefixQueries > 0 {
 		t.HitRate = t.PrefixHits / t.PrefixQueries
+	}
+	if t.OffloadQueries > 0 {
+		t.OffloadHitRate = t.OffloadHits / t.OffloadQueries
 	}
 	return t
 }

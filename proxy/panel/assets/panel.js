@@ -10,6 +10,18 @@
   const fmt = {
     pct: (x) => (x * 100).toFixed(1) + '%',
     tokens: (n) => n < 999.5 ? n.toFixed(0) : n < 999950 ? (n / 1e3).toFixed(1) + 'k' : (n / 1e6).toFixed(2) + 'M',
+    bytes: (n) => {
+      const mib = 2 ** 20, gib = 2 ** 30, tib = 2 ** 40;
+      if (!(n > 0)) return '0';
+      if (n < gib - mib / 2) return (n / mib).toFixed(0) + 'M';
+      if (n < 99.95 * gib) return (n / gib).toFixed(1) + 'G';
+      if (n < 1023.5 * gib) return (n / gib).toFixed(0) + 'G';
+      return (n / tib).toFixed(2) + 'T';
+    },
+    ibytes: (n) => {
+      const b = fmt.bytes(n);
+      return b === '0' ? '0 B' : b.slice(0, -1) + ' ' + b.slice(-1) + 'iB';
+    },
     num: (x) => String(x),
     gpus: (g) => (g && g.length ? g.join(',') : '-'),
     up: (r) => (r.up ? 'up' : (r.state || 'down')),
@@ -64,18 +76,36 @@
     return tr;
   }
 
-  function replicaCells(r) {
+  // The host KV tier (vLLM KV offloading): its columns show only when a
+  // replica has one (Status.HasOffload in types.go).
+  const hasTier = (r) => !!(r.offload_backend || r.offload_bytes > 0);
+  const anyTier = (s) => (s.replicas || []).some(hasTier);
+  const tierSize = (r) => (r.offload_bytes > 0 ? fmt.bytes(r.offload_bytes) : hasTier(r) ? 'on' : '-');
+
+  function replicaCells(r, tier) {
     return [
       ['rank', String(r.rank)], ['gpus', fmt.gpus(r.gpus)], ['port', String(r.port)],
       ['up ' + (r.up ? 'is-up' : 'is-down'), fmt.up(r)], ['inflight', String(r.in_flight)],
       ['sticky', String(r.sticky)], ['spilled', String(r.spilled_in)], ['pinned', String(r.pinned)],
       ['running', fmt.num(r.running)], ['waiting', fmt.num(r.waiting)], ['kv', fmt.pct(r.kv_used)],
       ['kvcap', fmt.tokens(r.kv_capacity_tokens)], ['hit', fmt.pct(r.hit_rate)],
+      ...(tier ? [['offload', tierSize(r)], ['offload-hit', hasTier(r) ? fmt.pct(r.offload_hit_rate || 0) : '-']] : []),
       ['sessions', fmt.sessions(r.active_sessions, r.active_subagents)], ['restarts', String(r.restarts)],
     ];
   }
 
-  function totalCells(s) {
+  // offloadTotals sums the host KV tiers, as TotalsOf does.
+  function offloadTotals(s) {
+    const t = { n: 0, bytes: 0, q: 0, h: 0, loaded: 0, stored: 0, backend: '' };
+    for (const r of s.replicas || []) {
+      if (hasTier(r)) { t.n++; t.backend = t.backend || r.offload_backend || ''; }
+      t.bytes += r.offload_bytes || 0; t.q += r.offload_queries || 0; t.h += r.offload_hits || 0;
+      t.loaded += r.offload_loaded_bytes || 0; t.stored += r.offload_stored_bytes || 0;
+    }
+    return t;
+  }
+
+  function totalCells(s, tier) {
     const t = { inflight: 0, up: 0, sticky: 0, spilled: 0, pinned: 0, run: 0, wait: 0, used: 0, cap: 0, q: 0, h: 0, sess: 0, sub: 0, rst: 0 };
     const reps = s.replicas || [];
     for (const r of reps) {
@@ -85,12 +115,25 @@
       t.sess += r.active_sessions; t.sub += r.active_subagents || 0; t.rst += r.restarts;
     }
     const cap = (s.totals && s.totals.kv_capacity_tokens) || t.cap;
+    const o = offloadTotals(s);
     return [
       ['rank', 'all'], ['gpus', ''], ['port', ''], ['up', t.up + '/' + reps.length], ['inflight', String(t.inflight)],
       ['sticky', String(t.sticky)], ['spilled', String(t.spilled)], ['pinned', String(t.pinned)],
       ['running', fmt.num(t.run)], ['waiting', fmt.num(t.wait)], ['kv', fmt.pct(ratio(t.used, cap))],
-      ['kvcap', fmt.tokens(cap)], ['hit', fmt.pct(ratio(t.h, t.q))], ['sessions', fmt.sessions(t.sess, t.sub)], ['restarts', String(t.rst)],
+      ['kvcap', fmt.tokens(cap)], ['hit', fmt.pct(ratio(t.h, t.q))],
+      ...(tier ? [['offload', o.bytes > 0 ? fmt.bytes(o.bytes) : 'on'], ['offload-hit', fmt.pct(ratio(o.h, o.q))]] : []),
+      ['sessions', fmt.sessions(t.sess, t.sub)], ['restarts', String(t.rst)],
     ];
+  }
+
+  // offloadLine mirrors offloadLine in format.go.
+  function offloadLine(s) {
+    const o = offloadTotals(s);
+    const size = o.bytes > 0 ? fmt.ibytes(o.bytes) : 'size unknown';
+    return 'host KV tier (vLLM ' + (o.backend || 'native') + ' KV offloading): ' + size + ' on ' + o.n + ' of ' +
+      (s.replicas || []).length + ' replicas; ' + fmt.tokens(o.h) + ' of ' + fmt.tokens(o.q) +
+      ' prompt tokens that missed the GPU cache found there (' + fmt.pct(ratio(o.h, o.q)) + '); ' +
+      fmt.ibytes(o.loaded) + ' loaded back, ' + fmt.ibytes(o.stored) + ' stored';
   }
 
   function renderTable(s) {
@@ -98,14 +141,19 @@
     const foot = document.querySelector('#replicas tfoot');
     body.replaceChildren();
     foot.replaceChildren();
+    const tier = anyTier(s);
+    for (const th of document.querySelectorAll('#replicas th.offload')) th.hidden = !tier;
+    const line = $('offload');
+    line.hidden = !tier;
+    line.textContent = tier ? offloadLine(s) : '';
     for (const r of s.replicas || []) {
-      const tr = row(body, 'replica-' + r.rank, replicaCells(r));
+      const tr = row(body, 'replica-' + r.rank, replicaCells(r, tier));
       const kv = tr.querySelector('td.kv');
       const p = Math.max(0, Math.min(100, r.kv_used * 100));
       kv.style.backgroundImage = 'linear-gradient(to right, #dbe6fb ' + p + '%, transparent ' + p + '%)';
       if (r.scrape_error) tr.title = 'metrics: ' + r.scrape_error;
     }
-    row(foot, 'replica-totals', totalCells(s));
+    row(foot, 'replica-totals', totalCells(s, tier));
   }
 
   function renderSince(s) {
