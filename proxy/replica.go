@@ -108,6 +108,11 @@ func (r *replica) view(active int, now time.Time, fresh, rampUp time.Duration) p
 		SentSince: r.sentSince,
 		Stale:     now.Sub(e.ScrapedAt) > fresh, // never scraped: stale too
 	}
+	if t := e.HostKVTokens(); t < 0 {
+		v.HostKVTokens = place.HostKVUnknown
+	} else {
+		v.HostKVTokens = t
+	}
 	if since := now.Sub(joined); !joined.IsZero() && since >= 0 && since < rampUp {
 		v.Ramp = 1 - float64(since)/float64(rampUp)
 	}

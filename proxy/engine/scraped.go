@@ -262,6 +262,20 @@ type Stats struct {
 	OffloadLoadedBytes, OffloadStoredBytes float64
 }
 
+// HostKVTokens is the host tier's size in tokens: its configured bytes over
+// the bytes a token takes, measured as bytes loaded per token found there
+// (the tier's hits); 0 without a tier, -1 for a tier whose size in tokens
+// is not known yet (no hit yet, or a backend that sizes itself).
+func (s Stats) HostKVTokens() int {
+	switch {
+	case s.Offload.Backend == "":
+		return 0
+	case s.Offload.Bytes == 0 || s.OffloadHits <= 0 || s.OffloadLoadedBytes <= 0:
+		return -1
+	}
+	return int(float64(s.Offload.Bytes) / (s.OffloadLoadedBytes / s.OffloadHits))
+}
+
 // Stats copies the current values.
 func (e *Scraped) Stats() Stats {
 	return Stats{Running: e.running, Waiting: e.waiting, KVUsed: e.kvUsed, KVCapacity: e.kvCapacity,

@@ -259,3 +259,22 @@ vllm:cache_config_info{block_size="16",engine="0",kv_offloading_backend="native"
 		t.Error("the tier's size was forgotten")
 	}
 }
+
+func TestHostKVTokens(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		s    Stats
+		want int
+	}{
+		{"no tier", Stats{}, 0},
+		{"a tier, no hit yet: size in tokens unknown", Stats{Offload: Offload{Backend: "native", Bytes: 16 << 30}}, -1},
+		{"lmcache sizes itself", Stats{Offload: Offload{Backend: "lmcache"}, OffloadHits: 100, OffloadLoadedBytes: 100 * 147456}, -1},
+		// Qwen3-4B: 147,456 bytes a token; 16 GiB hold 116,508 tokens.
+		{"bytes per token measured from the loads", Stats{Offload: Offload{Backend: "native", Bytes: 16 << 30},
+			OffloadHits: 10000, OffloadLoadedBytes: 10000 * 147456}, 116508},
+	} {
+		if got := tc.s.HostKVTokens(); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

@@ -24,6 +24,11 @@ package place
 //     plus the re-prefill its move costs (nothing when its prefix is
 //     probably gone from home anyway). A move re-homes it, and a moved
 //     conversation stays put for MoveCooldown turns (hysteresis).
+//   - A host KV tier (ReplicaView.HostKVTokens) adds to a replica's room:
+//     a prefix evicted from the GPU stays there and resumes by a reload, so
+//     a conversation's prefix counts as resident at home within GPU + tier
+//     (ReplicaView.ResidentCapacity), a move costs its full re-prefill, and
+//     new conversations wait only when GPU and tier together are full.
 //   - Spill and failover as the seed rule; without KV capacity (an engine that does
 //     not export vllm:cache_config_info) it degrades to the sticky rule.
 
@@ -59,7 +64,7 @@ func overflow(snap []ReplicaView, s SessionView, fill float64) float64 {
 	for _, r := range snap {
 		if r.Available() && r.KVCapacity > 0 {
 			demand += float64(r.WorkingSet)
-			capacity += fill * float64(r.KVCapacity)
+			capacity += fill * float64(r.ResidentCapacity())
 		}
 	}
 	if capacity == 0 {
@@ -108,7 +113,7 @@ func room(r ReplicaView, fill float64) (int, bool) {
 	if r.KVCapacity <= 0 {
 		return 0, false
 	}
-	return int(fill*float64(r.KVCapacity)) - r.WorkingSet, true
+	return int(fill*float64(r.ResidentCapacity())) - r.WorkingSet, true
 }
 
 func pickAdaptive(snap []ReplicaView, s SessionView, cfg Config, rng Rand) Decision {
@@ -284,7 +289,7 @@ func mostRoom(snap []ReplicaView, footprint int, fill, slack float64) int {
 		if !r.Available() || !ok {
 			continue
 		}
-		if float64(footprint-left) > slack*float64(r.KVCapacity) {
+		if float64(footprint-left) > slack*float64(r.ResidentCapacity()) {
 			continue
 		}
 		if best < 0 || left > bestLeft {

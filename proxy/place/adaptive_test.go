@@ -21,6 +21,14 @@ func kv4(ws ...int) []ReplicaView {
 	return s
 }
 
+// tier gives every replica of s a host KV tier of tokens.
+func tier(s []ReplicaView, tokens int) []ReplicaView {
+	for i := range s {
+		s[i].HostKVTokens = tokens
+	}
+	return s
+}
+
 func TestPickAdaptive(t *testing.T) {
 	cfg := Config{Policy: PolicyAdaptive}
 	fresh := SessionView{Key: "s", Footprint: 10000, ResidentOn: -1, TurnsSinceMove: 1 << 30}
@@ -89,6 +97,15 @@ func TestPickAdaptive(t *testing.T) {
 		{"an unhealthy home fails over to a replica with room",
 			with(kv4(0, 39000, 10000, 20000), func(s []ReplicaView) { s[0].Healthy = false }),
 			known(0, 0, 1<<30), cfg, Decision{2, ReasonFailover}},
+		{"a host KV tier is room: where the GPUs alone would make it wait, it goes to the least loaded",
+			tier(busy(kv4(35000, 38000, 36000, 39000)), 160000), fresh, cfg, Decision{0, ReasonNew}},
+		{"a tier of unknown size counts as ample",
+			tier(busy(kv4(35000, 38000, 36000, 39000)), HostKVUnknown), fresh, cfg, Decision{0, ReasonNew}},
+		{"a tier too small for the overflow: it still waits",
+			tier(busy(kv4(35000, 38000, 36000, 39000)), 2000), fresh, cfg, Decision{-1, ReasonWait}},
+		{"with a tier, an overcommitted GPU at home is no reason to move: the prefix resumes from the tier",
+			tier(with(kv4(60000, 10000, 39000, 39000), func(s []ReplicaView) { s[0].WaitSeconds = 20; s[1].PrefillSecPerToken = 1e-4 }), 160000),
+			known(0, -1, 1<<30), cfg, Decision{0, ReasonSticky}},
 		{"without KV capacity the sticky rule applies",
 			with(idle4(), func(s []ReplicaView) { s[0].InFlight = 1 }), fresh, cfg, Decision{1, ReasonNew}},
 	}

@@ -364,11 +364,11 @@ func (rs *Memory) ViewSession(sv *SessionView, bodyBytes int, snap []ReplicaView
 		if o.inflight == 0 {
 			used += r.footprint(o, o.tokens)
 		}
-		if used > snap[i].KVCapacity {
+		if used > snap[i].ResidentCapacity() {
 			return
 		}
 	}
-	if used <= snap[i].KVCapacity {
+	if used <= snap[i].ResidentCapacity() {
 		sv.ResidentOn = s.rank
 	}
 }

@@ -54,6 +54,11 @@ type ReplicaView struct {
 	ActiveSessions int     // conversations whose home this is
 	MaxNumSeqs     int     // 0 = unknown
 	KVCapacity     int     // tokens, 0 = unknown
+	// HostKVTokens is the replica's host-RAM KV tier (vLLM's KV offloading):
+	// prefix blocks evicted from the GPU stay there and load back over PCIe
+	// instead of being prefilled again. Tokens; 0 = no tier; HostKVUnknown
+	// = a tier of unknown size (taken as ample).
+	HostKVTokens int
 
 	// What vLLM's DP balancer sees: running/waiting as of the last periodic
 	// stats refresh (about every 100 ms), and requests sent here since then.
@@ -75,6 +80,23 @@ type ReplicaView struct {
 	// fills gradually instead of taking every new conversation at once.
 	Stale bool
 	Ramp  float64
+}
+
+// HostKVUnknown marks a host KV tier whose size in tokens is not known yet.
+const HostKVUnknown = -1
+
+// ResidentCapacity is the tokens of prefix a replica keeps cheap to resume:
+// its GPU KV capacity plus its host tier (a tier of unknown size counts as
+// eight GPU caches; the warden's auto sizing gives tens of GiB against a
+// card's few). 0 when the GPU capacity is unknown.
+func (r ReplicaView) ResidentCapacity() int {
+	switch {
+	case r.KVCapacity <= 0:
+		return 0
+	case r.HostKVTokens == HostKVUnknown:
+		return 9 * r.KVCapacity
+	}
+	return r.KVCapacity + max(r.HostKVTokens, 0)
 }
 
 // Available is the one eligibility predicate every policy uses.
