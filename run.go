@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -394,7 +393,7 @@ func runAgent(ctx context.Context, a runAgentSpec, o runOptions) (int, error) {
 	if err != nil {
 		return 127, err
 	}
-	base, err := normalizeBase(o.URL)
+	base, err := panel.NormalizeURL(o.URL)
 	if err != nil {
 		return 2, err
 	}
@@ -429,23 +428,6 @@ func runAgent(ctx context.Context, a runAgentSpec, o runOptions) (int, error) {
 		return 0, nil
 	}
 	return execAgent(argv, env, o)
-}
-
-// normalizeBase accepts "host:port" or an http(s) URL and returns it without
-// a trailing slash (as `warden status` does).
-func normalizeBase(raw string) (string, error) {
-	s := strings.TrimSpace(raw)
-	if s == "" {
-		return "", errors.New("--url is empty")
-	}
-	if !strings.Contains(s, "://") {
-		s = "http://" + s
-	}
-	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("--url %q: want a URL such as %s", raw, panel.DefaultURL)
-	}
-	return strings.TrimRight(u.String(), "/"), nil
 }
 
 // findAgent resolves the agent's executable.
@@ -820,10 +802,10 @@ func terminalForeground() bool {
 // servedWarden is a `warden serve` started by --serve.
 type servedWarden struct {
 	cmd  *exec.Cmd
+	proc *child
 	url  string
 	log  string
-	done chan struct{}
-	err  error
+	done chan struct{} // proc.done
 }
 
 // startRunWarden starts `warden serve` with the --serve arguments (plus a
@@ -857,23 +839,12 @@ func startRunWarden(ctx context.Context, o runOptions) (*servedWarden, error) {
 	defer logf.Close()
 	cmd := exec.Command(self, append([]string{"serve"}, args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = childProcAttr() // its own group; SIGTERM to it if this process dies
 	fmt.Fprintf(o.Stderr, "warden run: starting warden serve %s (log %s)\n", strings.Join(args, " "), logPath)
-	sv := &servedWarden{cmd: cmd, url: "http://" + net.JoinHostPort(displayHost(host), strconv.Itoa(port)), log: logPath, done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: Pdeathsig follows the thread that forked
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		sv.err = cmd.Wait()
-		close(sv.done)
-	}()
-	if err := <-started; err != nil {
+	proc, err := startChild(cmd) // its own group; SIGTERM to it if this process dies
+	if err != nil {
 		return nil, fmt.Errorf("--serve: %w", err)
 	}
+	sv := &servedWarden{cmd: cmd, proc: proc, url: "http://" + net.JoinHostPort(displayHost(host), strconv.Itoa(port)), log: logPath, done: proc.done}
 
 	sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
@@ -891,7 +862,7 @@ func startRunWarden(ctx context.Context, o runOptions) (*servedWarden, error) {
 		}
 		select {
 		case <-sv.done:
-			return nil, fmt.Errorf("warden serve stopped before it was ready (%v); the end of %s:\n%s", sv.err, logPath, tailFile(logPath, 15))
+			return nil, fmt.Errorf("warden serve stopped before it was ready (%v); the end of %s:\n%s", sv.proc.err, logPath, tailFile(logPath, 15))
 		case <-sctx.Done():
 			why := "interrupted"
 			if ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded) {

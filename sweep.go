@@ -21,7 +21,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -367,8 +366,8 @@ func freePort() (int, error) {
 // serveProc is one `warden serve` child.
 type serveProc struct {
 	cmd    *exec.Cmd
-	exited chan struct{}
-	err    error
+	proc   *child
+	exited chan struct{} // proc.done
 	logf   *os.File
 	mu     sync.Mutex
 	last   string // the last line serve wrote that names a failure
@@ -389,28 +388,18 @@ func spawnServe(self string, argv []string, logPath string) (*serveProc, error) 
 		logf.Close()
 		return nil, err
 	}
-	s := &serveProc{exited: make(chan struct{}), logf: logf}
+	s := &serveProc{logf: logf}
 	cmd := exec.Command(self, argv...)
 	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.SysProcAttr = childProcAttr()
 	s.cmd = cmd
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: Pdeathsig follows the forking thread
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		s.err = cmd.Wait()
-		close(s.exited)
-	}()
-	if err := <-started; err != nil {
+	proc, err := startChild(cmd)
+	if err != nil {
 		pr.Close()
 		pw.Close()
 		logf.Close()
 		return nil, fmt.Errorf("starting serve: %w", err)
 	}
+	s.proc, s.exited = proc, proc.done
 	pw.Close()
 	go s.copyLog(pr)
 	return s, nil
@@ -444,7 +433,7 @@ func (s *serveProc) reason() string {
 	if s.last != "" {
 		return s.last
 	}
-	return "serve exited: " + fmt.Sprint(s.err)
+	return "serve exited: " + fmt.Sprint(s.proc.err)
 }
 
 // waitReady polls the warden's /health until it answers 200, the child

@@ -47,7 +47,7 @@ func StatusCommand() *cli.Command {
 
 // runStatus validates the flags and prints once or watches.
 func runStatus(c *cli.Context) error {
-	base, err := normalizeURL(c.String("url"))
+	base, err := NormalizeURL(c.String("url"))
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
@@ -77,9 +77,9 @@ func runStatus(c *cli.Context) error {
 	return v.watch(ctx, interval)
 }
 
-// normalizeURL accepts "host:port" or a full http(s) URL and returns it
+// NormalizeURL accepts "host:port" or a full http(s) URL and returns it
 // without a trailing slash.
-func normalizeURL(raw string) (string, error) {
+func NormalizeURL(raw string) (string, error) {
 	s := strings.TrimSpace(raw)
 	if s == "" {
 		return "", errors.New("--url is empty")

@@ -195,13 +195,13 @@ func TestNormalizeURL(t *testing.T) {
 		"http://127.0.0.1:8000/": "http://127.0.0.1:8000", "127.0.0.1:9000": "http://127.0.0.1:9000",
 		" https://warden.lan/ ": "https://warden.lan", "http://h:1/base/": "http://h:1/base",
 	} {
-		if got, err := normalizeURL(in); err != nil || got != want {
-			t.Errorf("normalizeURL(%q) = %q, %v; want %q", in, got, err, want)
+		if got, err := NormalizeURL(in); err != nil || got != want {
+			t.Errorf("NormalizeURL(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 	for _, bad := range []string{"", "ftp://x", "http://", "::"} {
-		if _, err := normalizeURL(bad); err == nil {
-			t.Errorf("normalizeURL(%q) accepted", bad)
+		if _, err := NormalizeURL(bad); err == nil {
+			t.Errorf("NormalizeURL(%q) accepted", bad)
 		}
 	}
 }
