@@ -97,13 +97,27 @@ var markdownCols = []struct {
 	{"prefix hit %", func(s *StageSummary) *float64 { return s.PrefixHitPct }, 1},
 }
 
+// hostHitCol is shown when an engine has a host KV tier.
+var hostHitCol = struct {
+	title    string
+	field    func(*StageSummary) *float64
+	decimals int
+}{"host hit %", func(s *StageSummary) *float64 { return s.HostHitPct }, 1}
+
 // Markdown renders the reference table (docs/reference-rig.md's columns). With A/B each
 // cell reads "A→B"; "stayed on replica %" shows B (the affinity variant), as
 // the reference does. Unknown values print as "–".
 func Markdown(res *Results) string {
 	ab := len(res.Variants) == 2
 	header := table.Row{"sessions"}
-	for _, c := range markdownCols {
+	cols := markdownCols
+	for _, s := range res.Stages {
+		if s.HostHitPct != nil { // an engine with a host KV tier: its hits apart
+			cols = append(cols[:len(cols):len(cols)], hostHitCol)
+			break
+		}
+	}
+	for _, c := range cols {
 		if ab {
 			header = append(header, c.title+" "+res.Variants[0]+"→"+res.Variants[1])
 		} else {
@@ -114,7 +128,7 @@ func Markdown(res *Results) string {
 	t.AppendHeader(append(header, "stayed on replica %"))
 	for _, r := range rows(res) {
 		line := table.Row{r.sessions}
-		for _, c := range markdownCols {
+		for _, c := range cols {
 			cell := num(r.a, c.field, c.decimals)
 			if ab {
 				cell += "→" + num(r.b, c.field, c.decimals)
@@ -159,7 +173,7 @@ func WriteSummaryCSV(w io.Writer, res *Results) error {
 		"errors", "late_turns", "sessions_per_hour", "output_tokens_per_min", "ttfb_p50_s", "ttfb_p95_s",
 		"replicas_busy", "prefix_hit_pct", "stayed_pct", "output_tokens", "prompt_tokens", "cached_tokens",
 		"prefix_hits", "prefix_queries", "busy_polls", "mean_prompt_first", "running_mean", "waiting_mean", "preemptions",
-		"subagent_turns", "subagent_stayed_pct"})
+		"subagent_turns", "subagent_stayed_pct", "host_hit_pct"})
 	for _, s := range res.Stages {
 		_ = cw.Write([]string{s.Variant, strconv.Itoa(s.Sessions), fcsv(s.Seconds), strconv.Itoa(s.Turns),
 			strconv.Itoa(s.SessionsFinished), strconv.Itoa(s.SessionsStarted), strconv.Itoa(s.Errors),
@@ -168,7 +182,7 @@ func WriteSummaryCSV(w io.Writer, res *Results) error {
 			strconv.Itoa(s.OutputTokens), strconv.Itoa(s.PromptTokens), strconv.Itoa(s.CachedTokens),
 			fcsv(s.PrefixHits), fcsv(s.PrefixQueries), strconv.Itoa(s.BusyPolls), optCSV(s.MeanPromptFirst),
 			optCSV(s.RunningMean), optCSV(s.WaitingMean), optCSV(s.Preemptions),
-			strconv.Itoa(s.SubagentTurns), optCSV(s.SubagentStayedPct)})
+			strconv.Itoa(s.SubagentTurns), optCSV(s.SubagentStayedPct), optCSV(s.HostHitPct)})
 	}
 	cw.Flush()
 	return cw.Error()

@@ -239,9 +239,12 @@ func (r *stageRun) run(ctx context.Context, bar progress) (StageSummary, []TurnR
 // summary is the row of a stage of n sessions whose measured window lasted
 // window (wall time): its turns, its polls and the engines' counter deltas.
 func (r *stageRun) summary(n int, window time.Duration, turns []TurnRecord, busy []pollStat, before, after sample, sampleErr error) StageSummary {
-	hits, queries, ok := prefixDelta(before, after)
+	hits, queries, hostHits, ok := prefixDelta(before, after)
 	ok = ok && sampleErr == nil && after != nil
 	s := summarize(r.variant, n, r.sim(window), turns, busyCounts(busy), hits, queries, ok)
+	if ok && hostHits > 0 && queries > 0 {
+		s.HostHitPct = ptr(100 * hostHits / queries)
+	}
 	s.addEngineStats(busy, before, after, sampleErr == nil)
 	return s
 }

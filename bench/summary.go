@@ -25,7 +25,11 @@ type StageSummary struct {
 	TTFBP95         *float64 `json:"ttfb_p95_s,omitempty"`
 	ReplicasBusy    *float64 `json:"replicas_busy,omitempty"`
 	PrefixHitPct    *float64 `json:"prefix_hit_pct,omitempty"`
-	StayedPct       *float64 `json:"stayed_pct,omitempty"`
+	// HostHitPct is the share of prompt tokens found in the engines' host KV
+	// tier (vLLM's external prefix-cache hits over the same queries); nil
+	// without a tier. PrefixHitPct counts the GPU cache only.
+	HostHitPct *float64 `json:"host_hit_pct,omitempty"`
+	StayedPct  *float64 `json:"stayed_pct,omitempty"`
 
 	OutputTokens    int      `json:"output_tokens"`
 	PromptTokens    int      `json:"prompt_tokens"`     // usage reports

@@ -155,6 +155,7 @@ func (t *Target) ResetCache(ctx context.Context) error {
 type replicaSample struct {
 	Running, Waiting float64 // engine gauges
 	Hits, Queries    float64 // prefix-cache counters, tokens
+	HostHits         float64 // tokens found in a host KV tier (vLLM's external prefix-cache hits)
 	CounterKnownSet  bool
 	Preemptions      float64 // engine counter
 	PreemptKnown     bool
@@ -194,7 +195,7 @@ func wardenSample(st panel.Status) sample {
 	s := sample{}
 	for _, r := range st.Replicas {
 		s[strconv.Itoa(r.Rank)] = replicaSample{Running: r.Running, Waiting: r.Waiting,
-			Hits: r.PrefixHits, Queries: r.PrefixQueries, CounterKnownSet: true,
+			Hits: r.PrefixHits, Queries: r.PrefixQueries, HostHits: r.OffloadHits, CounterKnownSet: true,
 			Preemptions: r.Preemptions, PreemptKnown: true}
 	}
 	return s
@@ -206,6 +207,7 @@ const (
 	metricWaiting = "vllm:num_requests_waiting"
 	metricQueries = "vllm:prefix_cache_queries"
 	metricHits    = "vllm:prefix_cache_hits"
+	metricHostHit = "vllm:external_prefix_cache_hits"
 	metricPreempt = "vllm:num_preemptions"
 )
 
@@ -235,6 +237,7 @@ func parseEngineMetrics(body []byte) (sample, error) {
 	add(counter(metricPreempt), func(r *replicaSample, v float64) { r.Preemptions += v; r.PreemptKnown = true })
 	add(counter(metricQueries), func(r *replicaSample, v float64) { r.Queries += v; r.CounterKnownSet = true })
 	add(counter(metricHits), func(r *replicaSample, v float64) { r.Hits += v })
+	add(counter(metricHostHit), func(r *replicaSample, v float64) { r.HostHits += v })
 	return s, nil
 }
 
@@ -253,21 +256,22 @@ func (s sample) busy() int {
 // replica whose counters went down (engine restart) counts from zero; a
 // replica absent before counts from zero too. ok is false when no replica
 // reports the counters.
-func prefixDelta(before, after sample) (hits, queries float64, ok bool) {
+func prefixDelta(before, after sample) (hits, queries, hostHits float64, ok bool) {
 	for k, a := range after {
 		if !a.CounterKnownSet {
 			continue
 		}
 		ok = true
 		b := before[k]
-		dh, dq := a.Hits-b.Hits, a.Queries-b.Queries
-		if dh < 0 || dq < 0 {
-			dh, dq = a.Hits, a.Queries
+		dh, dq, dx := a.Hits-b.Hits, a.Queries-b.Queries, a.HostHits-b.HostHits
+		if dh < 0 || dq < 0 || dx < 0 {
+			dh, dq, dx = a.Hits, a.Queries, a.HostHits
 		}
 		hits += dh
 		queries += dq
+		hostHits += dx
 	}
-	return hits, queries, ok
+	return hits, queries, hostHits, ok
 }
 
 // preemptDelta sums the preemption counters' growth from before to after,

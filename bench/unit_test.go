@@ -55,18 +55,18 @@ vllm:num_preemptions_total{engine="1",model_name="m"} 7
 }
 
 func TestPrefixDelta(t *testing.T) {
-	before := sample{"0": {Hits: 100, Queries: 200, CounterKnownSet: true}, "1": {Hits: 50, Queries: 80, CounterKnownSet: true}}
+	before := sample{"0": {Hits: 100, Queries: 200, HostHits: 7, CounterKnownSet: true}, "1": {Hits: 50, Queries: 80, CounterKnownSet: true}}
 	after := sample{
-		"0": {Hits: 160, Queries: 300, CounterKnownSet: true}, // +60/+100
-		"1": {Hits: 10, Queries: 20, CounterKnownSet: true},   // restarted: counts from 0
-		"2": {Hits: 5, Queries: 5, CounterKnownSet: true},     // new replica
-		"3": {Running: 1},                                     // no counters
+		"0": {Hits: 160, Queries: 300, HostHits: 37, CounterKnownSet: true}, // +60/+100, +30 from the host tier
+		"1": {Hits: 10, Queries: 20, CounterKnownSet: true},                 // restarted: counts from 0
+		"2": {Hits: 5, Queries: 5, CounterKnownSet: true},                   // new replica
+		"3": {Running: 1},                                                   // no counters
 	}
-	h, q, ok := prefixDelta(before, after)
-	if !ok || h != 75 || q != 125 {
-		t.Errorf("delta = %v/%v ok %v, want 75/125 true", h, q, ok)
+	h, q, x, ok := prefixDelta(before, after)
+	if !ok || h != 75 || q != 125 || x != 30 {
+		t.Errorf("delta = %v/%v host %v ok %v, want 75/125 host 30 true", h, q, x, ok)
 	}
-	if _, _, ok := prefixDelta(nil, sample{"0": {Running: 1}}); ok {
+	if _, _, _, ok := prefixDelta(nil, sample{"0": {Running: 1}}); ok {
 		t.Error("no counters reported but ok")
 	}
 }
@@ -286,5 +286,17 @@ func TestMeasureCharsPerToken(t *testing.T) {
 	}
 	if _, err := measureCharsPerToken(func(string) (int, error) { return 0, io.ErrUnexpectedEOF }); err == nil {
 		t.Error("a failing tokenizer must be an error")
+	}
+}
+
+func TestMarkdownShowsHostHitsOnlyWithATier(t *testing.T) {
+	v := 12.5
+	res := &Results{Stages: []StageSummary{{Sessions: 4, OutputPerMin: 100}}, Config: configJSON{Stages: []int{4}}}
+	if md := Markdown(res); strings.Contains(md, "host hit %") {
+		t.Errorf("a host hit column without a tier:\n%s", md)
+	}
+	res.Stages[0].HostHitPct = &v
+	if md := Markdown(res); !strings.Contains(md, "host hit %") || !strings.Contains(md, "12.5") {
+		t.Errorf("no host hit column with a tier:\n%s", md)
 	}
 }
