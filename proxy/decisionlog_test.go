@@ -446,21 +446,12 @@ func BenchmarkOverheadDecisionLog(b *testing.B) {
 	for _, stream := range []bool{false, true} {
 		body := chatBody("bench", stream, "")
 		b.Run(fmt.Sprintf("stream=%v/log-vs-nolog", stream), func(b *testing.B) {
-			var offT, onT, offTTFB, onTTFB time.Duration
-			i := 0
-			for b.Loop() {
-				first, second := plain, front
-				if i%2 == 1 {
-					first, second = second, first
+			offTTFB, offT, onTTFB, onT := sideBySide(b, func(first bool) (time.Duration, time.Duration) {
+				if first {
+					return once(b, plain, body)
 				}
-				t1, d1 := once(b, first, body)
-				t2, d2 := once(b, second, body)
-				if i%2 == 1 {
-					t1, d1, t2, d2 = t2, d2, t1, d1
-				}
-				offTTFB, offT, onTTFB, onT = offTTFB+t1, offT+d1, onTTFB+t2, onT+d2
-				i++
-			}
+				return once(b, front, body)
+			})
 			b.ReportMetric(float64(onT)/float64(offT), "log/nolog")
 			b.ReportMetric(float64(onTTFB)/float64(offTTFB), "ttfb-log/nolog")
 			b.ReportMetric(float64(onT.Nanoseconds())/float64(b.N), "log-ns/req")
