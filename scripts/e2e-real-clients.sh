@@ -87,19 +87,8 @@ log "warden serves $MODEL on $URL with 2 simulated replicas"
 
 status() { curl -fsS "$URL/warden/status"; }
 
-# turn_line NAME N BEFORE AFTER: one turn's requests per replica and cached
-# share, from two status snapshots; prints "rank cached prompt" last.
-turn_line() {
-	jq -rn --arg name "$1" --arg n "$2" --argjson a "$3" --argjson b "$4" '
-		[range(0; $a.replicas | length) as $i | {rank: $a.replicas[$i].rank,
-			req: ($b.replicas[$i].requests - $a.replicas[$i].requests),
-			prompt: ($b.replicas[$i].prompt_tokens - $a.replicas[$i].prompt_tokens),
-			cached: ($b.replicas[$i].cached_tokens - $a.replicas[$i].cached_tokens)}] as $d
-		| ($d | map(.prompt) | add) as $p | ($d | map(.cached) | add) as $c
-		| "\($name) turn \($n): requests per replica \($d | map(select(.req > 0) | "\(.rank):\(.req)") | join(" ")); " +
-		  "\($c) of \($p) prompt tokens cached (\(if $p > 0 then ($c * 100 / $p | floor) else 0 end)%)\t" +
-		  "\($d | map(select(.req > 0) | .rank) | join(",")) \($c) \($p)"'
-}
+# turn_line: scripts/e2e-lib.sh
+. "$ROOT/scripts/e2e-lib.sh"
 
 # run NAME CMD1 CMD2: turn 1 is CMD1, turns 2..TURNS are CMD2 (a follow-up
 # of the same conversation) with the turn number in $n; output goes to
@@ -121,7 +110,7 @@ run() {
 		after=$(status)
 		line=$(turn_line "$name" "$n" "$before" "$after")
 		printf '%s\n' "${line%%$'\t'*}"
-		read -r r c p <<<"${line##*$'\t'}"
+		read -r r c p _ <<<"${line##*$'\t'}"
 		ranks+="$r,"
 		if [[ $n -gt 1 ]] && ! awk -v c="$c" -v p="$p" -v m="$MIN_CACHED" 'BEGIN { exit !(p > 0 && c >= m * p) }'; then
 			printf '%s: turn %d cached less than %s of its prompt\n' "$name" "$n" "$MIN_CACHED"

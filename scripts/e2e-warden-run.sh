@@ -116,19 +116,8 @@ log "warden serves $MODEL on $WARDEN_URL with 2 simulated replicas, max_model_le
 
 status() { curl -fsS "$WARDEN_URL/warden/status"; }
 
-# turn_line NAME N BEFORE AFTER: one turn's requests per replica and cached
-# share, from two status snapshots; prints "ranks requests" last.
-turn_line() {
-	jq -rn --arg name "$1" --arg n "$2" --argjson a "$3" --argjson b "$4" '
-		[range(0; $a.replicas | length) as $i | {rank: $a.replicas[$i].rank,
-			req: ($b.replicas[$i].requests - $a.replicas[$i].requests),
-			prompt: ($b.replicas[$i].prompt_tokens - $a.replicas[$i].prompt_tokens),
-			cached: ($b.replicas[$i].cached_tokens - $a.replicas[$i].cached_tokens)}] as $d
-		| ($d | map(.prompt) | add) as $p | ($d | map(.cached) | add) as $c
-		| "\($name) turn \($n): requests per replica \($d | map(select(.req > 0) | "\(.rank):\(.req)") | join(" ")); " +
-		  "\($c) of \($p) prompt tokens cached (\(if $p > 0 then ($c * 100 / $p | floor) else 0 end)%)\t" +
-		  "\($d | map(select(.req > 0) | .rank) | join(",")) \($d | map(.req) | add)"'
-}
+# turn_line: scripts/e2e-lib.sh
+. "$ROOT/scripts/e2e-lib.sh"
 
 # conversation NAME CMD1 CMD2: turn 1 is CMD1, turns 2..TURNS are CMD2 (a
 # follow-up of the same conversation, with the turn number in $n), run in
@@ -155,7 +144,7 @@ conversation() {
 		cat "$W/$name.$n.out" >>"$W/$name.out"
 		after=$(status)
 		line=$(turn_line "$name" "$n" "$before" "$after")
-		read -r r reqs <<<"${line##*$'\t'}"
+		read -r r _ _ reqs <<<"${line##*$'\t'}"
 		if [[ ! -s "$W/$name.$n.out" || "$reqs" -lt 1 ]]; then
 			printf '%s: FAIL: turn %d not answered (%s requests, %s bytes of output)\n' "$name" "$n" "$reqs" "$(wc -c <"$W/$name.$n.out")"
 			return 1
