@@ -22,6 +22,7 @@ import (
 	"github.com/lmwarden/warden/gpu"
 	"github.com/lmwarden/warden/hostcpu"
 	"github.com/lmwarden/warden/launch"
+	"github.com/lmwarden/warden/modelinfo"
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/proxy/panel"
 )
@@ -37,6 +38,7 @@ type serveConfig struct {
 	Device            string // "gpu" or "cpu"
 	CPUKVCache        string // --cpu-kv-cache: "auto" or a size
 	KVOffload         string // --kv-offload: "off", "auto" or a size per rank
+	Tools, Reasoning  string // --tools, --reasoning: "auto", "off" or a vLLM parser name
 	MaxNumSeqs        int
 	Engine, VLLMPath  string
 	LogDir            string
@@ -69,6 +71,11 @@ func serveFlags() []cli.Flag {
 				"the memory available less max(25 %, 8 GiB) kept for the OS and the engines' own processes " +
 				"(the tier is pinned: it cannot be swapped), at most 90 % of /dev/shm's free space, split over " +
 				"the ranks; NVIDIA GPUs and --engine sim (vLLM's CPU platform cannot run it)"},
+		&cli.StringFlag{Name: "tools", Value: launch.ToolsAuto, EnvVars: envVars("TOOLS"),
+			Usage: "tool calling, which every coding agent needs: auto (--enable-auto-tool-choice with the " +
+				"--tool-call-parser that fits the model, read from its files; docs/tools.md), off, or a vLLM parser name"},
+		&cli.StringFlag{Name: "reasoning", Value: launch.ToolsAuto, EnvVars: envVars("REASONING"),
+			Usage: "vLLM's --reasoning-parser: auto (the model's, when it thinks), off, or a vLLM parser name"},
 		&cli.IntFlag{Name: "max-num-seqs", EnvVars: envVars("MAX_NUM_SEQS"),
 			Usage: "vLLM --max-num-seqs per replica (0: vLLM's own default for the GPU); the spill threshold derives from it"},
 		&cli.StringFlag{Name: "engine", Value: "vllm", EnvVars: envVars("ENGINE"),
@@ -104,7 +111,8 @@ func configFrom(c *cli.Context) (serveConfig, error) {
 		Model: c.String("model"), ServedName: c.String("served-model-name"),
 		DP: c.Int("dp"), TP: c.Int("tp"), Host: c.String("host"), Port: c.Int("port"),
 		GPUs: c.String("gpus"), Device: c.String("device"), CPUKVCache: c.String("cpu-kv-cache"),
-		KVOffload:  c.String("kv-offload"),
+		KVOffload:  c.String("kv-offload"), Tools: strings.TrimSpace(c.String("tools")),
+		Reasoning:  strings.TrimSpace(c.String("reasoning")),
 		MaxNumSeqs: c.Int("max-num-seqs"),
 		Engine:     c.String("engine"), VLLMPath: c.String("vllm"), LogDir: c.String("log-dir"),
 		StartupTimeout: c.Duration("startup-timeout"), DrainTimeout: c.Duration("drain-timeout"),
@@ -133,6 +141,9 @@ func configFrom(c *cli.Context) (serveConfig, error) {
 		}
 	}
 	if err := launch.CheckExtra(cfg.Extra); err != nil {
+		return cfg, err
+	}
+	if err := launch.CheckToolSettings(cfg.Tools, cfg.Reasoning, cfg.Extra); err != nil {
 		return cfg, err
 	}
 	for _, kw := range []string{"off", "auto"} {
@@ -329,19 +340,51 @@ func cpuDevices(cfg serveConfig, d rankDevices, log *slog.Logger) (rankDevices, 
 	return d, nil
 }
 
+// engineTools decides the engines' tool-calling flags (--tools,
+// --reasoning) from the model's own files and the engines' vLLM version, and
+// logs the decision; setup is what the status reports of it.
+func engineTools(cfg serveConfig, log *slog.Logger) (launch.ToolsChoice, *panel.EngineSetup) {
+	files, err := modelinfo.Find(cfg.Model, os.Getenv)
+	if err != nil {
+		log.Warn("cannot read the model's files; choosing by its name", "err", err)
+	}
+	version := ""
+	if cfg.Engine == "vllm" {
+		if exe, err := launch.FindVLLM(cfg.VLLMPath); err == nil {
+			version = launch.InstalledVersion(exe)
+		}
+	}
+	c := launch.ChooseTools(launch.ToolsRequest{Tools: cfg.Tools, Reasoning: cfg.Reasoning, Extra: cfg.Extra,
+		Files: files, Version: version, Sim: cfg.Engine == "sim"})
+	log.Info(c.Info)
+	for _, w := range c.Warn {
+		log.Warn(w)
+	}
+	setup := &panel.EngineSetup{ToolCallParser: c.ToolParser, AutoToolChoice: c.ToolParser != "",
+		ReasoningParser: c.ReasoningParser, Tools: c.Info, ToolsFix: c.Fix}
+	if c.FromExtra {
+		setup.ToolCallParser, _ = launch.FlagValue(cfg.Extra, "--tool-call-parser")
+		setup.AutoToolChoice = launch.HasFlag(cfg.Extra, "--enable-auto-tool-choice")
+	}
+	if v, ok := launch.FlagValue(cfg.Extra, "--reasoning-parser"); ok {
+		setup.ReasoningParser = v
+	}
+	return c, setup
+}
+
 // simDefaultMaxNumSeqs is the reference rig's max_num_seqs, which the
 // simulator's default profile models.
 const simDefaultMaxNumSeqs = 32
 
 // engineSpecs builds one launch spec and one proxy backend per rank.
-func engineSpecs(cfg serveConfig, d rankDevices) ([]launch.Spec, []proxy.Backend, error) {
+func engineSpecs(cfg serveConfig, d rankDevices, tools launch.ToolsChoice) ([]launch.Spec, []proxy.Backend, error) {
 	ports, err := launch.FreePorts(cfg.DP, "127.0.0.1")
 	if err != nil {
 		return nil, nil, fmt.Errorf("finding %d free loopback ports: %w", cfg.DP, err)
 	}
 	eng := launch.Engine{Kind: cfg.Engine, VLLMPath: cfg.VLLMPath, Model: cfg.Model,
 		ServedName: cfg.ServedName, MaxNumSeqs: d.seqs, TP: cfg.TP, KVBytes: d.kvBytes, OffloadBytes: d.offload,
-		Extra: cfg.Extra}
+		ToolFlags: tools.Flags(), Extra: cfg.Extra}
 	specs := make([]launch.Spec, cfg.DP)
 	backends := make([]proxy.Backend, cfg.DP)
 	for i := range specs {
@@ -381,12 +424,13 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("warden serve: cannot listen on %s: %v (choose another --port)", cfg.Addr, err), 1)
 	}
-	specs, backends, err := engineSpecs(cfg, devices)
+	tools, setup := engineTools(cfg, log)
+	specs, backends, err := engineSpecs(cfg, devices, tools)
 	if err != nil {
 		ln.Close()
 		return cli.Exit("warden serve: "+err.Error(), 1)
 	}
-	cfg.Proxy.Registry, cfg.Proxy.Logger = newRegistry(), log
+	cfg.Proxy.Registry, cfg.Proxy.Logger, cfg.Proxy.Engines = newRegistry(), log, setup
 	px, err := proxy.New(cfg.Proxy, backends)
 	if err != nil {
 		ln.Close()

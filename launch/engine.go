@@ -26,6 +26,10 @@ type Engine struct {
 	// together: --kv-offloading-backend native --kv-offloading-size <GiB>,
 	// for vLLM and the simulator alike; omitted when 0.
 	OffloadBytes uint64
+
+	// ToolFlags are the tool-calling flags ChooseTools picked
+	// (ToolsChoice.Flags), before Extra.
+	ToolFlags []string
 }
 
 // Argv is the command line that serves the model on 127.0.0.1:port:
@@ -33,7 +37,8 @@ type Engine struct {
 //	vllm: VLLMPath serve MODEL --host 127.0.0.1 --port P --served-model-name N
 //	      --max-num-seqs S [--tensor-parallel-size T] [--kv-cache-memory-bytes B]
 //	      --enable-prompt-tokens-details
-//	      [--kv-offloading-backend native --kv-offloading-size GiB] Extra...
+//	      [--kv-offloading-backend native --kv-offloading-size GiB]
+//	      [--enable-auto-tool-choice --tool-call-parser P] [--reasoning-parser R] Extra...
 //	sim:  SimPath sim serve MODEL (the same flags) SimArgs... Extra...
 //
 // The offloading flags follow --enable-prompt-tokens-details so that a vLLM
@@ -77,6 +82,7 @@ func (e Engine) Argv(port int) []string {
 	if e.OffloadBytes > 0 {
 		argv = append(argv, "--kv-offloading-backend", OffloadBackend, "--kv-offloading-size", OffloadGiB(e.OffloadBytes))
 	}
+	argv = append(argv, e.ToolFlags...)
 	if e.Kind == "sim" {
 		argv = append(argv, e.SimArgs...)
 	}
@@ -112,6 +118,22 @@ func HasFlag(args []string, flag string) bool {
 		}
 	}
 	return false
+}
+
+// FlagValue returns the value args give flag ("--flag V" or "--flag=V"; the
+// last one wins, as with argparse); ok is false when flag is not there.
+func FlagValue(args []string, flag string) (value string, ok bool) {
+	for i, a := range args {
+		if a == flag {
+			value, ok = "", true
+			if i+1 < len(args) {
+				value = args[i+1]
+			}
+		} else if v, found := strings.CutPrefix(a, flag+"="); found {
+			value, ok = v, true
+		}
+	}
+	return value, ok
 }
 
 // EngineEnv is the environment of an engine: base without VLLM_PORT (vLLM's

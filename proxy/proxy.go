@@ -70,6 +70,11 @@ type Config struct {
 	// megabytes (0 = 100), keeping three old files.
 	DecisionLog      string
 	DecisionLogMaxMB int
+
+	// Engines is how `warden serve` started the engines, reported in the
+	// status; its ToolsFix is added to an engine's refusal of tools (compat).
+	// nil for `warden route`.
+	Engines *panel.EngineSetup
 }
 
 // staleAfter scrape intervals without a good scrape make a replica's
@@ -203,7 +208,11 @@ func New(cfg Config, backends []Backend) (*Proxy, error) {
 	p.series = newSeries(10*time.Second, time.Hour)
 	tr := newTransport()
 	p.client = &http.Client{Transport: tr}
-	p.dyn.rt = &compat.Transport{Next: tr, Clients: p.clients}
+	hints := compat.FlagHints{Launched: cfg.Engines != nil}
+	if cfg.Engines != nil {
+		hints.ToolsFix = cfg.Engines.ToolsFix
+	}
+	p.dyn.rt = &compat.Transport{Next: tr, Clients: p.clients, Hints: hints}
 	byRank := map[int]*replica{}
 	var list []*replica
 	for _, b := range backends {

@@ -25,6 +25,7 @@ func (p *Proxy) Status() panel.Status {
 		ActiveContextTokens: ctxSum, ActiveContextSessions: ctxN,
 		ConcurrentSessions: p.sessions.ActiveTotal(), ActiveWindowSeconds: p.sessions.ActiveWindow().Seconds(),
 		SubagentSessions: p.sessions.SubagentsActiveTotal(), SubagentsSeen: p.sessions.SubagentsSeen(),
+		Engines: p.cfg.Engines,
 	}
 	if p.knownTurns > 0 {
 		s.StickyShare = float64(p.homeTurns) / float64(p.knownTurns)

@@ -34,11 +34,13 @@ import (
 //     tokens", and the limit becomes C-I. Either way the client gets the
 //     most the engine could produce anyway.
 //
-// Anything else, and a fallback that fails, returns the engine's response
-// unchanged.
+// A 400 that names one of vLLM's launch flags gets one sentence saying how
+// the warden sets it (FlagHints). Anything else, and a fallback that fails,
+// returns the engine's response unchanged.
 type Transport struct {
 	Next    http.RoundTripper
 	Clients *Clients
+	Hints   FlagHints // what is added to a 400 that names a vLLM launch flag
 }
 
 // requestKey carries a proxied request's original body and API to the
@@ -83,7 +85,11 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	case r.URL.Path == "/v1/messages/count_tokens" && (resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed):
 		return t.countTokens(r, resp, req.body)
 	case resp.StatusCode == http.StatusBadRequest && req.kind != tap.None:
-		return t.clampMaxTokens(r, resp, req.body)
+		resp, err = t.clampMaxTokens(r, resp, req.body)
+		if err == nil && resp.StatusCode == http.StatusBadRequest {
+			resp = t.Hints.annotate(resp)
+		}
+		return resp, err
 	}
 	return resp, nil
 }

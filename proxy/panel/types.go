@@ -54,6 +54,25 @@ type Status struct {
 	// x mean context exceeded the total KV capacity; nil if that never
 	// happened. The proxy keeps it with UpdatePeak on every snapshot.
 	PeakOvercommit *OvercommitPeak `json:"peak_overcommit,omitempty"`
+
+	// Engines says how `warden serve` started its engines; nil for `warden
+	// route`, which starts none (warden run then probes the engines).
+	Engines *EngineSetup `json:"engines,omitempty"`
+}
+
+// EngineSetup is what the warden passed its engines that a client cares
+// about: whether requests with tools are accepted.
+type EngineSetup struct {
+	// AutoToolChoice: the engines run with --enable-auto-tool-choice and
+	// ToolCallParser (the warden's choice, or the user's after --), so the
+	// tool_choice "auto" every coding agent sends is accepted.
+	AutoToolChoice  bool   `json:"auto_tool_choice"`
+	ToolCallParser  string `json:"tool_call_parser,omitempty"`
+	ReasoningParser string `json:"reasoning_parser,omitempty"`
+	// Tools says how that was decided (or why tool calls are off); ToolsFix,
+	// when they are off, how to turn them on.
+	Tools    string `json:"tools,omitempty"`
+	ToolsFix string `json:"tools_fix,omitempty"`
 }
 
 // OvercommitPeak records a moment at which the active conversations needed
