@@ -82,6 +82,17 @@ type runTarget struct {
 	Model   string // the model name the agent asks for
 	Context int    // the engines' max_model_len; 0 when unknown
 	Output  int    // output cap to tell the agent; 0 when unknown
+	Tools   toolsCheck
+}
+
+// toolsCheck is whether the engines accept the tool requests every agent
+// sends (tool_choice "auto"), read from the warden's status (how `warden
+// serve` started them) or, where the status does not say (`warden route`),
+// from a one-token probe.
+type toolsCheck struct {
+	Known, OK bool
+	How       string // "hermes, from the status", "probe: ..."
+	Fix       string // when !OK: what to change
 }
 
 // envSet is one environment variable an agent is given.
@@ -414,6 +425,10 @@ func runAgent(ctx context.Context, a runAgentSpec, o runOptions) (int, error) {
 	if err != nil {
 		return 1, err
 	}
+	if t.Tools.Known && !t.Tools.OK && !o.DryRun {
+		return 1, fmt.Errorf("the engines behind %s refuse tool calls, which %s sends on every request (%s): %s",
+			base, a.Title, t.Tools.How, t.Tools.Fix)
+	}
 	environ := environMap(o.Environ)
 	plan := a.build(t, environ, o.UserArgs)
 	argv := append(append([]string{bin}, plan.Args...), o.UserArgs...)
@@ -541,7 +556,49 @@ func fetchTarget(ctx context.Context, base, key, model string, maxOut int) (runT
 		t.Context = models[0].maxLen
 	}
 	t.Output = outputCap(maxOut, t.Context)
+	t.Tools = checkTools(ctx, client, base, key, t.Model, st.Engines)
 	return t, nil
+}
+
+// checkTools tells whether the engines accept tools: `warden serve`'s status
+// says how it started them; without that (`warden route`), a request with a
+// tool and tool_choice "auto" for one output token asks them. A probe that
+// cannot tell (a network error, another failure) leaves it unknown.
+func checkTools(ctx context.Context, client *http.Client, base, key, model string, eng *panel.EngineSetup) toolsCheck {
+	if eng != nil {
+		if eng.AutoToolChoice {
+			return toolsCheck{Known: true, OK: true, How: "--tool-call-parser " + eng.ToolCallParser}
+		}
+		fix := eng.ToolsFix
+		if fix == "" {
+			fix = "restart the warden with --tools PARSER (docs/tools.md)"
+		}
+		return toolsCheck{Known: true, How: eng.Tools, Fix: fix}
+	}
+	body := `{"model":` + strconv.Quote(model) + `,"max_tokens":1,"messages":[{"role":"user","content":"hi"}],` +
+		`"tools":[{"type":"function","function":{"name":"warden_probe","parameters":{"type":"object","properties":{}}}}],"tool_choice":"auto"}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		return toolsCheck{}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("X-Session-Id", "warden-run-tool-probe")
+	resp, err := client.Do(req)
+	if err != nil {
+		return toolsCheck{}
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	msg := gjson.GetBytes(out, "error.message").Str
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		return toolsCheck{Known: true, OK: true, How: "a probe with tool_choice auto was answered"}
+	case resp.StatusCode == http.StatusBadRequest && strings.Contains(msg, "--enable-auto-tool-choice"):
+		return toolsCheck{Known: true, How: "the engines refused a probe: " + msg,
+			Fix: "start each engine with --enable-auto-tool-choice --tool-call-parser PARSER, or let `warden serve` start them (it sets both; docs/tools.md)"}
+	}
+	return toolsCheck{}
 }
 
 // outputCap is --max-output-tokens (at most the context), else
@@ -636,6 +693,12 @@ func reportPlan(w io.Writer, a runAgentSpec, t runTarget, p launchPlan) {
 	fmt.Fprintf(w, "warden run: %s -> %s, model %s", a.Title, t.URL, t.Model)
 	if t.Context > 0 {
 		fmt.Fprintf(w, ", max_model_len %d", t.Context)
+	}
+	switch {
+	case t.Tools.Known && t.Tools.OK:
+		fmt.Fprintf(w, ", tools on (%s)", t.Tools.How)
+	case t.Tools.Known:
+		fmt.Fprintf(w, ", TOOLS OFF: %s", t.Tools.Fix)
 	}
 	fmt.Fprintln(w)
 	if len(p.Told) > 0 {
