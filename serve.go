@@ -111,7 +111,7 @@ func configFrom(c *cli.Context) (serveConfig, error) {
 		Model: c.String("model"), ServedName: c.String("served-model-name"),
 		DP: c.Int("dp"), TP: c.Int("tp"), Host: c.String("host"), Port: c.Int("port"),
 		GPUs: c.String("gpus"), Device: c.String("device"), CPUKVCache: c.String("cpu-kv-cache"),
-		KVOffload:  c.String("kv-offload"), Tools: strings.TrimSpace(c.String("tools")),
+		KVOffload: c.String("kv-offload"), Tools: strings.TrimSpace(c.String("tools")),
 		Reasoning:  strings.TrimSpace(c.String("reasoning")),
 		MaxNumSeqs: c.Int("max-num-seqs"),
 		Engine:     c.String("engine"), VLLMPath: c.String("vllm"), LogDir: c.String("log-dir"),
