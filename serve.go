@@ -265,6 +265,9 @@ func offloadDevices(cfg serveConfig, d *rankDevices, log *slog.Logger) error {
 // engineDevices finds the devices for the run. The simulator needs none.
 func engineDevices(ctx context.Context, cfg serveConfig, log *slog.Logger) (rankDevices, error) {
 	d := rankDevices{gpus: make([][]string, cfg.DP), seqs: cfg.MaxNumSeqs}
+	if names := launch.DroppedEnv(os.Environ()); len(names) > 0 {
+		log.Info("removed from every engine's environment (each rank is its own server)", "vars", strings.Join(names, ","))
+	}
 	if err := offloadDevices(cfg, &d, log); err != nil {
 		return d, err
 	}
@@ -274,7 +277,8 @@ func engineDevices(ctx context.Context, cfg serveConfig, log *slog.Logger) (rank
 		}
 		return d, nil
 	}
-	if _, err := launch.FindVLLM(cfg.VLLMPath); err != nil {
+	exe, err := launch.FindVLLM(cfg.VLLMPath)
+	if err != nil {
 		return d, err
 	}
 	if cfg.Device == "cpu" {
@@ -284,20 +288,19 @@ func engineDevices(ctx context.Context, cfg serveConfig, log *slog.Logger) (rank
 	if err != nil {
 		return d, err
 	}
-	devs, err = gpu.Select(devs, os.Getenv("CUDA_VISIBLE_DEVICES"), cfg.GPUs)
+	shm, shmOK := launch.ShmFree()
+	cuda, cudaSet := os.LookupEnv("CUDA_VISIBLE_DEVICES")
+	plan, err := gpu.Choose(devs, gpu.Request{DP: cfg.DP, TP: cfg.TP, GPUs: cfg.GPUs,
+		CUDAVisible: cuda, CUDAVisibleSet: cudaSet, CUDADeviceOrder: os.Getenv("CUDA_DEVICE_ORDER"),
+		Extra: cfg.Extra, VLLMVersion: launch.InstalledVersion(exe),
+		ShmFree: shm - min(shm, d.offload*uint64(cfg.DP)), ShmChecked: shmOK}) // the host KV tier's share is taken
 	if err != nil {
 		return d, err
 	}
-	assigned, err := gpu.Assign(devs, cfg.DP, cfg.TP)
-	if err != nil {
-		return d, err
-	}
-	for _, w := range gpu.BusyWarnings(assigned) {
-		log.Warn(w)
-	}
+	plan.Log(log)
 	var used []gpu.Device
-	for i, g := range assigned {
-		d.gpus[i] = gpu.VisibleDevices(g)
+	for i, g := range plan.Groups {
+		d.gpus[i] = gpu.CUDAIndices(g)
 		used = append(used, g...)
 	}
 	if d.seqs == 0 {

@@ -56,20 +56,70 @@ func WriteJSON(w io.Writer, devs []Device) error {
 	return nil
 }
 
-// WriteTable writes devs as a text table, one row per GPU.
+// WriteTable writes devs as a text table, one row per GPU, and, when the
+// driver reports how the cards are linked, a matrix of the links in
+// nvidia-smi topo -m's notation.
 func WriteTable(w io.Writer, devs []Device) {
 	t := table.NewWriter()
 	t.SetOutputMirror(w)
 	t.SetStyle(table.StyleLight)
-	t.AppendHeader(table.Row{"GPU", "Name", "Memory free / total", "Processes", "UUID"})
+	t.AppendHeader(table.Row{"GPU", "Name", "Memory free / total", "Processes", "PCI bus (NUMA)", "UUID"})
 	for _, d := range devs {
+		name := d.Name
+		if d.MIG {
+			name += "\nMIG enabled: not usable whole"
+		}
+		bus := d.PCIBusID
+		if bus == "" {
+			bus = "-"
+		}
+		if d.NUMANode != nil {
+			bus += fmt.Sprintf(" (node %d)", *d.NUMANode)
+		}
 		t.AppendRow(table.Row{
-			strconv.Itoa(d.Index), d.Name,
+			strconv.Itoa(d.Index), name,
 			GiB(d.MemFree) + " / " + GiB(d.MemTotal),
-			procList(d.Processes), d.UUID,
+			procList(d.Processes), bus, d.UUID,
 		})
 	}
 	t.Render()
+	writeLinks(w, devs)
+}
+
+// writeLinks writes the link matrix, nothing when no card has links.
+func writeLinks(w io.Writer, devs []Device) {
+	known := false
+	for _, d := range devs {
+		known = known || len(d.Links) > 0
+	}
+	if !known {
+		return
+	}
+	t := table.NewWriter()
+	t.SetOutputMirror(w)
+	t.SetStyle(table.StyleLight)
+	head := table.Row{"links"}
+	for _, d := range devs {
+		head = append(head, "GPU "+strconv.Itoa(d.Index))
+	}
+	t.AppendHeader(head)
+	for _, a := range devs {
+		row := table.Row{"GPU " + strconv.Itoa(a.Index)}
+		for _, b := range devs {
+			p := path(a, b)
+			switch {
+			case a.Index == b.Index:
+				p = "X"
+			case p == "":
+				p = "?"
+			}
+			row = append(row, p)
+		}
+		t.AppendRow(row)
+	}
+	t.Render()
+	fmt.Fprintln(w, "NV#: NVLinks; PIX: one PCIe switch; PXB: several; PHB: the CPU's host bridge; "+
+		"NODE: within one NUMA node; SYS: across CPU sockets")
 }
 
 func procList(ps []Process) string {

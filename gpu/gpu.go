@@ -22,12 +22,36 @@ type Process struct {
 
 // Device is one physical GPU as the driver reports it.
 type Device struct {
-	Index     int       `json:"index"` // NVML (PCI bus) order, as nvidia-smi shows it
-	UUID      string    `json:"uuid"`  // "GPU-..."; the stable name to hand to CUDA_VISIBLE_DEVICES
+	Index     int       `json:"index"` // NVML (PCI bus) order, as nvidia-smi shows it; what engines get in CUDA_VISIBLE_DEVICES
+	UUID      string    `json:"uuid"`  // "GPU-..."; stable across reboots, for humans and for matching
 	Name      string    `json:"name"`
 	MemTotal  uint64    `json:"mem_total_bytes"`
 	MemFree   uint64    `json:"mem_free_bytes"`
 	Processes []Process `json:"processes"`
+
+	PCIBusID string `json:"pci_bus_id,omitempty"` // "00000000:01:00.0" as NVML writes it; "" when unknown
+	// MIG is true when the card's current MIG mode is enabled: it is then
+	// cut into instances, and vLLM cannot use it as a whole.
+	MIG bool `json:"mig_enabled"`
+	// NUMANode is the NUMA node the card is attached to; nil when unknown
+	// (single-node machines often report none).
+	NUMANode *int `json:"numa_node,omitempty"`
+	// CPUAffinity is the CPUs closest to the card, as a list ("0-15,32-47");
+	// "" when unknown.
+	CPUAffinity string `json:"cpu_affinity,omitempty"`
+	// Links is the path to every other GPU, in nvidia-smi topo -m's
+	// notation; empty when the driver does not say (nvidia-smi fallback).
+	Links []Link `json:"links,omitempty"`
+}
+
+// Link is the path from one GPU to another, as `nvidia-smi topo -m` names
+// it: "NV<n>" (n NVLinks, directly or through NVSwitch), "PIX" (one PCIe
+// switch, or the same board), "PXB" (several PCIe switches), "PHB" (the
+// CPU's host bridge), "NODE" (host bridges within one NUMA node) or "SYS"
+// (across CPU sockets: the inter-socket link).
+type Link struct {
+	GPU  int    `json:"gpu"` // the other GPU's index
+	Path string `json:"path"`
 }
 
 // Discover lists the GPUs of this machine, in index order. It tries NVML
@@ -215,9 +239,25 @@ func BusyWarnings(groups [][]Device) []string {
 	return out
 }
 
-// VisibleDevices is the CUDA_VISIBLE_DEVICES value for a group: its UUIDs
-// (stable, unlike indices, which CUDA orders fastest-first unless
-// CUDA_DEVICE_ORDER=PCI_BUS_ID), or the index where a UUID is unknown.
+// CUDAIndices is what an engine on group gets in CUDA_VISIBLE_DEVICES: the
+// cards' NVML indices (PCI bus order, as nvidia-smi numbers them), to be
+// read with CUDA_DEVICE_ORDER=PCI_BUS_ID (launch.EngineEnv sets it; CUDA's
+// own default order is fastest first, where an index could name another
+// card). Indices, not UUIDs: vLLM releases before about 0.24 parse each
+// entry with int() and die on a UUID; vLLM 0.32.0 accepts both and maps a
+// UUID to its NVML index itself (platforms/cuda.py,
+// NvmlCudaPlatform.device_control_id_to_physical_device_id).
+func CUDAIndices(group []Device) []string {
+	out := make([]string, len(group))
+	for i, d := range group {
+		out[i] = strconv.Itoa(d.Index)
+	}
+	return out
+}
+
+// VisibleDevices names a group's cards for humans: their UUIDs (stable
+// across reboots and driver reorderings), or the index where a UUID is
+// unknown. Engines get CUDAIndices instead.
 func VisibleDevices(group []Device) []string {
 	out := make([]string, len(group))
 	for i, d := range group {

@@ -150,9 +150,42 @@ func TestVisibleDevicesPrefersUUIDs(t *testing.T) {
 	}
 }
 
+// TestCUDAIndicesAreNVMLIndices: engines get indices (vLLM before ~0.24
+// int()s every entry), never UUIDs.
+func TestCUDAIndicesAreNVMLIndices(t *testing.T) {
+	group := []Device{{Index: 2, UUID: "GPU-x"}, {Index: 5}}
+	if diff := cmp.Diff([]string{"2", "5"}, CUDAIndices(group)); diff != "" {
+		t.Errorf("CUDAIndices() (-want +got):\n%s", diff)
+	}
+}
+
+func node(n int) *int { return &n }
+
+// fakeSysfs writes numa_node files under a temp sysfs PCI root and restores
+// sysfsPCI after the test.
+func fakeSysfs(t *testing.T, nodes map[string]string) string {
+	t.Helper()
+	old := sysfsPCI
+	t.Cleanup(func() { sysfsPCI = old })
+	root := t.TempDir()
+	for bus, n := range nodes {
+		if err := os.MkdirAll(filepath.Join(root, bus), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, bus, "numa_node"), []byte(n+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
 // fakeSMI writes an executable nvidia-smi stand-in that prints gpus for
-// --query-gpu and apps for --query-compute-apps.
+// --query-gpu, apps for --query-compute-apps and mig for the MIG query.
 func fakeSMI(t *testing.T, gpus, apps string, exit int) string {
+	return fakeSMIWithMIG(t, gpus, apps, "", exit)
+}
+
+func fakeSMIWithMIG(t *testing.T, gpus, apps, mig string, exit int) string {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "gpus.csv"), []byte(gpus), 0o644); err != nil {
@@ -161,7 +194,11 @@ func fakeSMI(t *testing.T, gpus, apps string, exit int) string {
 	if err := os.WriteFile(filepath.Join(dir, "apps.csv"), []byte(apps), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "mig.csv"), []byte(mig), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	script := "#!/bin/sh\ncase \"$1\" in\n" +
+		"--query-gpu=index,mig.mode.current) cat " + dir + "/mig.csv ;;\n" +
 		"--query-gpu=*) cat " + dir + "/gpus.csv ;;\n" +
 		"--query-compute-apps=*) cat " + dir + "/apps.csv ;;\n" +
 		"esac\n" + "echo 'NVIDIA-SMI has failed' >&2\nexit " + map[bool]string{true: "0", false: "9"}[exit == 0] + "\n"
@@ -173,17 +210,20 @@ func fakeSMI(t *testing.T, gpus, apps string, exit int) string {
 }
 
 func TestDiscoverFallsBackToNvidiaSMI(t *testing.T) {
-	smi := fakeSMI(t,
-		"0, GPU-aaaa, NVIDIA RTX A4000, 16376, 15000\n1, GPU-bbbb, NVIDIA RTX A4000, 16376, [N/A]\n",
-		"GPU-bbbb, 4242, /usr/bin/python3, 14438\nGPU-bbbb, junk, x, 1\n", 0)
+	smi := fakeSMIWithMIG(t,
+		"0, GPU-aaaa, NVIDIA RTX A4000, 16376, 15000, 00000000:01:00.0\n1, GPU-bbbb, NVIDIA RTX A4000, 16376, [N/A], 00000000:41:00.0\n",
+		"GPU-bbbb, 4242, /usr/bin/python3, 14438\nGPU-bbbb, junk, x, 1\n",
+		"0, Disabled\n1, Enabled\n", 0)
+	sysfsPCI = fakeSysfs(t, map[string]string{"0000:01:00.0": "0", "0000:41:00.0": "-1"})
 	noNVML := func() ([]Device, error) { return nil, errors.New("init: ERROR_LIBRARY_NOT_FOUND") }
 	got, err := discover(context.Background(), noNVML, smi)
 	if err != nil {
 		t.Fatalf("discover() error = %v", err)
 	}
 	want := []Device{
-		{Index: 0, UUID: "GPU-aaaa", Name: "NVIDIA RTX A4000", MemTotal: 16376 * mib, MemFree: 15000 * mib},
-		{Index: 1, UUID: "GPU-bbbb", Name: "NVIDIA RTX A4000", MemTotal: 16376 * mib,
+		{Index: 0, UUID: "GPU-aaaa", Name: "NVIDIA RTX A4000", MemTotal: 16376 * mib, MemFree: 15000 * mib,
+			PCIBusID: "00000000:01:00.0", NUMANode: node(0)},
+		{Index: 1, UUID: "GPU-bbbb", Name: "NVIDIA RTX A4000", MemTotal: 16376 * mib, PCIBusID: "00000000:41:00.0", MIG: true,
 			Processes: []Process{{PID: 4242, Name: "python3", UsedBytes: 14438 * mib}}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -219,7 +259,7 @@ func TestDiscoverErrNoGPUSaysWhatWasTried(t *testing.T) {
 }
 
 func TestParseSMIRejectsGarbage(t *testing.T) {
-	if _, err := parseSMIGPUs([]byte("x, y, z, 1, 2\n")); err == nil {
+	if _, err := parseSMIGPUs([]byte("x, y, z, 1, 2, 0000:01:00.0\n")); err == nil {
 		t.Error("parseSMIGPUs accepted a non-numeric index")
 	}
 	if _, err := parseSMIGPUs([]byte("0, only-two\n")); err == nil {

@@ -14,7 +14,8 @@ import (
 )
 
 const (
-	smiGPUQuery  = "--query-gpu=index,uuid,name,memory.total,memory.free"
+	smiGPUQuery  = "--query-gpu=index,uuid,name,memory.total,memory.free,pci.bus_id"
+	smiMIGQuery  = "--query-gpu=index,mig.mode.current"
 	smiAppsQuery = "--query-compute-apps=gpu_uuid,pid,process_name,used_memory"
 	smiFormat    = "--format=csv,noheader,nounits"
 	smiTimeout   = 20 * time.Second
@@ -38,7 +39,34 @@ func discoverSMI(ctx context.Context, smi string) ([]Device, error) {
 		// Processes are best effort: a GPU list without them is still useful.
 		_ = attachSMIApps(devs, apps)
 	}
+	if mig, err := runSMI(ctx, smi, smiMIGQuery); err == nil {
+		_ = attachSMIMIG(devs, mig) // best effort too: older nvidia-smi lack the field
+	}
+	for i := range devs {
+		devs[i].NUMANode = sysfsNUMANode(sysfsPCI, devs[i].PCIBusID)
+	}
 	return devs, nil
+}
+
+// attachSMIMIG marks the devices whose `index, mig.mode.current` row says
+// Enabled ("Disabled" and "[N/A]" leave them whole).
+func attachSMIMIG(devs []Device, out []byte) error {
+	rows, err := readCSV(out, 2)
+	if err != nil {
+		return err
+	}
+	for _, rec := range rows {
+		idx, err := strconv.Atoi(rec[0])
+		if err != nil {
+			continue
+		}
+		for i := range devs {
+			if devs[i].Index == idx {
+				devs[i].MIG = strings.EqualFold(rec[1], "Enabled")
+			}
+		}
+	}
+	return nil
 }
 
 func runSMI(ctx context.Context, smi, query string) ([]byte, error) {
@@ -76,9 +104,10 @@ func readCSV(out []byte, fields int) ([][]string, error) {
 	}
 }
 
-// parseSMIGPUs parses `index, uuid, name, memory.total, memory.free` rows.
+// parseSMIGPUs parses `index, uuid, name, memory.total, memory.free,
+// pci.bus_id` rows.
 func parseSMIGPUs(out []byte) ([]Device, error) {
-	rows, err := readCSV(out, 5)
+	rows, err := readCSV(out, 6)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +119,7 @@ func parseSMIGPUs(out []byte) ([]Device, error) {
 		}
 		devs = append(devs, Device{
 			Index: idx, UUID: rec[1], Name: rec[2],
-			MemTotal: parseMiB(rec[3]), MemFree: parseMiB(rec[4]),
+			MemTotal: parseMiB(rec[3]), MemFree: parseMiB(rec[4]), PCIBusID: rec[5],
 		})
 	}
 	return devs, nil

@@ -92,20 +92,6 @@ func TestDefaultMaxNumSeqs(t *testing.T) {
 	}
 }
 
-func TestEngineEnv(t *testing.T) {
-	base := []string{"PATH=/bin", "VLLM_PORT=9999", "CUDA_VISIBLE_DEVICES=0,1,2,3", "HF_HOME=/data"}
-	got := EngineEnv(base, []string{"GPU-a", "GPU-b"})
-	want := []string{"PATH=/bin", "HF_HOME=/data", "CUDA_VISIBLE_DEVICES=GPU-a,GPU-b"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("EngineEnv() with GPUs (-want +got):\n%s", diff)
-	}
-	got = EngineEnv(base, nil)
-	want = []string{"PATH=/bin", "CUDA_VISIBLE_DEVICES=0,1,2,3", "HF_HOME=/data"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("EngineEnv() without GPUs (-want +got):\n%s", diff)
-	}
-}
-
 func TestFreePorts(t *testing.T) {
 	ports, err := FreePorts(8, "127.0.0.1")
 	if err != nil {
