@@ -128,8 +128,8 @@ func chooseListed(devs, pool []Device, req Request, util float64, from string) (
 	}
 	need := req.DP * req.TP
 	if len(listed) < need {
-		return nil, fmt.Errorf("need %d GPUs (--dp %d x --tp %d) but --gpus %q names %d (%s)",
-			need, req.DP, req.TP, req.GPUs, len(listed), indexList(listed))
+		return nil, fmt.Errorf("need %s (--dp %d x --tp %d) but --gpus %q names %d (%s)",
+			gpusN(need), req.DP, req.TP, req.GPUs, len(listed), indexList(listed))
 	}
 	var bad []string
 	var badDevs []Device
@@ -168,9 +168,9 @@ func chooseListed(devs, pool []Device, req Request, util float64, from string) (
 func notEnough(pool, fit []Device, req Request, util float64, from string) error {
 	need := req.DP * req.TP
 	if len(pool) < need {
-		return fmt.Errorf("need %d GPUs (--dp %d x --tp %d) but %d are available (%s); "+
+		return fmt.Errorf("need %s (--dp %d x --tp %d) but %d are available (%s); "+
 			"lower --dp/--tp, check --gpus and CUDA_VISIBLE_DEVICES, or use --engine sim",
-			need, req.DP, req.TP, len(pool), indexList(pool))
+			gpusN(need), req.DP, req.TP, len(pool), indexList(pool))
 	}
 	var reasons []string
 	var bad []Device
@@ -189,8 +189,8 @@ func notEnough(pool, fit []Device, req Request, util float64, from string) error
 			have += "have"
 		}
 	}
-	msg := fmt.Sprintf("need %d GPUs (--dp %d x --tp %d) with room for vLLM (--gpu-memory-utilization %s) but %s it: %s",
-		need, req.DP, req.TP, from, have, strings.Join(reasons, "; "))
+	msg := fmt.Sprintf("need %s (--dp %d x --tp %d) with room for vLLM (--gpu-memory-utilization %s) but %s it: %s",
+		gpusN(need), req.DP, req.TP, from, have, strings.Join(reasons, "; "))
 	var fixes []string
 	// The need non-MIG cards with the most room, and what they all allow.
 	var cands []Device
@@ -349,6 +349,14 @@ func inPoolOrder(pool, sub []Device) []Device {
 		}
 	}
 	return out
+}
+
+// gpusN is "1 GPU", "4 GPUs".
+func gpusN(n int) string {
+	if n == 1 {
+		return "1 GPU"
+	}
+	return strconv.Itoa(n) + " GPUs"
 }
 
 func joinIndices(devs []Device) string {
