@@ -24,9 +24,9 @@ func TestChooseTools(t *testing.T) {
 		{name: "auto: from the model", req: ToolsRequest{Tools: "auto", Reasoning: "auto", Files: qwen("")},
 			tool: "hermes", inInfo: "chosen from its name"},
 		{name: "auto: a thinking template adds its reasoning parser",
-			req:  ToolsRequest{Tools: "auto", Reasoning: "auto", Files: qwen("{% if enable_thinking %}<tool_call></tool_call>")},
+			req:  ToolsRequest{Tools: "auto", Reasoning: "auto", Files: qwen("{% if enable_thinking %}<think><tool_call></tool_call>")},
 			tool: "hermes", reasoning: "qwen3", inInfo: "chosen from its chat template"},
-		{name: "--reasoning off", req: ToolsRequest{Tools: "auto", Reasoning: "off", Files: qwen("{% if enable_thinking %}")},
+		{name: "--reasoning off", req: ToolsRequest{Tools: "auto", Reasoning: "off", Files: qwen("{% if enable_thinking %}<think>")},
 			tool: "hermes"},
 		{name: "--tools off", req: ToolsRequest{Tools: "off", Reasoning: "auto", Files: qwen("")},
 			fix: "--tools off", inInfo: "tool calling off"},
@@ -41,7 +41,7 @@ func TestChooseTools(t *testing.T) {
 			Extra: []string{"--tool-call-parser", "hermes"}}, fromExtra: true, warn: "without --enable-auto-tool-choice",
 			fix: "--enable-auto-tool-choice"},
 		{name: "a reasoning parser after -- wins", req: ToolsRequest{Tools: "auto", Reasoning: "auto",
-			Files: qwen("{% if enable_thinking %}"), Extra: []string{"--reasoning-parser", "deepseek_r1"}}, tool: "hermes"},
+			Files: qwen("{% if enable_thinking %}<think>"), Extra: []string{"--reasoning-parser", "deepseek_r1"}}, tool: "hermes"},
 		{name: "unknown model: off, said", req: ToolsRequest{Tools: "auto", Reasoning: "auto", Files: unknown},
 			warn: "no parser known for acme/secret-model", fix: "--tools PARSER", inInfo: "only the name was read"},
 		{name: "a parser newer than the vLLM", req: ToolsRequest{Tools: "auto", Reasoning: "auto", Version: "0.9.2",
@@ -70,7 +70,7 @@ func TestChooseTools(t *testing.T) {
 }
 
 func TestToolFlagsInArgv(t *testing.T) {
-	c := ChooseTools(ToolsRequest{Tools: "auto", Reasoning: "auto", Files: qwen("{% if enable_thinking %}")})
+	c := ChooseTools(ToolsRequest{Tools: "auto", Reasoning: "auto", Files: qwen("{% if enable_thinking %}<think>")})
 	argv := Engine{Kind: "vllm", Model: "m", ToolFlags: c.Flags(), Extra: []string{"--x"}}.Argv(8000)
 	want := []string{"--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3", "--x"}
 	if got := argv[len(argv)-len(want):]; !slices.Equal(got, want) {
