@@ -105,11 +105,30 @@ func (p *Proxy) engineModels(r *http.Request) ([]byte, bool) {
 				break
 			}
 		}
-		if out, err := sjson.SetBytes(body, fmt.Sprintf("data.%d.id", at), p.cfg.ServedModel); err == nil {
-			return out, true
+		out, err := sjson.SetBytes(body, fmt.Sprintf("data.%d.id", at), p.cfg.ServedModel)
+		if err != nil {
+			continue
 		}
+		// Ranks that fit different contexts: the smallest holds anywhere.
+		if least := p.smallestContext(); least > 0 && data.Array()[at].Get("max_model_len").Int() > int64(least) {
+			if o, err := sjson.SetBytes(out, fmt.Sprintf("data.%d.max_model_len", at), least); err == nil {
+				out = o
+			}
+		}
+		return out, true
 	}
 	return nil, false
+}
+
+// smallestContext is the smallest max_model_len the healthy replicas serve.
+func (p *Proxy) smallestContext() int {
+	n := 0
+	for _, r := range p.replicaList() {
+		if v := int(r.maxModelLen.Load()); r.healthy() && v > 0 && (n == 0 || v < n) {
+			n = v
+		}
+	}
+	return n
 }
 
 // admin allows loopback callers, or others with the admin bearer token.

@@ -1,11 +1,14 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -228,5 +231,48 @@ func TestResetWithoutDevModeSaysHowToEnableIt(t *testing.T) {
 	resp, body := post(t, front.URL+"/warden/reset_prefix_cache", "")
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "VLLM_SERVER_DEV_MODE=1") {
 		t.Errorf("reset on an engine without the route: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestModelsReportTheSmallestContext: ranks that fit different contexts
+// (cards of different sizes, --max-model-len auto) are reported at the
+// smallest, in /v1/models and the status, and a restart learns it again.
+func TestModelsReportTheSmallestContext(t *testing.T) {
+	var lens [2]atomic.Int64
+	engine := func(i int) *httptest.Server {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/metrics":
+				io.WriteString(w, metricsText(0, 0, 0, 0, 0))
+			case "/v1/models":
+				fmt.Fprintf(w, `{"object":"list","data":[{"id":"tiny","parent":null,"max_model_len":%d}]}`, lens[i].Load())
+			}
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	lens[0].Store(40960)
+	lens[1].Store(38000)
+	p, front := testProxyBackends(t, Config{ServedModel: "qwen"}, []Backend{
+		{Rank: 0, URL: engine(0).URL, MaxNumSeqs: 8}, {Rank: 1, URL: engine(1).URL, MaxNumSeqs: 8}})
+	p.CheckNow(context.Background())
+	models := func() int64 {
+		resp, err := http.Get(front.URL + "/v1/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return gjson.GetBytes(b, "data.0.max_model_len").Int()
+	}
+	st := p.Status()
+	if got := models(); got != 38000 || st.MaxModelLen != 38000 || st.Replicas[0].MaxModelLen != 40960 {
+		t.Errorf("/v1/models max_model_len %d, status %d (replica 0 %d), want the smallest 38000 (and 40960)", got, st.MaxModelLen, st.Replicas[0].MaxModelLen)
+	}
+	lens[1].Store(50000) // rank 1 restarts with a larger context
+	p.NoteRestart(1)
+	p.CheckNow(context.Background())
+	if got := models(); got != 40960 || p.Status().MaxModelLen != 40960 {
+		t.Errorf("after rank 1's restart: /v1/models %d, status %d, want 40960", got, p.Status().MaxModelLen)
 	}
 }

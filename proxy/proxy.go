@@ -285,6 +285,7 @@ func (p *Proxy) NoteRestart(rank int) {
 	r.restarts++
 	r.eng.Restarted()
 	r.mu.Unlock()
+	r.maxModelLen.Store(0) // learned again: the new engine may fit another context
 	p.cacheWiped(rank, "the engine restarted")
 }
 

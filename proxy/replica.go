@@ -39,6 +39,7 @@ type replica struct {
 	target       *url.URL
 	gpus         []string
 	maxNumSeqs   atomic.Int64 // may be learned at run time (Backend.Probe)
+	maxModelLen  atomic.Int64 // the engine's max_model_len from its /v1/models; 0 until learned (again after a restart)
 	learnSeqs    atomic.Bool  // still to ask the server for max_num_seqs
 	fallbackSeqs int
 	rp           *httputil.ReverseProxy

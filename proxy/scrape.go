@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/lmwarden/warden/proxy/engine"
 )
 
@@ -29,6 +31,9 @@ func (p *Proxy) check(ctx context.Context, r *replica) {
 				p.cacheWiped(r.rank, "its counters went down: the engine restarted")
 			}
 			p.learnLimits(ctx, r) // a probed replica's max_num_seqs, before it enters rotation
+			if r.maxModelLen.Load() == 0 {
+				p.learnMaxModelLen(ctx, r)
+			}
 		}
 	}
 	if err != nil {
@@ -37,6 +42,29 @@ func (p *Proxy) check(ctx context.Context, r *replica) {
 		r.mu.Unlock()
 	}
 	r.health.Check(err == nil, err, p.clock())
+}
+
+// learnMaxModelLen reads the context the engine serves at (vLLM's
+// max_model_len in its /v1/models entry): ranks on cards of different sizes,
+// or with --max-model-len auto, can fit different ones, and the warden
+// reports the smallest (Status.MaxModelLen, /v1/models).
+func (p *Proxy) learnMaxModelLen(ctx context.Context, r *replica) {
+	_ = p.getOK(ctx, r.target.String()+"/v1/models", func(body io.Reader) error {
+		b, err := io.ReadAll(io.LimitReader(body, maxModelsBody))
+		if err != nil {
+			return err
+		}
+		var n int64
+		for _, m := range gjson.GetBytes(b, "data").Array() {
+			if v := m.Get("max_model_len").Int(); v > 0 && (n == 0 || v < n) {
+				n = v
+			}
+		}
+		if n > 0 && r.maxModelLen.Swap(n) != n {
+			r.log.Info("context learned from the engine", "max_model_len", n)
+		}
+		return nil
+	})
 }
 
 // getOK GETs url and requires 200; read, if set, consumes the body.

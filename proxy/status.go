@@ -44,6 +44,7 @@ func (p *Proxy) Status() panel.Status {
 		s.InFlight += row.InFlight
 	}
 	s.Totals = panel.TotalsOf(s.Replicas)
+	s.MaxModelLen = panel.SmallestContext(s.Replicas)
 	if len(reps) > 0 {
 		s.SpillThreshold = place.Config{SpillThreshold: p.cfg.SpillThreshold}.SpillFor(place.ReplicaView{MaxNumSeqs: reps[0].seqs()})
 	}
@@ -67,6 +68,7 @@ func affinity(policy string) bool {
 func (r *replica) status(active int) panel.Replica {
 	row := panel.Replica{
 		Rank: r.rank, GPUs: r.gpus, URL: r.target.String(), Port: r.port(), MaxNumSeqs: r.seqs(),
+		MaxModelLen: int(r.maxModelLen.Load()),
 		InFlight: int(r.inflight.Load()), Requests: r.requests.Load(), New: r.newTurns.Load(),
 		Sticky: r.sticky.Load(), SpilledIn: r.spilledIn.Load(), Pinned: r.pinned.Load(),
 		Failover: r.failover.Load(), Balanced: r.balanced.Load(), Errors: r.errors.Load(),

@@ -128,6 +128,16 @@ func badgeLines(s Status) []string {
 		first += " serving " + s.Model
 	}
 	first += fmt.Sprintf(", %d replicas", len(s.Replicas))
+	if s.MaxModelLen > 0 {
+		first += fmt.Sprintf(", context %d tokens", s.MaxModelLen)
+	}
+	if s.Engines != nil {
+		if s.Engines.AutoToolChoice {
+			first += ", tools " + s.Engines.ToolCallParser
+		} else {
+			first += ", TOOLS OFF"
+		}
+	}
 	return []string{first, badgeLine(s)}
 }
 

@@ -147,3 +147,26 @@ func TestFormats(t *testing.T) {
 		}
 	}
 }
+
+func TestFormatStatusTableShowsContextAndTools(t *testing.T) {
+	s := sampleStatus(2)
+	s.MaxModelLen = 38000
+	s.Engines = &EngineSetup{AutoToolChoice: true, ToolCallParser: "hermes"}
+	var b bytes.Buffer
+	formatStatusTable(&b, s)
+	if !strings.Contains(b.String(), ", context 38000 tokens, tools hermes\n") {
+		t.Errorf("header:\n%s", b.String())
+	}
+	s.Engines = &EngineSetup{}
+	b.Reset()
+	formatStatusTable(&b, s)
+	if !strings.Contains(b.String(), ", TOOLS OFF\n") {
+		t.Errorf("tools off not shown:\n%s", b.String())
+	}
+	s.Engines, s.MaxModelLen = nil, 0 // warden route, nothing learned yet
+	b.Reset()
+	formatStatusTable(&b, s)
+	if strings.Contains(b.String(), "context") || strings.Contains(b.String(), "tools") {
+		t.Errorf("route: %s", b.String())
+	}
+}

@@ -55,6 +55,10 @@ type Status struct {
 	// happened. The proxy keeps it with UpdatePeak on every snapshot.
 	PeakOvercommit *OvercommitPeak `json:"peak_overcommit,omitempty"`
 
+	// MaxModelLen is the smallest context of the replicas that are up
+	// (SmallestContext): what a client can count on wherever it lands.
+	MaxModelLen int `json:"max_model_len,omitempty"`
+
 	// Engines says how `warden serve` started its engines; nil for `warden
 	// route`, which starts none (warden run then probes the engines).
 	Engines *EngineSetup `json:"engines,omitempty"`
@@ -94,6 +98,9 @@ type Replica struct {
 	State      string   `json:"state"`
 	Restarts   int      `json:"restarts"`
 	MaxNumSeqs int      `json:"max_num_seqs"`
+	// MaxModelLen is the context the engine serves at (its /v1/models
+	// max_model_len); 0 until known.
+	MaxModelLen int `json:"max_model_len,omitempty"`
 
 	// Ours, exact.
 	InFlight       int    `json:"in_flight"`
@@ -224,4 +231,21 @@ type Point struct {
 	CachedTokens     uint64    `json:"cached_tokens"`
 	ComputedTokens   uint64    `json:"computed_tokens"` // prompt tokens not reported cached
 	CompletionTokens uint64    `json:"completion_tokens"`
+}
+
+// SmallestContext is the smallest known max_model_len of the replicas that
+// are up (of all, when none is up); 0 when none is known.
+func SmallestContext(reps []Replica) int {
+	n := 0
+	for _, up := range []bool{true, false} {
+		for _, r := range reps {
+			if (r.Up || !up) && r.MaxModelLen > 0 && (n == 0 || r.MaxModelLen < n) {
+				n = r.MaxModelLen
+			}
+		}
+		if n > 0 {
+			return n
+		}
+	}
+	return 0
 }

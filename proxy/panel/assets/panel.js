@@ -63,6 +63,9 @@
       badge('inflight', 'in flight', String(s.in_flight || 0)),
       badge('sessions', 'sessions', String(s.sessions || 0)),
       ...(s.subagent_sessions > 0 ? [badge('subagents', 'subagents', String(s.subagent_sessions))] : []),
+      ...(s.max_model_len > 0 ? [badge('context', 'context', String(s.max_model_len))] : []),
+      ...(s.engines ? [badge('tools', 'tools', s.engines.auto_tool_choice ? s.engines.tool_call_parser : 'off',
+        s.engines.auto_tool_choice ? 'on' : 'off')] : []),
     );
     $('model').textContent = s.model || '';
   }
