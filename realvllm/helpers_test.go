@@ -73,7 +73,8 @@ const served = "tiny"
 // engineArgs are the flags every test warden gives its CPU engines: the
 // tiny model in float32, eager mode (no inductor compile), 32-token blocks
 // (the CPU attention backend needs a multiple of 32; its default, 128,
-// would leave short prefixes uncached) and a 4k context.
+// would leave short prefixes uncached) and a 4k context; no tool flags:
+// the warden chooses them (tools_test.go).
 func engineArgs(dp int, extra ...string) []string {
 	args := []string{"serve", "--device", "cpu", "--dp", strconv.Itoa(dp), "--vllm", install.vllm,
 		"--model", install.model, "--served-model-name", served, "--cpu-kv-cache", "256MiB",

@@ -173,6 +173,10 @@ func TestServeCPU(t *testing.T) {
 		}
 	})
 
+	t.Run("tool calls on by default, forced calls on three APIs, results continue cached", func(t *testing.T) {
+		toolCalls(t, w)
+	})
+
 	t.Run("reset_prefix_cache empties every replica's cache", func(t *testing.T) {
 		turn := chat(msgs("system", system, "user", "a question asked twice"), "")
 		resp, _ := post(t, w.url+"/v1/chat/completions", turn, "X-Session-Id", "reset-1")
