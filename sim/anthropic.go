@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/json"
 	"net/http"
 
 	"github.com/tidwall/gjson"
@@ -62,6 +63,11 @@ func (s *server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	tc := anthropicToolChoice(body)
+	if msg := s.toolRefusal(tc); msg != "" {
+		anthropicError(w, http.StatusBadRequest, msg)
+		return
+	}
 	// vLLM 0.32's Messages request has no ignore_eos (it is dropped as an
 	// unknown field); the simulator honours it so that the bench's
 	// Anthropic protocol keeps its fixed output length here.
@@ -70,6 +76,7 @@ func (s *server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		anthropicError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	s.forceToolCall(&p, tc, anthropicTools(body))
 	proceed, die := s.faultGate(w, r)
 	if !proceed {
 		return
@@ -88,6 +95,10 @@ func (s *server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	msg["content"] = []any{map[string]any{"type": "text", "text": text}}
 	msg["stop_reason"] = anthropicStop(req.stopReason)
+	if p.call != nil {
+		msg["content"] = []any{map[string]any{"type": "tool_use", "id": p.call.id, "name": p.call.name, "input": json.RawMessage(p.call.args)}}
+		msg["stop_reason"] = "tool_use"
+	}
 	msg["usage"] = s.anthropicUsage(s.usageOf(req))
 	writeJSON(w, http.StatusOK, msg)
 }
@@ -96,6 +107,11 @@ func (s *server) handleMessages(w http.ResponseWriter, r *http.Request) {
 // content_block_stop, message_delta (usage) and message_stop.
 func (s *server) messagesStream(w http.ResponseWriter, r *http.Request, p genPlan, die bool, msg map[string]any) {
 	var sse *sseWriter
+	block := map[string]any{"type": "text", "text": ""}
+	if p.call != nil { // a forced tool call: a tool_use block, its input streamed as JSON deltas
+		block = map[string]any{"type": "tool_use", "id": p.call.id, "name": p.call.name, "input": map[string]any{}}
+	}
+	pos := 0 // bytes of the call's text generated so far
 	req, err := s.run(r.Context(), p, die, func(text string, final bool) error {
 		if sse == nil {
 			sse = newSSE(w)
@@ -105,9 +121,18 @@ func (s *server) messagesStream(w http.ResponseWriter, r *http.Request, p genPla
 				return err
 			}
 			if err := sse.event("content_block_start", map[string]any{"type": "content_block_start", "index": 0,
-				"content_block": map[string]any{"type": "text", "text": ""}}); err != nil {
+				"content_block": block}); err != nil {
 				return err
 			}
+		}
+		if p.call != nil {
+			d := p.call.argsIn(pos, pos+len(text))
+			pos += len(text)
+			if d == "" {
+				return nil
+			}
+			return sse.event("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0,
+				"delta": map[string]any{"type": "input_json_delta", "partial_json": d}})
 		}
 		if text == "" {
 			return nil
@@ -118,9 +143,13 @@ func (s *server) messagesStream(w http.ResponseWriter, r *http.Request, p genPla
 	if err != nil || sse == nil {
 		return
 	}
+	stop := anthropicStop(req.stopReason)
+	if p.call != nil {
+		stop = "tool_use"
+	}
 	_ = sse.event("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
 	_ = sse.event("message_delta", map[string]any{"type": "message_delta",
-		"delta": map[string]any{"stop_reason": anthropicStop(req.stopReason), "stop_sequence": nil},
+		"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil},
 		"usage": s.anthropicUsage(s.usageOf(req))})
 	_ = sse.event("message_stop", map[string]any{"type": "message_stop"})
 }

@@ -10,6 +10,10 @@ import (
 	"github.com/lmwarden/warden/internal/usage"
 )
 
+// toolFlags let an engine take coding agents' requests, which carry tools
+// (tool_choice auto).
+var toolFlags = []string{"--enable-auto-tool-choice", "--tool-call-parser", "hermes"}
+
 // claudeCodeBody is a request in Claude Code's shape (docs/clients.md).
 func claudeCodeBody(history []any) map[string]any {
 	return map[string]any{
@@ -28,7 +32,7 @@ func claudeCodeBody(history []any) map[string]any {
 }
 
 func TestAnthropicMessagesStreamClaudeCodeShape(t *testing.T) {
-	p := simproc.Start(t, "--sim-time-scale", fast, "--enable-prompt-tokens-details")
+	p := simproc.Start(t, append(toolFlags, "--sim-time-scale", fast, "--enable-prompt-tokens-details")...)
 	history := []any{
 		map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": words("fix the bug", 300)}}},
 		map[string]any{"role": "system", "content": "<env>cwd: /repo</env>"},
@@ -74,7 +78,7 @@ func TestAnthropicMessagesStreamClaudeCodeShape(t *testing.T) {
 }
 
 func TestAnthropicMessagesJSON(t *testing.T) {
-	p := simproc.Start(t, "--sim-time-scale", fast)
+	p := simproc.Start(t, append(toolFlags, "--sim-time-scale", fast)...)
 	body := claudeCodeBody([]any{msg("user", "hi")})
 	body["stream"] = false
 	code, r := post(t, p.URL+"/v1/messages", body)

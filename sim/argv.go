@@ -20,13 +20,26 @@ type Config struct {
 	MaxBatchedTokens int      // --max-num-batched-tokens (default 2048)
 	GPUMemUtil       float64  // --gpu-memory-utilization (default 0.92)
 	BlockSize        int      // --block-size (default 16)
-	MaxModelLen      int      // --max-model-len (0: the KV capacity)
+	MaxModelLen      int      // --max-model-len, human-readable (1k, 1K, 25.6k); 0: the model's context, else the KV capacity; -1 (auto): fit the KV cache
 	PromptDetails    bool     // --enable-prompt-tokens-details
 	ForceUsage       bool     // --enable-force-include-usage
 	StreamInterval   int      // --stream-interval (default 1)
 	TP               int      // --tensor-parallel-size, -tp: cards per replica (default 1)
 	KVOffloadBackend string   // --kv-offloading-backend: native (default) or lmcache
 	KVOffloadGiB     float64  // --kv-offloading-size, --sim-kv-offload-gib: host-RAM KV tier in GiB, whole engine (0: off)
+
+	AutoToolChoice        bool   // --enable-auto-tool-choice
+	ToolCallParser        string // --tool-call-parser NAME
+	ReasoningParser       string // --reasoning-parser NAME (accepted; the sim generates no reasoning)
+	ToolParserPlugin      string // --tool-parser-plugin PATH (may register any parser name)
+	ReasoningParserPlugin string // --reasoning-parser-plugin PATH (same for reasoning parsers)
+	ChatTemplate          string // --chat-template (accepted; the sim renders ChatML)
+
+	// ModelLen is the context vLLM would derive for Model (its config.json, or
+	// the sim's table of the models its profiles are of); 0 when not known.
+	// Main sets it (ModelContext); it is not an argument.
+	ModelLen       int
+	ModelLenSource string // where ModelLen came from, for the start-up log
 
 	Profile        string  // --sim-profile
 	TimeScale      float64 // --sim-time-scale: simulated seconds per wall second
@@ -93,6 +106,69 @@ func floatSetter(dst func(*Config) *float64) func(*Config, string) error {
 	}
 }
 
+// maxModelLenSetter parses --max-model-len as vLLM 0.32's
+// human_readable_int_or_auto does (vllm/utils/argparse_utils.py): "auto" or
+// "-1" is -1; NUMBER with k/m/g/t multiplies by a power of 1000 (decimals
+// allowed, the product truncated), with K/M/G/T by a power of 1024 (whole
+// numbers only); else a plain integer.
+func maxModelLenSetter(c *Config, v string) error {
+	n, err := parseHumanInt(v)
+	if err != nil {
+		return err
+	}
+	c.MaxModelLen = n
+	return nil
+}
+
+func parseHumanInt(v string) (int, error) {
+	v = strings.TrimSpace(v)
+	if v == "-1" || strings.EqualFold(v, "auto") {
+		return -1, nil
+	}
+	if n := len(v); n >= 2 {
+		num, suffix := v[:n-1], v[n-1]
+		dec := map[byte]float64{'k': 1e3, 'm': 1e6, 'g': 1e9, 't': 1e12}
+		bin := map[byte]int{'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30, 'T': 1 << 40}
+		if plainDecimal(num) {
+			if m, ok := dec[suffix]; ok {
+				f, _ := strconv.ParseFloat(num, 64)
+				return int(f * m), nil
+			}
+			if m, ok := bin[suffix]; ok {
+				i, err := strconv.Atoi(num)
+				if err != nil {
+					return 0, fmt.Errorf("Decimals are not allowed with binary suffixes like %c. Did you mean to use %s%c instead?",
+						suffix, num, suffix+('a'-'A'))
+				}
+				return i * m, nil
+			}
+		}
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("not an integer, a human-readable one (1k, 1K, 25.6k) or auto: %q", v)
+	}
+	return n, nil
+}
+
+// plainDecimal reports whether s is digits with at most one fractional part
+// (the regex \d+(?:\.\d+)? of vLLM's parser).
+func plainDecimal(s string) bool {
+	whole, frac, dot := strings.Cut(s, ".")
+	digits := func(p string) bool {
+		if p == "" {
+			return false
+		}
+		for i := 0; i < len(p); i++ {
+			if p[i] < '0' || p[i] > '9' {
+				return false
+			}
+		}
+		return true
+	}
+	return digits(whole) && (!dot || digits(frac))
+}
+
 func boolSetter(dst func(*Config) *bool) func(*Config, string) error {
 	return func(c *Config, v string) error {
 		if v == "" {
@@ -121,7 +197,13 @@ var flags = map[string]flagSpec{
 	"max-num-batched-tokens":       {kindValue, "", "per-step token budget, chunked prefill (default 2048)", intSetter(func(c *Config) *int { return &c.MaxBatchedTokens })},
 	"gpu-memory-utilization":       {kindValue, "", "fraction of GPU memory for weights + KV; sizes the KV cache (default 0.92)", floatSetter(func(c *Config) *float64 { return &c.GPUMemUtil })},
 	"block-size":                   {kindValue, "", "tokens per KV block (default 16)", intSetter(func(c *Config) *int { return &c.BlockSize })},
-	"max-model-len":                {kindValue, "", "longest sequence (default: the KV capacity minus the null block)", intSetter(func(c *Config) *int { return &c.MaxModelLen })},
+	"max-model-len":                {kindValue, "", "longest sequence, also 1k (1000), 1K (1024), 25.6k; auto or -1: the longest the KV cache holds (default: the model's context when known, refused if the KV cache cannot hold one such sequence; else the KV capacity minus the null block)", maxModelLenSetter},
+	"enable-auto-tool-choice":      {kindBool, "", "let the model choose tools (tool_choice auto); needs --tool-call-parser", boolSetter(func(c *Config) *bool { return &c.AutoToolChoice })},
+	"tool-call-parser":             {kindValue, "", "tool call parser, one of vLLM 0.32's names; with --enable-auto-tool-choice, named and required tool choices return tool calls", strSetter(func(c *Config) *string { return &c.ToolCallParser })},
+	"reasoning-parser":             {kindValue, "", "reasoning parser, one of vLLM 0.32's names (checked, no other effect)", strSetter(func(c *Config) *string { return &c.ReasoningParser })},
+	"tool-parser-plugin":           {kindValue, "", "tool parser plugin file (accepted; any --tool-call-parser name is then taken as registered by it)", strSetter(func(c *Config) *string { return &c.ToolParserPlugin })},
+	"reasoning-parser-plugin":      {kindValue, "", "reasoning parser plugin file (accepted; any --reasoning-parser name is then taken as registered by it)", strSetter(func(c *Config) *string { return &c.ReasoningParserPlugin })},
+	"chat-template":                {kindValue, "", "chat template file or string (accepted; the sim renders ChatML)", strSetter(func(c *Config) *string { return &c.ChatTemplate })},
 	"stream-interval":              {kindValue, "", "tokens per streamed flush; the first token is sent at once (default 1)", intSetter(func(c *Config) *int { return &c.StreamInterval })},
 	"enable-prompt-tokens-details": {kindBool, "", "report cached_tokens in usage", boolSetter(func(c *Config) *bool { return &c.PromptDetails })},
 	"enable-force-include-usage":   {kindBool, "", "always send a streaming usage chunk", boolSetter(func(c *Config) *bool { return &c.ForceUsage })},
@@ -263,7 +345,7 @@ func (c *Config) validate() error {
 	check(c.MaxBatchedTokens > 0, "--max-num-batched-tokens must be positive, got %d", c.MaxBatchedTokens)
 	check(c.GPUMemUtil > 0 && c.GPUMemUtil <= 1, "--gpu-memory-utilization must be in (0, 1], got %v", c.GPUMemUtil)
 	check(c.BlockSize > 0 && c.BlockSize <= 1024, "--block-size must be in 1..1024, got %d", c.BlockSize)
-	check(c.MaxModelLen >= 0, "--max-model-len must be positive, got %d", c.MaxModelLen)
+	check(c.MaxModelLen >= -1, "--max-model-len must be positive, -1 or auto, got %d", c.MaxModelLen)
 	check(c.StreamInterval > 0, "--stream-interval must be positive, got %d", c.StreamInterval)
 	check(c.TimeScale > 0, "--sim-time-scale must be positive, got %v", c.TimeScale)
 	check(c.LoadSeconds >= 0, "--sim-load-seconds must not be negative, got %v", c.LoadSeconds)

@@ -35,6 +35,10 @@ type request struct {
 	genSeed    uint64
 	stopReason string // "length" or "stop"
 	unsent     []string
+	// forced, when set, is the output instead of generated text: token i is
+	// forcedIDs[i] with text forced[i] (a tool call the request forced).
+	forced    []string
+	forcedIDs []uint32
 
 	mu       sync.Mutex
 	texts    []string
@@ -105,6 +109,12 @@ func (e *Engine) SimNow() float64 { return time.Since(e.wallStart).Seconds() * e
 // Submit queues a request for prompt; maxTokens is how many tokens it will
 // generate, stopReason the finish reason it will report.
 func (e *Engine) Submit(prompt []uint32, maxTokens int, stopReason string) (*request, error) {
+	return e.submitForced(prompt, maxTokens, stopReason, nil, nil)
+}
+
+// submitForced is Submit with the output given: token i of it is ids[i]
+// with text pieces[i] (len(ids) >= maxTokens).
+func (e *Engine) submitForced(prompt []uint32, maxTokens int, stopReason string, ids []uint32, pieces []string) (*request, error) {
 	e.idMu.Lock()
 	e.nextID++
 	id := e.nextID
@@ -113,7 +123,8 @@ func (e *Engine) Submit(prompt []uint32, maxTokens int, stopReason string) (*req
 	for _, t := range prompt {
 		seed = seed*0x100000001b3 ^ uint64(t)
 	}
-	r := &request{arrival: e.SimNow(), genSeed: mix64(seed), stopReason: stopReason, notify: make(chan struct{}, 1)}
+	r := &request{arrival: e.SimNow(), genSeed: mix64(seed), stopReason: stopReason, notify: make(chan struct{}, 1),
+		forced: pieces, forcedIDs: ids}
 	r.seq = NewSeq(id, prompt, maxTokens, e.cfg.BlockSize)
 	r.seq.Owner = r
 	select {
@@ -335,6 +346,10 @@ func (e *Engine) abort(r *request) {
 func (e *Engine) apply(b Batch, now float64) {
 	emitted, finished := e.sched.Complete(b, func(q *Seq) uint32 {
 		r := q.Owner.(*request)
+		if i := q.Output; i < len(r.forcedIDs) {
+			r.unsent = append(r.unsent, r.forced[i])
+			return r.forcedIDs[i]
+		}
 		id, text := e.gen.token(r.genSeed, q.Output)
 		r.unsent = append(r.unsent, text)
 		return id

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -26,6 +28,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, u := range cfg.LogUnknown {
 		log.Info("accepted vLLM argument (no effect in the sim)", "arg", u)
 	}
+	if err := cfg.checkParsers(); err != nil {
+		fmt.Fprintln(stderr, err.(*pyError).line())
+		return err
+	}
+	cfg.ModelLen, cfg.ModelLenSource = ModelContext(cfg.Model, os.Getenv)
 	s, err := newServer(cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "ValueError: %v\n", err)
@@ -83,11 +90,14 @@ func newServer(cfg Config, log *slog.Logger) (*server, error) {
 	}
 	kvTokens = numBlocks * cfg.BlockSize
 	usable := (numBlocks - 1) * cfg.BlockSize
-	maxLen := cfg.MaxModelLen
-	if maxLen == 0 {
-		maxLen = usable
-	} else if maxLen > kvTokens {
-		return nil, kvCapacityError(maxLen, kvTokens, prof.CardKVBytesPerToken())
+	maxLen, lenLines, err := resolveMaxLen(cfg, prof, kvTokens)
+	if lenLines.source != "" { // vLLM logs it as it reads the model's config, before the engine starts (or fails)
+		log.Info(lenLines.using, "model_context", cfg.ModelLen, "from", lenLines.source)
+	} else {
+		log.Info(lenLines.using)
+	}
+	if err != nil {
+		return nil, err
 	}
 	maxLen = min(maxLen, usable)
 	sc := SchedConfig{
@@ -97,7 +107,8 @@ func newServer(cfg Config, log *slog.Logger) (*server, error) {
 		Host:            HostTier(cfg.KVOffloadGiB, prof, cfg.BlockSize),
 	}
 	sched := NewScheduler(sc, NewBlockPool(numBlocks))
-	s := &server{cfg: cfg, prof: prof, log: log, maxLen: maxLen, kvTokens: kvTokens, numBlocks: numBlocks, host: sc.Host, engineID: uuid4()}
+	s := &server{cfg: cfg, prof: prof, log: log, maxLen: maxLen, kvTokens: kvTokens, numBlocks: numBlocks, host: sc.Host, engineID: uuid4(),
+		lenLines: lenLines}
 	s.met = newMetrics(cfg.ServedNames[0], cacheConfigLabels(cfg, numBlocks))
 	if sched.HasHostTier() {
 		s.met.enableHost()
@@ -108,6 +119,75 @@ func newServer(cfg Config, log *slog.Logger) (*server, error) {
 	s.eng.onDone = func(reason string) { s.met.success.WithLabelValues(reason).Inc() }
 	s.met.publish(s.eng.Snapshot())
 	return s, nil
+}
+
+// maxLenLines are the start-up lines about max_model_len: the one newServer
+// logs ("Using max model len", or why the sim falls back to the KV
+// capacity) and vLLM's auto-fit line, logged with the KV cache size.
+type maxLenLines struct {
+	using, autoFit string
+	source         string // where the model's context came from, when it was used
+}
+
+// resolveMaxLen is the max_model_len the engine is built with, before the
+// null block is taken off: --max-model-len N, refused as vLLM refuses it
+// when one sequence of N does not fit kvTokens; without it the model's
+// context (cfg.ModelLen), refused the same way; -1 (auto) the model's
+// context or, when the KV cache holds less, kvTokens, vLLM's
+// _auto_fit_max_model_len (v1/core/kv_cache_utils.py, 0.32.0), which finds
+// the longest length whose blocks fit the KV memory: the whole blocks of
+// it, kvTokens. A model whose context the sim does not know gets kvTokens
+// in both cases, as before.
+func resolveMaxLen(cfg Config, prof Profile, kvTokens int) (int, maxLenLines, error) {
+	lines := maxLenLines{source: cfg.ModelLenSource}
+	if cfg.ModelLen == 0 || cfg.MaxModelLen > 0 {
+		lines.source = ""
+	}
+	bpt := prof.CardKVBytesPerToken()
+	kvMem := fmt.Sprintf("%s GiB %s", formatGiB(float64(kvTokens)*bpt), prof.kvDevice())
+	switch n := cfg.MaxModelLen; {
+	case n > 0:
+		lines.using = fmt.Sprintf("Using max model len %d", n)
+		if n > kvTokens {
+			return 0, lines, kvCapacityError(n, kvTokens, bpt)
+		}
+		return n, lines, nil
+	case n == -1 && cfg.ModelLen > 0:
+		lines.using = fmt.Sprintf("Using max model len %d", cfg.ModelLen)
+		if cfg.ModelLen <= kvTokens {
+			lines.autoFit = fmt.Sprintf("Auto-fit max_model_len: full model context length %d fits in available KV cache memory (%s)", cfg.ModelLen, kvMem)
+			return cfg.ModelLen, lines, nil
+		}
+		lines.autoFit = fmt.Sprintf("Auto-fit max_model_len: reduced from %d to %d to fit in available KV cache memory (%s)", cfg.ModelLen, kvTokens, kvMem)
+		return kvTokens, lines, nil
+	case n == -1:
+		lines.using = unknownContext(cfg.Model)
+		lines.autoFit = fmt.Sprintf("Auto-fit max_model_len: %d, the KV capacity (%s): the simulator does not know the model's context", kvTokens, kvMem)
+		return kvTokens, lines, nil
+	case cfg.ModelLen > 0:
+		lines.using = fmt.Sprintf("Using max model len %d", cfg.ModelLen)
+		if cfg.ModelLen > kvTokens {
+			return 0, lines, kvCapacityError(cfg.ModelLen, kvTokens, bpt)
+		}
+		return cfg.ModelLen, lines, nil
+	}
+	lines.using = unknownContext(cfg.Model) + "; max_model_len defaults to the KV capacity"
+	return kvTokens, lines, nil
+}
+
+func unknownContext(model string) string {
+	return "The simulator does not know the context of " + model +
+		" (no config.json in a local directory or the Hugging Face cache, not in its table)"
+}
+
+// formatGiB is vLLM's format_gib: bytes in GiB rounded to 2 decimals, as
+// Python prints a float (6.3, 10.07, 6.0).
+func formatGiB(bytes float64) string {
+	s := strconv.FormatFloat(math.Round(bytes/gib*100)/100, 'f', -1, 64)
+	if !strings.ContainsAny(s, ".eE") {
+		s += ".0"
+	}
+	return s
 }
 
 // load prints vLLM-like start-up lines over --sim-load-seconds of wall
@@ -147,6 +227,9 @@ func (s *server) load(ctx context.Context) bool {
 		for r := range t {
 			log.Info(kvMem, "worker", fmt.Sprintf("TP%d", r))
 		}
+	}
+	if l := s.lenLines.autoFit; l != "" {
+		log.Info(l)
 	}
 	log.Info(fmt.Sprintf("GPU KV cache size: %s tokens", thousands(s.kvTokens)))
 	log.Info(fmt.Sprintf("Maximum concurrency for %s tokens per request: %.2fx", thousands(s.maxLen), float64(s.kvTokens)/float64(s.maxLen)))

@@ -45,6 +45,10 @@ func (s *server) openAIPrompt(w http.ResponseWriter, r *http.Request, chat bool)
 			openAIError(w, http.StatusBadRequest, "messages must be an array")
 			return body, genPlan{}, false
 		}
+		if msg := s.toolRefusal(chatToolChoice(body)); msg != "" {
+			openAIError(w, http.StatusBadRequest, msg)
+			return body, genPlan{}, false
+		}
 		if m := body.Get("max_completion_tokens"); m.Exists() && m.Type != gjson.Null {
 			maxTok = m
 		}
@@ -63,6 +67,9 @@ func (s *server) openAIPrompt(w http.ResponseWriter, r *http.Request, chat bool)
 	if err != nil {
 		openAIError(w, http.StatusBadRequest, err.Error())
 		return body, genPlan{}, false
+	}
+	if chat {
+		s.forceToolCall(&p, chatToolChoice(body), chatTools(body))
 	}
 	return body, p, true
 }
@@ -120,9 +127,15 @@ func (s *server) openAI(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	choice := map[string]any{"index": 0, "logprobs": nil, "finish_reason": req.stopReason, "stop_reason": nil}
-	if chat {
+	switch {
+	case chat && p.call != nil:
+		// vLLM 0.32's answer to a forced tool call: no content, the call,
+		// finish reason stop (it reports tool_calls only for auto).
+		choice["message"] = map[string]any{"role": "assistant", "content": "", "tool_calls": []any{map[string]any{
+			"id": p.call.id, "type": "function", "function": map[string]any{"name": p.call.name, "arguments": p.call.args}}}}
+	case chat:
 		choice["message"] = map[string]any{"role": "assistant", "content": text, "tool_calls": []any{}}
-	} else {
+	default:
 		choice["text"] = text
 	}
 	resp := base(object)
@@ -152,7 +165,16 @@ func (s *server) openAIStream(ctx context.Context, w http.ResponseWriter, p genP
 		c["choices"] = []any{choice}
 		return c
 	}
-	var stop string
+	// A forced tool call streams as vLLM 0.32 streams one: a chunk with the
+	// call's id and name, then its arguments as they are generated, then a
+	// chunk with the finish reason alone.
+	callChunk := func(tc map[string]any) map[string]any {
+		c := base(object)
+		c["choices"] = []any{map[string]any{"index": 0, "logprobs": nil, "finish_reason": nil,
+			"delta": map[string]any{"content": nil, "tool_calls": []any{tc}}}}
+		return c
+	}
+	pos := 0 // bytes of the call's text generated so far
 	req, err := s.run(ctx, p, die, func(text string, final bool) error {
 		if sse == nil {
 			sse = newSSE(w)
@@ -161,13 +183,32 @@ func (s *server) openAIStream(ctx context.Context, w http.ResponseWriter, p genP
 					return err
 				}
 			}
+			if p.call != nil {
+				if err := sse.event("", callChunk(map[string]any{"id": p.call.id, "type": "function", "index": 0,
+					"function": map[string]any{"name": p.call.name}})); err != nil {
+					return err
+				}
+			}
 		}
 		var finish any
 		if final {
-			stop = p.stopReason
-			finish = stop
+			finish = p.stopReason
 		}
-		return sse.event("", chunk(text, finish, false))
+		if p.call == nil {
+			return sse.event("", chunk(text, finish, false))
+		}
+		if d := p.call.argsIn(pos, pos+len(text)); d != "" {
+			if err := sse.event("", callChunk(map[string]any{"index": 0, "function": map[string]any{"arguments": d}})); err != nil {
+				return err
+			}
+		}
+		pos += len(text)
+		if !final {
+			return nil
+		}
+		c := base(object)
+		c["choices"] = []any{map[string]any{"index": 0, "logprobs": nil, "finish_reason": finish, "delta": map[string]any{}}}
+		return sse.event("", c)
 	})
 	if err != nil || sse == nil {
 		return

@@ -311,3 +311,12 @@ func kvCapacityError(maxModelLen, kvTokens int, bytesPerToken float64) error {
 		"maximum model length is %d. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "+
 		"initializing the engine.", maxModelLen, need, have, kvTokens)
 }
+
+// kvDevice names where the profile keeps its KV cache, as vLLM's auto-fit
+// line does ("GPU" on CUDA, the device type upper-cased otherwise).
+func (p Profile) kvDevice() string {
+	if p.Name == CPUTinyProfile {
+		return "CPU"
+	}
+	return "GPU"
+}

@@ -26,12 +26,19 @@ func (s *server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		openAIError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	// vLLM 0.32's Responses API does not refuse a tool choice without a
+	// tool parser (it answers in text); with one, a named or required
+	// choice is a function_call item.
+	s.forceToolCall(&p, responsesToolChoice(body), responsesTools(body))
 	proceed, die := s.faultGate(w, r)
 	if !proceed {
 		return
 	}
 	model := s.answerModel(body)
-	rs := &responseState{id: newID("resp_"), itemID: newID("msg_"), model: model, created: time.Now().Unix()}
+	rs := &responseState{id: newID("resp_"), itemID: newID("msg_"), model: model, created: time.Now().Unix(), call: p.call}
+	if p.call != nil {
+		rs.itemID = p.call.itemID
+	}
 	if body.Get("stream").Bool() {
 		s.responsesStream(w, r, p, die, rs)
 		return
@@ -48,9 +55,17 @@ type responseState struct {
 	id, itemID, model string
 	created           int64
 	seq               int
+	call              *toolCallOut // the function call the output is, nil for text
 }
 
 func (rs *responseState) item(status, text string, done bool) map[string]any {
+	if c := rs.call; c != nil {
+		args := ""
+		if done {
+			args = c.args
+		}
+		return map[string]any{"arguments": args, "call_id": c.id, "name": c.name, "type": "function_call", "id": c.itemID, "status": status}
+	}
 	content := []any{}
 	if done {
 		content = []any{map[string]any{"type": "output_text", "text": text, "annotations": []any{}}}
@@ -87,25 +102,43 @@ func (s *server) responsesStream(w http.ResponseWriter, r *http.Request, p genPl
 	req, err := s.run(r.Context(), p, die, func(text string, final bool) error {
 		if sse == nil {
 			sse = newSSE(w)
-			for _, ev := range []struct {
+			type ev struct {
 				typ    string
 				fields map[string]any
-			}{
+			}
+			evs := []ev{
 				{"response.created", map[string]any{"response": rs.object("in_progress", "", nil)}},
 				{"response.in_progress", map[string]any{"response": rs.object("in_progress", "", nil)}},
 				{"response.output_item.added", map[string]any{"output_index": 0, "item": rs.item("in_progress", "", false)}},
-				{"response.content_part.added", map[string]any{"item_id": rs.itemID, "output_index": 0, "content_index": 0,
-					"part": map[string]any{"type": "output_text", "text": "", "annotations": []any{}}}},
-			} {
-				if err := send(ev.typ, ev.fields); err != nil {
+			}
+			if rs.call == nil {
+				evs = append(evs, ev{"response.content_part.added", map[string]any{"item_id": rs.itemID, "output_index": 0, "content_index": 0,
+					"part": map[string]any{"type": "output_text", "text": "", "annotations": []any{}}}})
+			}
+			for _, e := range evs {
+				if err := send(e.typ, e.fields); err != nil {
 					return err
 				}
 			}
+		}
+		if c := rs.call; c != nil {
+			d := c.argsIn(len(full), len(full)+len(text))
+			full += text
+			if d == "" {
+				return nil
+			}
+			return send("response.function_call_arguments.delta", map[string]any{"item_id": rs.itemID, "output_index": 0, "delta": d})
 		}
 		full += text
 		return send("response.output_text.delta", map[string]any{"item_id": rs.itemID, "output_index": 0, "content_index": 0, "delta": text})
 	})
 	if err != nil || sse == nil {
+		return
+	}
+	if c := rs.call; c != nil {
+		_ = send("response.function_call_arguments.done", map[string]any{"item_id": rs.itemID, "output_index": 0, "arguments": c.args, "name": c.name})
+		_ = send("response.output_item.done", map[string]any{"output_index": 0, "item": rs.item("completed", "", true)})
+		_ = send("response.completed", map[string]any{"response": rs.object("completed", "", s.responsesUsage(s.usageOf(req)))})
 		return
 	}
 	_ = send("response.output_text.done", map[string]any{"item_id": rs.itemID, "output_index": 0, "content_index": 0, "text": full})

@@ -38,6 +38,7 @@ type server struct {
 	host      HostConfig // the host-RAM KV tier (Blocks 0: off)
 	engineID  string
 	childPID  int
+	lenLines  maxLenLines
 
 	reqCount atomic.Int64
 	hung     atomic.Bool
@@ -201,6 +202,13 @@ type genPlan struct {
 	prompt     []uint32
 	maxTokens  int
 	stopReason string
+	limit      int // the most tokens the request may generate (max tokens within the context left)
+
+	// call, when set, is the tool call the request forces: the output is
+	// its text (forced, forcedIDs) instead of generated words.
+	call      *toolCallOut
+	forced    []string
+	forcedIDs []uint32
 }
 
 // plan checks the prompt length and resolves how many tokens to generate,
@@ -235,7 +243,7 @@ func (s *server) plan(prompt []uint32, maxTok gjson.Result, param string, ignore
 		}
 		limit = min(limit, int(maxTok.Int()))
 	}
-	p := genPlan{prompt: prompt, maxTokens: limit, stopReason: "length"}
+	p := genPlan{prompt: prompt, maxTokens: limit, stopReason: "length", limit: limit}
 	if ignoreEOS {
 		return p, nil
 	}
@@ -252,7 +260,7 @@ func (s *server) plan(prompt []uint32, maxTok gjson.Result, param string, ignore
 // run submits p and calls emit with each batch of generated text (final is
 // true on the last). If the client goes away the request is aborted.
 func (s *server) run(ctx context.Context, p genPlan, die bool, emit func(text string, final bool) error) (*request, error) {
-	req, err := s.eng.Submit(p.prompt, p.maxTokens, p.stopReason)
+	req, err := s.eng.submitForced(p.prompt, p.maxTokens, p.stopReason, p.forcedIDs, p.forced)
 	if err != nil {
 		return nil, err
 	}
@@ -304,18 +312,47 @@ func errorType(code int) string {
 	return map[int]string{400: "BadRequestError", 404: "NotFoundError", 409: "ConflictError", 500: "InternalServerError", 503: "ServiceUnavailableError"}[code]
 }
 
+// openAIError is vLLM 0.32's error body, byte for byte:
+// {"error":{"message":...,"type":"BadRequestError","param":null,"code":400}}.
 func openAIError(w http.ResponseWriter, code int, msg string) {
 	typ := errorType(code)
 	if typ == "" {
 		typ = http.StatusText(code)
 	}
-	writeJSON(w, code, map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
+	type detail struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    int     `json:"code"`
+	}
+	writeError(w, code, struct {
+		Error detail `json:"error"`
+	}{detail{msg, typ, nil, code}})
 }
 
-// anthropicError is vLLM 0.32's Messages error: the OpenAI error class as
-// the type ({"type":"error","error":{"type":"BadRequestError",...}}).
+// anthropicError is vLLM 0.32's Messages error, byte for byte: the OpenAI
+// error class as the type ({"type":"error","error":{"type":"BadRequestError","message":...}}).
 func anthropicError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, map[string]any{"type": "error", "error": map[string]any{"type": errorType(code), "message": msg}})
+	type detail struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	}
+	writeError(w, code, struct {
+		Type  string `json:"type"`
+		Error detail `json:"error"`
+	}{"error", detail{errorType(code), msg}})
+}
+
+// writeError writes an error body as vLLM's JSONResponse does: compact, no
+// trailing newline, non-ASCII unescaped.
+func writeError(w http.ResponseWriter, code int, v any) {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = io.WriteString(w, strings.TrimSuffix(b.String(), "\n"))
 }
 
 func newID(prefix string) string {

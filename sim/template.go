@@ -72,7 +72,7 @@ func blockText(blk gjson.Result) string {
 	case "text", "input_text", "output_text":
 		return blk.Get("text").String()
 	case "tool_use":
-		return toolCall(blk.Get("name").String(), blk.Get("input").Raw)
+		return toolCall(blk.Get("name").String(), renderArgs(blk.Get("input")))
 	case "tool_result":
 		return "<tool_response>\n" + contentText(blk.Get("content")) + "\n</tool_response>"
 	case "thinking", "redacted_thinking":
@@ -84,8 +84,15 @@ func blockText(blk gjson.Result) string {
 	}
 }
 
+// toolCall renders an assistant's tool call as Qwen's template does, args
+// as rendered by renderArgs.
 func toolCall(name, args string) string {
-	return "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": " + args + "}\n</tool_call>"
+	return toolCallPrefix(name) + args + "}\n</tool_call>"
+}
+
+// toolCallPrefix is the text of a tool call before its arguments.
+func toolCallPrefix(name string) string {
+	return "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": "
 }
 
 // openAITurns renders an OpenAI chat `messages` array.
@@ -98,7 +105,7 @@ func openAITurns(msgs gjson.Result) []turn {
 			if text != "" {
 				text += "\n"
 			}
-			text += toolCall(tc.Get("function.name").String(), tc.Get("function.arguments").String())
+			text += toolCall(tc.Get("function.name").String(), renderArgs(tc.Get("function.arguments")))
 			return true
 		})
 		switch role {
@@ -141,7 +148,7 @@ func responsesTurns(body gjson.Result) []turn {
 	in.ForEach(func(_, it gjson.Result) bool {
 		switch it.Get("type").String() {
 		case "function_call":
-			turns = append(turns, turn{role: "assistant", text: toolCall(it.Get("name").String(), it.Get("arguments").String())})
+			turns = append(turns, turn{role: "assistant", text: toolCall(it.Get("name").String(), renderArgs(it.Get("arguments")))})
 		case "function_call_output":
 			turns = append(turns, turn{role: "user", text: "<tool_response>\n" + contentText(it.Get("output")) + "\n</tool_response>"})
 		case "reasoning":

@@ -160,7 +160,7 @@ func preTokenLen(s string) int {
 // rune boundaries.
 func appendPieces(toks []uint32, w string) []uint32 {
 	for len(w) > 0 {
-		n := 0
+		n := 0 // pieceLen(w), by hand: the hot path, and too big to inline
 		for n < len(w) {
 			_, size := utf8.DecodeRuneInString(w[n:])
 			if n > 0 && n+size > maxPiece {
@@ -172,6 +172,47 @@ func appendPieces(toks []uint32, w string) []uint32 {
 		w = w[n:]
 	}
 	return toks
+}
+
+// pieceLen is the byte length of the first piece of pre-token w, as
+// appendPieces splits it.
+func pieceLen(w string) int {
+	n := 0
+	for n < len(w) {
+		_, size := utf8.DecodeRuneInString(w[n:])
+		if n > 0 && n+size > maxPiece {
+			break
+		}
+		n += size
+	}
+	return n
+}
+
+// tokenPieces is Tokenize with the text of each token: the pieces
+// concatenate to text, so text generated piece by piece re-tokenizes to
+// the same ids.
+func tokenPieces(text string) ([]uint32, []string) {
+	var ids []uint32
+	var pieces []string
+	for len(text) > 0 {
+		i, special, id := nextSpecial(text)
+		for plain := text[:i]; len(plain) > 0; {
+			w := plain[:preTokenLen(plain)]
+			plain = plain[len(w):]
+			for len(w) > 0 {
+				n := pieceLen(w)
+				ids, pieces = append(ids, pieceID(w[:n])), append(pieces, w[:n])
+				w = w[n:]
+			}
+		}
+		if !special {
+			break
+		}
+		st := specialText(id)
+		ids, pieces = append(ids, id), append(pieces, st)
+		text = text[i+len(st):]
+	}
+	return ids, pieces
 }
 
 // pieceID hashes a piece (FNV-1a) into the id space below the special ids.

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -64,5 +65,16 @@ func TestTemplateConversationGrowsByPrefix(t *testing.T) {
 	// the generation prompt of the short one is the start of the assistant turn
 	if diff := cmp.Diff(short, long[:len(short)]); diff != "" {
 		t.Errorf("longer conversation does not extend the shorter one's tokens:\n%s", diff)
+	}
+}
+
+// tokenPieces gives Tokenize's ids and pieces that concatenate to the text.
+func TestTokenPieces(t *testing.T) {
+	for _, text := range []string{"", "<tool_call>\n{\"name\": \"Bash\", \"arguments\": {\"command\": \"ls -la  ./...\"}}\n</tool_call>",
+		"<|im_start|>assistant\nhello   world<|im_end|>\n", "naïve café 東京 tabs\t\tand\r\nlines"} {
+		ids, pieces := tokenPieces(text)
+		if !slices.Equal(ids, Tokenize(text)) || strings.Join(pieces, "") != text || len(ids) != len(pieces) {
+			t.Errorf("tokenPieces(%q) = %v %q, want Tokenize's ids %v and pieces joining to the text", text, ids, pieces, Tokenize(text))
+		}
 	}
 }
