@@ -2,6 +2,7 @@ package launch
 
 import (
 	"fmt"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -9,16 +10,30 @@ import (
 )
 
 // StartupError is why a rank did not become healthy during Start. Its
-// Error() is the user-facing message: rank, cause, the rank's last log lines
-// and a hint naming what to check.
+// Error() is the user-facing message: rank and exit, then vLLM's line that
+// names the cause and a hint naming what to do, then a few lines of the
+// rank's log and its path.
 type StartupError struct {
-	Rank      int
-	Port      int
-	Where     string   // what the rank runs on: "GPU 0", "CPU 0-3"; empty for the simulator
-	Cause     string   // "exited with status 1", "not healthy after 10m0s", "canceled", "cannot start: ..."
-	Hint      string   // what to check; "" when the cause is not a known one
-	LastLines []string // the rank's last output lines, oldest first
-	LogPath   string
+	Rank  int
+	Port  int
+	Where string // what the rank runs on: "GPU 0", "CPU 0-3"; empty for the simulator
+	Cause string // "exited with status 1", "not healthy after 10m0s", "canceled", "cannot start: ..."
+	// Reason is vLLM's line, anywhere in what the rank printed since it
+	// started, that names the root cause, without vLLM's log prefix
+	// ("ValueError: To serve at least one request ..."); "" when none was
+	// found. Never a warning, nor vLLM's pointer to a cause stated above
+	// ("Engine core initialization failed. See root cause above.") when
+	// the cause itself was printed.
+	Reason     string
+	ReasonLine int    // Reason's line number in LogPath (from 1); 0 when unknown
+	Hint       string // what to do; "" when the cause is not a known one
+	// Context is the log lines Error shows: the lines up to and including
+	// Reason's, or without a Reason the last few. Nil (a StartupError built
+	// by hand): Error shows all of LastLines, then the hint.
+	Context    []string
+	LinesAfter int      // how many log lines follow Reason's
+	LastLines  []string // the rank's last output lines, oldest first
+	LogPath    string
 }
 
 // Error renders the whole report, several lines long.
@@ -29,17 +44,49 @@ func (e *StartupError) Error() string {
 		where += ", " + e.Where
 	}
 	fmt.Fprintf(&b, "engine rank %d (%s) failed to start: %s", e.Rank, where, e.Cause)
-	if len(e.LastLines) > 0 {
-		fmt.Fprintf(&b, "\nlast lines of %s:", e.LogPath)
-		for _, l := range e.LastLines {
-			b.WriteString("\n  | " + l)
+	if e.Context == nil {
+		if len(e.LastLines) > 0 {
+			fmt.Fprintf(&b, "\nlast lines of %s:", e.LogPath)
+			for _, l := range e.LastLines {
+				b.WriteString("\n  | " + l)
+			}
 		}
+		if e.Hint != "" {
+			b.WriteString("\nhint: " + e.Hint)
+		}
+		if e.LogPath != "" {
+			b.WriteString("\nfull log: " + e.LogPath)
+		}
+		return b.String()
+	}
+	if e.Reason != "" {
+		b.WriteString("\ncause: " + e.Reason)
 	}
 	if e.Hint != "" {
 		b.WriteString("\nhint: " + e.Hint)
 	}
+	if len(e.Context) > 0 {
+		switch {
+		case e.Reason != "" && e.ReasonLine > 0:
+			fmt.Fprintf(&b, "\nlast lines of %s up to the cause, line %d:", e.LogPath, e.ReasonLine)
+		case e.Reason != "":
+			fmt.Fprintf(&b, "\nlast lines of %s up to the cause:", e.LogPath)
+		default:
+			fmt.Fprintf(&b, "\nlast lines of %s:", e.LogPath)
+		}
+		for _, l := range e.Context {
+			b.WriteString("\n  | " + l)
+		}
+	}
 	if e.LogPath != "" {
 		b.WriteString("\nfull log: " + e.LogPath)
+		switch {
+		case e.Reason == "" || e.LinesAfter <= 0:
+		case e.LinesAfter == 1:
+			b.WriteString(" (1 more line after the cause)")
+		default:
+			fmt.Fprintf(&b, " (%d more lines after the cause)", e.LinesAfter)
+		}
 	}
 	return b.String()
 }
@@ -48,41 +95,55 @@ var (
 	reMaxLenNeed = regexp.MustCompile(`max seq len \((\d+)\)`)
 	reMaxLenEst  = regexp.MustCompile(`estimated maximum model length is (\d+)`)
 	reMaxLenOld  = regexp.MustCompile(`maximum number of tokens that can be stored in KV cache \((\d+)\)`)
+	// vLLM 0.32 (entrypoints/launchers/launcher.py, validate_api_server_args):
+	// KeyError: 'invalid tool call parser: nope (chose from { apertus,... })'
+	reBadParser = regexp.MustCompile(`invalid (tool call|reasoning) parser: (\S*) \(chose from \{ ?([^}]*?) ?\}\)`)
+	// vLLM 0.32 (v1/engine/utils.py, wait_for_engine_startup): a core
+	// process's exit code, negative when a signal ended it:
+	// Failed core proc(s): {'EngineCore': -9}
+	reCoreKilled = regexp.MustCompile(`Failed core proc\(s\): \{[^}]*?'([^']+)': -(\d+)`)
 )
 
-// hintRule names a known cause when any of its markers is in the log.
+// hintRule names a known cause when a cause line (isCause) carries one of
+// its markers, or matches re.
 type hintRule struct {
 	markers []string
-	hint    func(lines string, port int) string
+	hint    func(text string, port int) string // text: the cause lines, one a line
+	re      *regexp.Regexp
+}
+
+func (r *hintRule) matches(line string) bool {
+	for _, m := range r.markers {
+		if strings.Contains(line, m) {
+			return true
+		}
+	}
+	return r.re != nil && r.re.MatchString(line)
 }
 
 // offloadRules are vLLM's refusals of its KV offloading, the host KV tier
 // of --kv-offload (vLLM 0.32.0; docs/kv-offload.md names the sources).
-// Hint tries them first, as a traceback line can carry a generic marker
-// too. vLLM's worker states these causes once, and the tracebacks of the
-// EngineCore and the API server that follow push them out of the last
-// lines: so their lines are also kept from anywhere in the output
-// (tailWriter.Cues).
+// They are tried first, as a traceback line can carry a generic marker too.
 var offloadRules = []hintRule{
-	{[]string{"CPU Offloading is currently only supported on CUDA-alike and XPU GPUs"}, func(string, int) string {
+	{markers: []string{"CPU Offloading is currently only supported on CUDA-alike and XPU GPUs"}, hint: func(string, int) string {
 		return "vLLM's native KV offloading (--kv-offload) runs only on CUDA, ROCm and XPU GPUs, " +
 			"not on this engine's platform: run with --kv-offload off"
 	}},
-	{[]string{"for CPU KV offload shared region"}, func(string, int) string {
+	{markers: []string{"for CPU KV offload shared region"}, hint: func(string, int) string {
 		return "the host KV tier (--kv-offload) does not fit /dev/shm, where vLLM maps it: lower --kv-offload, " +
 			"enlarge /dev/shm (docker run --shm-size, or --ipc=host), " + offloadOff
 	}},
-	{[]string{"KV offloading found no eligible cache groups"}, func(string, int) string {
+	{markers: []string{"KV offloading found no eligible cache groups"}, hint: func(string, int) string {
 		return "vLLM finds no KV cache of this model it can offload to host memory (--kv-offload): " + offloadOff
 	}},
-	{[]string{"Encoder-decoder models are not currently supported with KV connectors"}, func(string, int) string {
+	{markers: []string{"Encoder-decoder models are not currently supported with KV connectors"}, hint: func(string, int) string {
 		return "vLLM runs no KV connector, hence no host KV tier (--kv-offload), for encoder-decoder models: " + offloadOff
 	}},
-	{[]string{"need --enable-prefix-caching to align block sizes"}, func(string, int) string {
+	{markers: []string{"need --enable-prefix-caching to align block sizes"}, hint: func(string, int) string {
 		return "this hybrid model needs prefix caching for the host KV tier (--kv-offload): pass " +
 			"`-- --enable-prefix-caching`, " + offloadOff
 	}},
-	{[]string{"incompatible with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"}, func(string, int) string {
+	{markers: []string{"incompatible with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"}, hint: func(string, int) string {
 		return "vLLM refuses a KV connector, such as the host KV tier of --kv-offload, with " +
 			"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: unset it, " + offloadOff
 	}},
@@ -91,42 +152,53 @@ var offloadRules = []hintRule{
 // offloadOff is how the host-KV-tier hints end.
 const offloadOff = "or run with --kv-offload off (docs/kv-offload.md)"
 
+// hintRules are the other known causes, tried in order after offloadRules.
 var hintRules = []hintRule{
-	{[]string{"max seq len", "decreasing `max_model_len`", "decreasing max_model_len"}, maxLenHint},
-	{[]string{"Free memory on device", "less than desired GPU memory utilization"}, func(string, int) string {
+	{markers: []string{"max seq len", "decreasing `max_model_len`", "decreasing max_model_len"}, hint: maxLenHint},
+	{markers: []string{"Free memory on device", "less than desired GPU memory utilization"}, hint: func(string, int) string {
 		return "the GPU is already in use: another process holds its memory (see `warden gpus`); " +
 			"stop it, choose other GPUs with --gpus, or lower -- --gpu-memory-utilization"
 	}},
-	{[]string{"CUDA out of memory", "OutOfMemoryError", "out of memory"}, func(string, int) string {
+	{markers: []string{"CUDA out of memory", "OutOfMemoryError", "out of memory"}, hint: func(string, int) string {
 		return "out of GPU memory: the model may not fit one GPU (try --tp 2), or lower " +
 			"-- --max-model-len, --max-num-seqs or -- --gpu-memory-utilization"
 	}},
-	{[]string{"GatedRepoError", "401 Client Error", "Access to model", "gated repo"}, func(string, int) string {
+	{re: reCoreKilled, hint: coreKilledHint},
+	{re: reBadParser, hint: badParserHint},
+	{markers: []string{"--enable-auto-tool-choice requires --tool-call-parser"}, hint: func(string, int) string {
+		return "vLLM's --enable-auto-tool-choice needs a --tool-call-parser: drop both from the arguments after -- " +
+			"and let --tools pass them (auto: the model's parser; docs/tools.md), or add -- --tool-call-parser NAME"
+	}},
+	{markers: []string{"GatedRepoError", "401 Client Error", "Access to model", "gated repo"}, hint: func(string, int) string {
 		return "the model is gated: accept its license on Hugging Face and set HF_TOKEN"
 	}},
-	{[]string{"couldn't connect to 'https://huggingface.co'", "LocalEntryNotFoundError", "offline mode",
+	{markers: []string{"Repo id must be in the form", "Incorrect path_or_model_id"}, hint: func(string, int) string {
+		return "--model is neither a local folder nor a Hugging Face model name (vLLM reads a path that does not " +
+			"exist as a name): check the path, or pass a name such as Qwen/Qwen3-4B-Instruct-2507"
+	}},
+	{markers: []string{"couldn't connect to 'https://huggingface.co'", "LocalEntryNotFoundError", "offline mode",
 		"Cannot find the requested files in the local cache", "Max retries exceeded with url",
 		"is not a local folder and is not a valid model identifier", "Temporary failure in name resolution"},
-		func(string, int) string {
+		hint: func(string, int) string {
 			return "the model weights could not be downloaded (offline, or a wrong name?): download them first " +
 				"(huggingface-cli download MODEL), pass a local path, or set HF_HUB_OFFLINE=1 with a cached model"
 		}},
-	{[]string{"Address already in use", "Errno 98"}, func(_ string, port int) string {
+	{markers: []string{"Address already in use", "Errno 98"}, hint: func(_ string, port int) string {
 		return fmt.Sprintf("port %d is already in use (a stale engine?): check `ss -ltnp | grep %d`, "+
 			"stop the old process, and run again (warden picks free ports)", port, port)
 	}},
-	{[]string{"unrecognized arguments: " + RequiredVLLMFlag}, func(string, int) string {
+	{markers: []string{"unrecognized arguments: " + RequiredVLLMFlag}, hint: func(string, int) string {
 		return "this vLLM is too old for the warden: it lacks " + RequiredVLLMFlag +
 			" (vLLM 0.9 and later have it); upgrade vLLM (pip install -U vllm)"
 	}},
-	{[]string{"unrecognized arguments: --kv-offloading-"}, func(string, int) string {
+	{markers: []string{"unrecognized arguments: --kv-offloading-"}, hint: func(string, int) string {
 		return "this vLLM predates its KV offloading flags (--kv-offloading-backend, --kv-offloading-size), " +
 			"which --kv-offload passes: upgrade vLLM (pip install -U vllm), " + offloadOff
 	}},
-	{[]string{"unrecognized arguments", "error: argument"}, func(string, int) string {
+	{markers: []string{"unrecognized arguments", "error: argument"}, hint: func(string, int) string {
 		return "vLLM rejected an argument: check the extra arguments after --, and `vllm serve --help`"
 	}},
-	{[]string{"No CUDA GPUs are available", "no CUDA-capable device", "Failed to infer device type"}, func(string, int) string {
+	{markers: []string{"No CUDA GPUs are available", "no CUDA-capable device", "Failed to infer device type"}, hint: func(string, int) string {
 		return "the engine found no usable GPU: check CUDA_VISIBLE_DEVICES, --gpus and the driver " +
 			"(nvidia-smi), or run without GPUs using --engine sim"
 	}},
@@ -138,15 +210,44 @@ func maxLenHint(text string, _ int) string {
 	if fit == "" {
 		fit = lastMatch(reMaxLenOld, text)
 	}
-	msg := "the model's default context"
+	msg := "the context"
 	if need != "" {
-		msg += " (" + need + " tokens)"
+		msg += " (" + need + " tokens: -- --max-model-len, or the model's default)"
 	}
-	msg += " does not fit the KV cache of this GPU: start with a shorter one"
+	msg += " does not fit the engine's KV cache: start with a shorter one"
 	if n, err := strconv.Atoi(fit); err == nil && n > 0 {
-		return msg + fmt.Sprintf(", e.g. `warden serve ... -- --max-model-len %d` (the largest the log says fits)", n)
+		return msg + fmt.Sprintf(", e.g. `warden serve ... -- --max-model-len %d` (the largest the log says fits), "+
+			"or give the KV cache more memory (-- --gpu-memory-utilization on GPUs, --cpu-kv-cache on CPUs)", n)
 	}
 	return msg + ", e.g. `warden serve ... -- --max-model-len 32768`, or raise -- --gpu-memory-utilization"
+}
+
+// badParserHint answers vLLM's refusal of a tool-call or reasoning parser
+// it does not have, with the names it has.
+func badParserHint(text string, _ int) string {
+	m := reBadParser.FindAllStringSubmatch(text, -1)
+	last := m[len(m)-1]
+	names := strings.Join(strings.FieldsFunc(last[3], func(r rune) bool { return r == ',' || r == ' ' }), ", ")
+	if last[1] == "reasoning" {
+		return fmt.Sprintf("this vLLM has no reasoning parser %q: pass --reasoning auto (the model's, when it "+
+			"thinks), off, or one of vLLM's names: %s (check --reasoning and -- --reasoning-parser; docs/tools.md)",
+			last[2], names)
+	}
+	return fmt.Sprintf("this vLLM has no tool-call parser %q: pass --tools auto (the parser that fits the model) "+
+		"or one of vLLM's names: %s (check --tools and -- --tool-call-parser; docs/tools.md)", last[2], names)
+}
+
+// coreKilledHint answers an EngineCore that a signal ended while starting.
+func coreKilledHint(text string, _ int) string {
+	m := reCoreKilled.FindAllStringSubmatch(text, -1)
+	last := m[len(m)-1]
+	n, _ := strconv.Atoi(last[2])
+	sig := syscall.Signal(n)
+	msg := fmt.Sprintf("vLLM's %s process was killed by signal %d (%s) while the engine started", last[1], n, sig)
+	if sig == syscall.SIGKILL {
+		return msg + ": the host may have run out of RAM (check `dmesg` for the OOM killer)"
+	}
+	return msg + ": see the full log"
 }
 
 func lastMatch(re *regexp.Regexp, text string) string {
@@ -157,22 +258,17 @@ func lastMatch(re *regexp.Regexp, text string) string {
 	return m[len(m)-1][1]
 }
 
-// Hint names the known cause found in an engine's last output lines, or ""
-// when none matches. port is the rank's port, for the port-in-use hint.
-// The lines kept as cues (tailWriter.Cues) may be passed too, when the last
-// lines name nothing.
+// Hint names the known cause that lines state (as the warden reads an
+// engine's output: cause lines only, see isCause), or "" when none does.
+// port is the rank's port, for the port-in-use hint.
 func Hint(lines []string, port int) string {
-	text := strings.Join(lines, "\n")
-	for _, rules := range [][]hintRule{offloadRules, hintRules} {
-		for _, r := range rules {
-			for _, m := range r.markers {
-				if strings.Contains(text, m) {
-					return r.hint(text, port)
-				}
-			}
+	t := newTailWriter(io.Discard)
+	for _, l := range lines {
+		if strings.TrimSpace(l) != "" {
+			t.push(l)
 		}
 	}
-	return ""
+	return t.diagnose(port, 0).hint
 }
 
 // exitHint adds what a bare signal death suggests when the log names nothing.
@@ -183,17 +279,98 @@ func exitHint(sig syscall.Signal) string {
 	return ""
 }
 
-// isCue reports whether line carries one of offloadRules' markers
-// (tailWriter keeps such lines as Cues).
-func isCue(line string) bool {
-	for _, r := range offloadRules {
-		for _, m := range r.markers {
-			if strings.Contains(line, m) {
+// lineKind is what a line of an engine's output can tell about a cause.
+type lineKind int
+
+const (
+	notCause      lineKind = iota // progress, INFO, warnings, traceback frames
+	exceptionLine                 // "ValueError: ...", "vllm: error: ...", "Fatal Python error: ..."
+	errorLine                     // logged at ERROR or CRITICAL
+	markerLine                    // none of those, but with a hint rule's marker
+)
+
+var (
+	// rePrefix is vLLM's prefix of a line: the process it came from, then
+	// for a logged line its level, time and source.
+	// (EngineCore_DP0 pid=18799) ERROR 10-08 20:33:48 [core.py:708] ...
+	rePrefix = regexp.MustCompile(`^(?:\([\w.:\-]+(?: pid=\d+)?\) )?` +
+		`(?:(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] ?)?`)
+	// reException is an exception's last line, as Python prints it.
+	reException = regexp.MustCompile(`^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception)(?::\s|$)` +
+		`|^Fatal Python error: |^[\w.\- ]+: error: |^terminate called after throwing`)
+	// reWarning is a warning that is not a logged one: Python's warnings
+	// module ("/x.py:254: UserWarning: ..."), PyTorch's C++ ("[W1201 ...").
+	reWarning = regexp.MustCompile(`^\S*:\d+: \w*Warning: |^\[W\d{4} |^\w*Warning: `)
+	// reGeneric are vLLM's pointers to a cause printed above them, and
+	// the ends of tracebacks that say nothing of their own.
+	reGeneric = regexp.MustCompile(`(?i)root cause|initialization failed|failed to start\.?$|^\w+ failed\.?$|` +
+		`hit an exception\.?$|died unexpectedly|^SystemExit|^KeyboardInterrupt|^asyncio\.exceptions\.CancelledError`)
+)
+
+// classify says what line can tell about a cause, and returns its message
+// (the line without vLLM's prefix). A warning is never a cause, nor is a
+// traceback's frame or a line logged below ERROR.
+func classify(line string) (string, lineKind) {
+	m := rePrefix.FindStringSubmatchIndex(line)
+	msg := strings.TrimRight(line[m[1]:], " \t")
+	level := ""
+	if m[2] >= 0 {
+		level = line[m[2]:m[3]]
+	}
+	switch {
+	case level == "DEBUG" || level == "INFO" || warningLevel(level) || warningMsg(msg):
+		return msg, notCause
+	case strings.HasPrefix(msg, " ") || strings.HasPrefix(msg, "\t"):
+		if t := strings.TrimSpace(msg); strings.HasPrefix(t, "what():") { // C++ std::terminate
+			return t, exceptionLine
+		}
+		return msg, notCause // traceback frames and their source lines
+	case reException.MatchString(msg):
+		return msg, exceptionLine
+	case level == "ERROR" || level == "CRITICAL":
+		if strings.HasPrefix(msg, "Traceback (most recent call last)") {
+			return msg, notCause
+		}
+		return msg, errorLine
+	case hasMarker(msg):
+		return msg, markerLine
+	}
+	return msg, notCause
+}
+
+// isWarning reports whether line is a warning: logged at WARNING, Python's
+// warnings module, PyTorch's C++ warnings, the resource tracker's leaks.
+func isWarning(line string) bool {
+	m := rePrefix.FindStringSubmatchIndex(line)
+	return m[2] >= 0 && warningLevel(line[m[2]:m[3]]) || warningMsg(line[m[1]:])
+}
+
+func warningLevel(level string) bool { return level == "WARNING" || level == "WARN" }
+
+func warningMsg(msg string) bool {
+	return reWarning.MatchString(msg) || strings.Contains(msg, "resource_tracker: There appear to be")
+}
+
+// isGeneric reports whether msg only points to a cause stated elsewhere.
+func isGeneric(msg string) bool { return reGeneric.MatchString(msg) }
+
+// hasMarker reports whether line carries a hint rule's marker.
+func hasMarker(line string) bool {
+	for _, rules := range [][]hintRule{offloadRules, hintRules} {
+		for i := range rules {
+			if rules[i].matches(line) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// isCue reports whether line is a cause line with a hint rule's marker
+// (tailWriter.Cues returns such lines).
+func isCue(line string) bool {
+	_, kind := classify(line)
+	return kind != notCause && hasMarker(line)
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -105,6 +106,11 @@ type rank struct {
 	env  []string
 	logf *os.File
 	log  *slog.Logger
+
+	// lines and counted: how many lines the log file has, counted up to
+	// byte counted (logLines; supervisor goroutine only).
+	lines   int
+	counted int64
 
 	mu       sync.Mutex
 	state    State
@@ -289,6 +295,28 @@ func (g *Group) setState(r *rank, s State, reason string) {
 	}
 }
 
+// logLines counts the lines of r's log file so far (the newlines), reading
+// only what was added since the last count. Supervisor goroutine only.
+func (r *rank) logLines() int {
+	f, err := os.Open(r.spec.LogPath)
+	if err != nil {
+		return r.lines
+	}
+	defer f.Close()
+	if _, err := f.Seek(r.counted, io.SeekStart); err != nil {
+		return r.lines
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := f.Read(buf)
+		r.lines += bytes.Count(buf[:n], []byte{'\n'})
+		r.counted += int64(n)
+		if err != nil {
+			return r.lines
+		}
+	}
+}
+
 // snapshot returns what the progress display shows of r.
 func (r *rank) snapshot() (State, time.Time, string) {
 	r.mu.Lock()
@@ -296,6 +324,11 @@ func (r *rank) snapshot() (State, time.Time, string) {
 	last := ""
 	if r.cur != nil {
 		last = r.cur.tail.Last()
+		if !r.cur.alive() {
+			if reason := exitedReason(r.cur); reason != "" {
+				last = reason
+			}
+		}
 	}
 	return r.state, r.since, last
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -14,11 +15,13 @@ import (
 func (g *Group) run(r *rank, startup chan<- error) {
 	defer g.wg.Done()
 	err := g.launch(r, "start")
-	startup <- err
 	if err != nil {
+		// Stopped before Start hears of it: the display's last frame shows it.
 		g.setState(r, Stopped, err.(*StartupError).Cause)
+		startup <- err
 		return
 	}
+	startup <- nil
 	backoff := g.opts.RestartMin
 	for {
 		p := r.current()
@@ -71,21 +74,38 @@ func (g *Group) restart(r *rank, reason string, backoff *time.Duration) bool {
 		if se.Cause == "canceled" {
 			return false
 		}
-		reason = se.Cause + lastLineSuffix(se.LastLines)
+		reason = se.Cause
+		if se.Reason != "" {
+			reason += ": " + se.Reason
+		}
 		g.setState(r, Down, reason)
 	}
 }
 
-// crashReason says why a running engine ended: "exited with status 1: <last line>".
-func crashReason(p *proc) string {
-	return p.exitReason() + lastLineSuffix(p.lastLines())
-}
+// crashWindow is how many of a crashed engine's last output lines are
+// searched for the cause: the tracebacks of its processes, not the errors
+// of requests served hours before.
+const crashWindow = 2000
 
-func lastLineSuffix(lines []string) string {
-	if len(lines) == 0 {
-		return ""
+// crashReason says why a running engine ended: "exited with status 1:
+// <vLLM's cause line>", or the last line that is no warning when the log
+// names no cause (none after a SIGKILL: its last lines tell nothing).
+func crashReason(p *proc) string {
+	lines := p.lastLines()
+	reason := p.exitReason()
+	if cause := exitedReason(p); cause != "" {
+		return reason + ": " + cause
 	}
-	return ": " + strings.TrimSpace(lines[len(lines)-1])
+	if p.signaled() != 0 {
+		return reason
+	}
+	for i := len(lines) - 1; i >= 0; i-- {
+		msg, _ := classify(lines[i])
+		if !isWarning(lines[i]) && !strings.HasPrefix(msg, " ") && !strings.HasPrefix(msg, "\t") {
+			return reason + ": " + strings.TrimSpace(msg)
+		}
+	}
+	return reason
 }
 
 func (r *rank) current() *proc {
@@ -98,17 +118,12 @@ func (r *rank) current() *proc {
 // engine is stopped and the error is a *StartupError.
 func (g *Group) launch(r *rank, what string) error {
 	s := r.spec
+	base := 0 // lines of the log before the engine's output
 	fail := func(cause string, p *proc) *StartupError {
 		se := &StartupError{Rank: s.Rank, Port: s.Port, Where: s.where(), Cause: cause, LogPath: s.LogPath}
 		if p != nil {
 			se.LastLines = p.lastLines()
-			se.Hint = Hint(se.LastLines, s.Port)
-			if se.Hint == "" {
-				se.Hint = Hint(p.cueLines(), s.Port)
-			}
-			if se.Hint == "" && !p.alive() {
-				se.Hint = exitHint(p.signaled())
-			}
+			diagnose(se, p, base)
 		}
 		if p == nil && strings.Contains(cause, "is in use") {
 			se.Hint = Hint([]string{"Address already in use"}, s.Port)
@@ -123,6 +138,7 @@ func (g *Group) launch(r *rank, what string) error {
 	}
 	fmt.Fprintf(r.logf, "=== warden: %s rank %d at %s: %s (%s) ===\n",
 		what, s.Rank, time.Now().Format(time.RFC3339), strings.Join(s.Argv, " "), s.deviceEnv())
+	base = r.logLines()
 	p, err := spawn(s.Argv, r.env, r.logf, s.CPUs)
 	if err != nil {
 		return fail("cannot start "+s.Argv[0]+": "+err.Error(), nil)
@@ -143,6 +159,41 @@ func (g *Group) launch(r *rank, what string) error {
 	}
 	g.stopProc(r, p)
 	return fail(cause, p)
+}
+
+// exitedReason is vLLM's cause line of an engine that ended by itself,
+// "" when none (or when a SIGKILL ended it and the cause is no known one).
+func exitedReason(p *proc) string {
+	d := p.tail.diagnose(0, crashWindow)
+	if !d.known && p.cmd != nil && p.signaled() == syscall.SIGKILL {
+		return ""
+	}
+	return d.reason
+}
+
+// contextLines is how many of the last lines a StartupError shows when
+// the log names no cause.
+const contextLines = 10
+
+// diagnose fills se's Reason, Hint and Context from what p printed since it
+// started; base is the number of log lines before its output. An engine
+// that a SIGKILL ended (the OOM killer, or someone) gets a reason only from
+// a known cause: an exception it logged while loading is not why it died.
+func diagnose(se *StartupError, p *proc, base int) {
+	d := p.tail.diagnose(se.Port, 0)
+	killed := strings.HasPrefix(se.Cause, "killed by signal")
+	if killed && p.signaled() == syscall.SIGKILL && !d.known {
+		d = diagnosis{}
+	}
+	se.Reason, se.Hint = d.reason, d.hint
+	if d.reason != "" {
+		se.ReasonLine, se.LinesAfter, se.Context = base+d.line, d.after, d.context
+	} else {
+		se.Context = append([]string{}, se.LastLines[max(len(se.LastLines)-contextLines, 0):]...)
+	}
+	if se.Hint == "" && killed {
+		se.Hint = exitHint(p.signaled())
+	}
 }
 
 // waitHealthy polls GET /health until it answers 200 while watching for the

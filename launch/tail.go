@@ -11,21 +11,55 @@ import (
 // messages.
 const tailLines = 40
 
-// tailWriter keeps the last complete lines (and the partial one) of an
-// engine's output, read back from its log file, and passes the bytes on to out. A carriage return ends a
-// line too, so progress bars show their latest state. Safe for concurrent use.
+// maxLineBytes bounds one kept line (and an unfinished one): longer lines
+// are cut there, so a run's memory stays bounded whatever it prints.
+const maxLineBytes = 16 << 10
+
+// maxKept is how many cause lines (isCause) a run keeps from anywhere in its
+// output; ctxBefore is how many lines before each are kept with it.
+const (
+	maxKept   = 64
+	ctxBefore = 2
+)
+
+// maxCues is how many cue lines (cause lines with a rule's marker) Cues
+// returns.
+const maxCues = 4
+
+// tailWriter keeps what an engine's output says about why it stopped, in
+// bounded memory: the last tailLines lines (and the partial one), and from
+// anywhere in the output the lines that can state a cause (isCause: an
+// exception, an error, a line with a hint rule's marker), each with the
+// lines just before it and its line number. vLLM states a cause once, in
+// the process that hit it, and the tracebacks of the processes above it
+// push it out of the last lines. It is fed from the engine's log file and
+// passes the bytes on to out. A carriage return ends a line too, so
+// progress bars show their latest state. Safe for concurrent use.
 type tailWriter struct {
 	out io.Writer
 
 	mu      sync.Mutex
 	lines   []string // ring of the last tailLines lines, oldest first
-	cues    []string // the last maxCues lines with an offloadRules marker (isCue), oldest first
+	kept    []*keptLine
+	nl      int // newlines so far: the line being read is nl+1
+	seq     int // lines pushed so far
 	partial []byte
 	wrote   bool
 }
 
-// maxCues is how many cue lines are kept.
-const maxCues = 4
+// keptLine is a cause line kept from anywhere in the output. A line whose
+// message repeats one kept already only refreshes lastSeq.
+type keptLine struct {
+	n       int      // its line number in the run's output, from 1
+	seq     int      // push order of its first occurrence
+	lastSeq int      // push order of its latest occurrence
+	text    string   // as printed
+	msg     string   // text without vLLM's log prefix
+	kind    lineKind // what it is, for the choice of the reason
+	marked  bool     // it carries a hint rule's marker
+	generic bool     // it only points to a cause stated elsewhere (isGeneric)
+	before  []string // up to ctxBefore lines printed just before it
+}
 
 func newTailWriter(out io.Writer) *tailWriter { return &tailWriter{out: out} }
 
@@ -37,26 +71,36 @@ func (t *tailWriter) Write(p []byte) (int, error) {
 	for len(rest) > 0 {
 		i := bytes.IndexAny(rest, "\r\n")
 		if i < 0 {
-			t.partial = append(t.partial, rest...)
+			t.addPartial(rest)
 			break
 		}
-		line := string(append(t.partial, rest[:i]...))
+		t.addPartial(rest[:i])
+		line := string(t.partial)
 		t.partial = t.partial[:0]
-		rest = rest[i+1:]
 		if strings.TrimSpace(line) != "" {
 			t.push(line)
 		}
+		if rest[i] == '\n' {
+			t.nl++
+		}
+		rest = rest[i+1:]
 	}
 	t.mu.Unlock()
 	return t.out.Write(p)
 }
 
+// addPartial appends b to the unfinished line, up to maxLineBytes.
+func (t *tailWriter) addPartial(b []byte) {
+	if room := maxLineBytes - len(t.partial); room < len(b) {
+		b = b[:max(room, 0)]
+	}
+	t.partial = append(t.partial, b...)
+}
+
 func (t *tailWriter) push(line string) {
-	if isCue(line) {
-		if len(t.cues) == maxCues {
-			t.cues = append(t.cues[:0], t.cues[1:]...)
-		}
-		t.cues = append(t.cues, line)
+	t.seq++
+	if msg, kind := classify(line); kind != notCause {
+		t.keep(line, msg, kind)
 	}
 	if len(t.lines) == tailLines {
 		copy(t.lines, t.lines[1:])
@@ -65,11 +109,51 @@ func (t *tailWriter) push(line string) {
 	t.lines = append(t.lines, line)
 }
 
+// keep records a cause line; when maxKept are kept, the least telling one
+// goes (plain errors before exceptions before lines with a rule's marker,
+// the oldest first).
+func (t *tailWriter) keep(line, msg string, kind lineKind) {
+	for _, k := range t.kept {
+		if k.msg == msg {
+			k.lastSeq = t.seq
+			return
+		}
+	}
+	k := &keptLine{n: t.nl + 1, seq: t.seq, lastSeq: t.seq, text: line, msg: msg, kind: kind, marked: hasMarker(line),
+		generic: isGeneric(msg),
+		before:  append([]string(nil), t.lines[max(len(t.lines)-ctxBefore, 0):]...)}
+	if len(t.kept) == maxKept {
+		drop := 0
+		for i, o := range t.kept {
+			if o.rank() < t.kept[drop].rank() || o.rank() == t.kept[drop].rank() && o.lastSeq < t.kept[drop].lastSeq {
+				drop = i
+			}
+		}
+		t.kept = append(t.kept[:drop], t.kept[drop+1:]...)
+	}
+	t.kept = append(t.kept, k)
+}
+
+// rank orders kept lines by what they tell, for eviction.
+func (k *keptLine) rank() int {
+	switch {
+	case k.marked:
+		return 2
+	case k.kind == exceptionLine && !k.generic:
+		return 1
+	}
+	return 0
+}
+
 // Lines returns the last lines written (at most tailLines), oldest first,
 // including an unfinished last line.
 func (t *tailWriter) Lines() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.linesLocked()
+}
+
+func (t *tailWriter) linesLocked() []string {
 	out := append([]string(nil), t.lines...)
 	if p := strings.TrimSpace(string(t.partial)); p != "" {
 		out = append(out, string(t.partial))
@@ -77,13 +161,19 @@ func (t *tailWriter) Lines() []string {
 	return out
 }
 
-// Cues returns the lines, anywhere in the output so far, that carry an
-// offloadRules marker (the last few, oldest first): causes vLLM states far
-// above the end of its tracebacks.
+// Cues returns the last few (maxCues) lines, anywhere in the output so
+// far, that carry a hint rule's marker, oldest first: causes vLLM states
+// far above the end of its tracebacks.
 func (t *tailWriter) Cues() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return append([]string(nil), t.cues...)
+	var out []string
+	for _, k := range t.kept {
+		if k.marked {
+			out = append(out, k.text)
+		}
+	}
+	return out[max(len(out)-maxCues, 0):]
 }
 
 // Last returns the latest non-empty output line, "" when none yet.
@@ -100,4 +190,106 @@ func (t *tailWriter) Wrote() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.wrote
+}
+
+// diagnosis is what an engine's output says about why it stopped.
+type diagnosis struct {
+	reason  string   // vLLM's line that names the cause, its log prefix cut; "" when none
+	line    int      // the reason's line number in the run's output (from 1)
+	after   int      // how many output lines follow it
+	context []string // the lines just before the reason, and the reason as printed
+	hint    string   // what to do, from the first hint rule whose marker a cause line carries
+	known   bool     // the reason is a hint rule's line, not just the last exception
+}
+
+// diagnose finds the cause in the kept lines whose latest occurrence is
+// among the output's last `within` lines (0: all). A hint rule whose
+// marker a kept line carries names the reason (rules in order; of the
+// rule's lines the first that is not a pointer to a cause above it); else the reason is the latest exception that is
+// not one of vLLM's pointers to a cause stated above it ("Engine core
+// initialization failed. See root cause above."), else the latest error
+// line, else the latest pointer.
+func (t *tailWriter) diagnose(port, within int) diagnosis {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var kept []*keptLine
+	for _, k := range t.kept {
+		if within <= 0 || k.lastSeq > t.seq-within {
+			kept = append(kept, k)
+		}
+	}
+	var d diagnosis
+	var pick *keptLine
+	if r, lines := firstRule(kept); r != nil {
+		// The first of its lines that is not a pointer to another: where
+		// it was raised, not the tracebacks that pass it on.
+		pick = first(lines, func(k *keptLine) bool { return !k.generic })
+		if pick == nil {
+			pick = first(lines, func(*keptLine) bool { return true })
+		}
+		var all []string
+		for _, k := range kept {
+			all = append(all, k.text)
+		}
+		d.hint, d.known = r.hint(strings.Join(all, "\n"), port), true
+	} else {
+		for _, pass := range []func(*keptLine) bool{
+			func(k *keptLine) bool { return k.kind == exceptionLine && !k.generic },
+			func(k *keptLine) bool { return !k.generic },
+			func(*keptLine) bool { return true },
+		} {
+			if pick = latest(kept, pass); pick != nil {
+				break
+			}
+		}
+	}
+	if pick != nil {
+		d.reason, d.line, d.after = pick.msg, pick.n, t.nl-pick.n
+		if len(t.partial) > 0 {
+			d.after++
+		}
+		d.context = append(append([]string(nil), pick.before...), pick.text)
+	}
+	return d
+}
+
+// firstRule returns the first hint rule (offloadRules, then hintRules)
+// whose marker a kept line carries, with those lines.
+func firstRule(kept []*keptLine) (*hintRule, []*keptLine) {
+	for _, rules := range [][]hintRule{offloadRules, hintRules} {
+		for i := range rules {
+			var lines []*keptLine
+			for _, k := range kept {
+				if rules[i].matches(k.text) {
+					lines = append(lines, k)
+				}
+			}
+			if len(lines) > 0 {
+				return &rules[i], lines
+			}
+		}
+	}
+	return nil, nil
+}
+
+// first is the kept line, of those ok accepts, printed first.
+func first(kept []*keptLine, ok func(*keptLine) bool) *keptLine {
+	var pick *keptLine
+	for _, k := range kept {
+		if ok(k) && (pick == nil || k.seq < pick.seq) {
+			pick = k
+		}
+	}
+	return pick
+}
+
+// latest is the kept line, of those ok accepts, printed last.
+func latest(kept []*keptLine, ok func(*keptLine) bool) *keptLine {
+	var pick *keptLine
+	for _, k := range kept {
+		if ok(k) && (pick == nil || k.lastSeq > pick.lastSeq) {
+			pick = k
+		}
+	}
+	return pick
 }
