@@ -343,10 +343,12 @@ func cpuDevices(cfg serveConfig, d rankDevices, log *slog.Logger) (rankDevices, 
 	return d, nil
 }
 
-// engineTools decides the engines' tool-calling flags (--tools,
-// --reasoning) from the model's own files and the engines' vLLM version, and
-// logs the decision; setup is what the status reports of it.
-func engineTools(cfg serveConfig, log *slog.Logger) (launch.ToolsChoice, *panel.EngineSetup) {
+// engineOptions decides what every engine is started with beyond its rank's
+// devices, from the model's own files and the engines' vLLM version: the
+// tool-calling flags (--tools, --reasoning) and the context
+// (--max-model-len auto where vLLM has it). It logs the decisions; setup is
+// what the status reports of them.
+func engineOptions(cfg serveConfig, log *slog.Logger) (launch.ToolsChoice, launch.ContextChoice, *panel.EngineSetup) {
 	files, err := modelinfo.Find(cfg.Model, os.Getenv)
 	if err != nil {
 		log.Warn("cannot read the model's files; choosing by its name", "err", err)
@@ -357,12 +359,15 @@ func engineTools(cfg serveConfig, log *slog.Logger) (launch.ToolsChoice, *panel.
 			version = launch.InstalledVersion(exe)
 		}
 	}
+	sim := cfg.Engine == "sim"
 	c := launch.ChooseTools(launch.ToolsRequest{Tools: cfg.Tools, Reasoning: cfg.Reasoning, Extra: cfg.Extra,
-		Files: files, Version: version, Sim: cfg.Engine == "sim"})
+		Files: files, Version: version, Sim: sim})
 	log.Info(c.Info)
 	for _, w := range c.Warn {
 		log.Warn(w)
 	}
+	ctx := launch.ChooseContext(cfg.Extra, version, sim, files)
+	log.Info(ctx.Info)
 	setup := &panel.EngineSetup{ToolCallParser: c.ToolParser, AutoToolChoice: c.ToolParser != "",
 		ReasoningParser: c.ReasoningParser, Tools: c.Info, ToolsFix: c.Fix}
 	if c.FromExtra {
@@ -372,7 +377,7 @@ func engineTools(cfg serveConfig, log *slog.Logger) (launch.ToolsChoice, *panel.
 	if v, ok := launch.FlagValue(cfg.Extra, "--reasoning-parser"); ok {
 		setup.ReasoningParser = v
 	}
-	return c, setup
+	return c, ctx, setup
 }
 
 // simDefaultMaxNumSeqs is the reference rig's max_num_seqs, which the
@@ -380,14 +385,14 @@ func engineTools(cfg serveConfig, log *slog.Logger) (launch.ToolsChoice, *panel.
 const simDefaultMaxNumSeqs = 32
 
 // engineSpecs builds one launch spec and one proxy backend per rank.
-func engineSpecs(cfg serveConfig, d rankDevices, tools launch.ToolsChoice) ([]launch.Spec, []proxy.Backend, error) {
+func engineSpecs(cfg serveConfig, d rankDevices, tools launch.ToolsChoice, fit launch.ContextChoice) ([]launch.Spec, []proxy.Backend, error) {
 	ports, err := launch.FreePorts(cfg.DP, "127.0.0.1")
 	if err != nil {
 		return nil, nil, fmt.Errorf("finding %d free loopback ports: %w", cfg.DP, err)
 	}
 	eng := launch.Engine{Kind: cfg.Engine, VLLMPath: cfg.VLLMPath, Model: cfg.Model,
 		ServedName: cfg.ServedName, MaxNumSeqs: d.seqs, TP: cfg.TP, KVBytes: d.kvBytes, OffloadBytes: d.offload,
-		ToolFlags: tools.Flags(), Extra: cfg.Extra}
+		ToolFlags: tools.Flags(), MaxModelLen: fit.MaxModelLen, Extra: cfg.Extra}
 	specs := make([]launch.Spec, cfg.DP)
 	backends := make([]proxy.Backend, cfg.DP)
 	for i := range specs {
@@ -427,8 +432,8 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("warden serve: cannot listen on %s: %v (choose another --port)", cfg.Addr, err), 1)
 	}
-	tools, setup := engineTools(cfg, log)
-	specs, backends, err := engineSpecs(cfg, devices, tools)
+	tools, fit, setup := engineOptions(cfg, log)
+	specs, backends, err := engineSpecs(cfg, devices, tools, fit)
 	if err != nil {
 		ln.Close()
 		return cli.Exit("warden serve: "+err.Error(), 1)

@@ -99,7 +99,7 @@ func TestOffloadDevicesSizesEveryRank(t *testing.T) {
 func TestEngineSpecsPassTheTierToEveryRank(t *testing.T) {
 	cfg := serveConfig{Model: "m", ServedName: "m", DP: 3, TP: 2, Engine: "vllm", VLLMPath: "vllm", LogDir: t.TempDir()}
 	d := rankDevices{gpus: [][]string{{"GPU-a", "GPU-b"}, {"GPU-c", "GPU-d"}, {"GPU-e", "GPU-f"}}, seqs: 256, offload: 40 << 30}
-	specs, _, err := engineSpecs(cfg, d, launch.ToolsChoice{})
+	specs, _, err := engineSpecs(cfg, d, launch.ToolsChoice{}, launch.ContextChoice{})
 	if err != nil {
 		t.Fatal(err)
 	}

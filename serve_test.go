@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shirou/gopsutil/v4/process"
+	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/simproc"
 )
@@ -186,5 +187,36 @@ func TestServeStartupFailureNamesTheRankAndTheFix(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestServeTheMissionLine: `warden serve --model Qwen/Qwen3-4B-Instruct-2507
+// --dp 4` on the simulator of the reference rig's four 16 GB cards, whose
+// engines (as vLLM's) take the model's real 262,144-token default and
+// refuse it when the KV cache cannot hold one such sequence. The warden
+// passes --max-model-len auto: every rank starts, at the longest context
+// its KV cache holds, and /v1/models and the status say which.
+func TestServeTheMissionLine(t *testing.T) {
+	port := simproc.FreePort(t)
+	w := startWarden(t, "http://127.0.0.1:"+strconv.Itoa(port), "serve", "--model", "Qwen/Qwen3-4B-Instruct-2507", "--dp", "4",
+		"--engine", "sim", "--port", strconv.Itoa(port), "--log-dir", t.TempDir(), "--stop-grace", "5s")
+	resp, err := http.Get(w.url + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	got := gjson.GetBytes(b, "data.0.max_model_len").Int()
+	if got <= 0 || got >= 262144 {
+		t.Fatalf("/v1/models max_model_len %d, want the KV cache's fit below 262,144: %s", got, b)
+	}
+	st, _ := http.Get(w.url + "/warden/status")
+	sb, _ := io.ReadAll(st.Body)
+	st.Body.Close()
+	if n := gjson.GetBytes(sb, "max_model_len").Int(); n != got || gjson.GetBytes(sb, "replicas.#").Int() != 4 {
+		t.Errorf("status max_model_len %d (want %d) over %d replicas", n, got, gjson.GetBytes(sb, "replicas.#").Int())
+	}
+	if !strings.Contains(w.stderr.String(), "--max-model-len auto") {
+		t.Errorf("the start log does not say which context:\n%s", w.stderr)
 	}
 }

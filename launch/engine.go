@@ -30,6 +30,9 @@ type Engine struct {
 	// ToolFlags are the tool-calling flags ChooseTools picked
 	// (ToolsChoice.Flags), before Extra.
 	ToolFlags []string
+	// MaxModelLen is --max-model-len for every engine ("auto": vLLM fits
+	// the longest context its KV cache holds; ContextFlag); omitted when "".
+	MaxModelLen string
 }
 
 // Argv is the command line that serves the model on 127.0.0.1:port:
@@ -38,7 +41,8 @@ type Engine struct {
 //	      --max-num-seqs S [--tensor-parallel-size T] [--kv-cache-memory-bytes B]
 //	      --enable-prompt-tokens-details
 //	      [--kv-offloading-backend native --kv-offloading-size GiB]
-//	      [--enable-auto-tool-choice --tool-call-parser P] [--reasoning-parser R] Extra...
+//	      [--max-model-len L] [--enable-auto-tool-choice --tool-call-parser P]
+//	      [--reasoning-parser R] Extra...
 //	sim:  SimPath sim serve MODEL (the same flags) SimArgs... Extra...
 //
 // The offloading flags follow --enable-prompt-tokens-details so that a vLLM
@@ -81,6 +85,9 @@ func (e Engine) Argv(port int) []string {
 	argv = append(argv, RequiredVLLMFlag)
 	if e.OffloadBytes > 0 {
 		argv = append(argv, "--kv-offloading-backend", OffloadBackend, "--kv-offloading-size", OffloadGiB(e.OffloadBytes))
+	}
+	if e.MaxModelLen != "" {
+		argv = append(argv, "--max-model-len", e.MaxModelLen)
 	}
 	argv = append(argv, e.ToolFlags...)
 	if e.Kind == "sim" {
