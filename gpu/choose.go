@@ -405,12 +405,11 @@ func MemoryUtilization(extra []string, version string) (util float64, from strin
 }
 
 // DefaultMemoryUtilization is vLLM's default --gpu-memory-utilization: 0.92
-// in 0.32.0 (config/cache.py, CacheConfig.gpu_memory_utilization), 0.9 for
-// years before. Which release changed it was not checked: versions before
-// 0.32 get 0.9 (if one of them already has 0.92, vLLM's own check, the
-// same rule, still refuses with its message), others and unknown ones 0.92.
+// from 0.20.0 (config/cache.py, CacheConfig.gpu_memory_utilization; read in
+// the PyPI wheels of 0.8.5 to 0.33.0), 0.9 before; an unknown version gets
+// 0.92.
 func DefaultMemoryUtilization(version string) float64 {
-	if major, minor, ok := majorMinor(version); ok && major == 0 && minor < 32 {
+	if major, minor, ok := majorMinor(version); ok && major == 0 && minor < 20 {
 		return 0.90
 	}
 	return 0.92

@@ -26,7 +26,10 @@ func startSims(t *testing.T, n int, args ...string) ([]*simproc.Proc, []Backend)
 		t.Skip("starts simulator processes")
 	}
 	simproc.Binary(t) // build once before starting in parallel
-	args = append([]string{"--enable-prompt-tokens-details", "--max-num-seqs", "32", "--sim-time-scale", "100"}, args...)
+	// The flags warden serve gives its engines, tool calling included (the
+	// simulator refuses agents' tools without them, as vLLM does).
+	args = append([]string{"--enable-prompt-tokens-details", "--max-num-seqs", "32", "--sim-time-scale", "100",
+		"--enable-auto-tool-choice", "--tool-call-parser", "hermes"}, args...)
 	procs := make([]*simproc.Proc, n)
 	var wg sync.WaitGroup
 	for i := range n {
