@@ -13,7 +13,7 @@ import (
 // names where each was read).
 type family struct {
 	id, modelType, arch, template string
-	tool, reasoning              string
+	tool, reasoning               string
 }
 
 // templateAlone is the parser a family's template gives without its name,
