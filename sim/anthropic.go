@@ -94,7 +94,7 @@ func (s *server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	msg["content"] = []any{map[string]any{"type": "text", "text": text}}
-	msg["stop_reason"] = anthropicStop(req.stopReason)
+	msg["stop_reason"] = anthropicStop(req.StopReason())
 	if p.call != nil {
 		msg["content"] = []any{map[string]any{"type": "tool_use", "id": p.call.id, "name": p.call.name, "input": json.RawMessage(p.call.args)}}
 		msg["stop_reason"] = "tool_use"
@@ -143,7 +143,7 @@ func (s *server) messagesStream(w http.ResponseWriter, r *http.Request, p genPla
 	if err != nil || sse == nil {
 		return
 	}
-	stop := anthropicStop(req.stopReason)
+	stop := anthropicStop(req.StopReason())
 	if p.call != nil {
 		stop = "tool_use"
 	}

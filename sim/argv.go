@@ -401,6 +401,24 @@ func (c *Config) checkOffload(p Profile, known bool) error {
 	return nil
 }
 
+// profile is the named profile with the calibration knobs of cfg applied
+// (--sim-decode-gbps, --sim-prefill-scale) at its tensor-parallel size
+// (--tensor-parallel-size): the one the engine times its steps with.
+func (c Config) profile() Profile {
+	p := Profiles[c.Profile]
+	if c.DecodeGBps > 0 {
+		p.DecodeGBps = c.DecodeGBps
+	}
+	if c.PrefillScale > 0 {
+		p.A *= c.PrefillScale
+		p.B *= c.PrefillScale
+	}
+	if c.TP > 1 {
+		p.TP = c.TP
+	}
+	return p
+}
+
 // FlagHelp returns one line per flag for `warden sim serve --help`.
 func FlagHelp() string {
 	var b strings.Builder

@@ -113,10 +113,11 @@ func newServer(cfg Config, log *slog.Logger) (*server, error) {
 	if sched.HasHostTier() {
 		s.met.enableHost()
 	}
-	s.eng = NewEngine(cfg, prof, sched, log)
-	s.eng.onStep = s.met.publish
-	s.eng.onTTFT = s.met.ttft.Observe
-	s.eng.onDone = func(reason string) { s.met.success.WithLabelValues(reason).Inc() }
+	s.eng = NewEngine(EngineConfig{BlockSize: cfg.BlockSize, StreamInterval: cfg.StreamInterval, TimeScale: cfg.TimeScale, Seed: cfg.Seed},
+		prof, sched, log)
+	s.eng.OnStep = s.met.publish
+	s.eng.OnTTFT = s.met.ttft.Observe
+	s.eng.OnDone = func(reason string) { s.met.success.WithLabelValues(reason).Inc() }
 	s.met.publish(s.eng.Snapshot())
 	return s, nil
 }

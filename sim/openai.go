@@ -126,7 +126,7 @@ func (s *server) openAI(w http.ResponseWriter, r *http.Request, chat bool) {
 	if err != nil {
 		return
 	}
-	choice := map[string]any{"index": 0, "logprobs": nil, "finish_reason": req.stopReason, "stop_reason": nil}
+	choice := map[string]any{"index": 0, "logprobs": nil, "finish_reason": req.StopReason(), "stop_reason": nil}
 	switch {
 	case chat && p.call != nil:
 		// vLLM 0.32's answer to a forced tool call: no content, the call,

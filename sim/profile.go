@@ -273,24 +273,6 @@ func (p Profile) AllReduceSeconds(n float64) float64 {
 	return float64(2*p.Layers) * (p.LinkLatency + ring)
 }
 
-// profile is the named profile with the calibration knobs of cfg applied
-// (--sim-decode-gbps, --sim-prefill-scale) at its tensor-parallel size
-// (--tensor-parallel-size): the one the engine times its steps with.
-func (c Config) profile() Profile {
-	p := Profiles[c.Profile]
-	if c.DecodeGBps > 0 {
-		p.DecodeGBps = c.DecodeGBps
-	}
-	if c.PrefillScale > 0 {
-		p.A *= c.PrefillScale
-		p.B *= c.PrefillScale
-	}
-	if c.TP > 1 {
-		p.TP = c.TP
-	}
-	return p
-}
-
 // HostBlockSeconds is the time one KV block of blockSize tokens takes over
 // the host link: each rank copies its own share (CardKVBytesPerToken a
 // token) over its own link at once. 0 without a host link.

@@ -259,19 +259,19 @@ func (s *server) plan(prompt []uint32, maxTok gjson.Result, param string, ignore
 
 // run submits p and calls emit with each batch of generated text (final is
 // true on the last). If the client goes away the request is aborted.
-func (s *server) run(ctx context.Context, p genPlan, die bool, emit func(text string, final bool) error) (*request, error) {
-	req, err := s.eng.submitForced(p.prompt, p.maxTokens, p.stopReason, p.forcedIDs, p.forced)
+func (s *server) run(ctx context.Context, p genPlan, die bool, emit func(text string, final bool) error) (*Request, error) {
+	req, err := s.eng.SubmitForced(p.prompt, p.maxTokens, p.stopReason, p.forcedIDs, p.forced)
 	if err != nil {
 		return nil, err
 	}
 	first := true
 	for {
-		texts, fin, err := req.take(ctx, s.eng.stopped)
+		texts, fin, err := req.Take(ctx)
 		if err != nil {
 			s.eng.Cancel(req)
 			return req, err
 		}
-		if err := emit(joinText(texts), fin); err != nil {
+		if err := emit(strings.Join(texts, ""), fin); err != nil {
 			s.eng.Cancel(req)
 			return req, err
 		}
@@ -293,8 +293,9 @@ type usage struct {
 	prompt, completion, cached, created int
 }
 
-func (s *server) usageOf(req *request) usage {
-	u := usage{prompt: req.seq.NumPrompt, completion: req.seq.Output, cached: max(req.seq.CachedTokens, 0)}
+func (s *server) usageOf(req *Request) usage {
+	q := req.Seq()
+	u := usage{prompt: q.NumPrompt, completion: q.Output, cached: max(q.CachedTokens, 0)}
 	if bs := s.cfg.BlockSize; bs > 0 {
 		u.created = max(u.prompt/bs*bs-u.cached, 0)
 	}
