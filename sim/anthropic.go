@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"github.com/lmwarden/warden/sim/model"
 	"github.com/tidwall/gjson"
 )
 
@@ -26,7 +27,7 @@ func (s *server) anthropicPrompt(w http.ResponseWriter, r *http.Request) (gjson.
 		anthropicError(w, http.StatusBadRequest, "messages: field required (an array)")
 		return body, nil, false
 	}
-	return body, Tokenize(renderChat(anthropicTurns(body), toolsRaw(body.Get("tools")))), true
+	return body, model.Tokenize(model.RenderChat(anthropicTurns(body), toolsRaw(body.Get("tools")))), true
 }
 
 func (s *server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
@@ -81,8 +82,8 @@ func (s *server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	if !proceed {
 		return
 	}
-	model := s.answerModel(body)
-	msg := map[string]any{"id": newID("msg_"), "type": "message", "role": "assistant", "model": model,
+	name := s.answerModel(body)
+	msg := map[string]any{"id": newID("msg_"), "type": "message", "role": "assistant", "model": name,
 		"stop_reason": nil, "stop_sequence": nil}
 	if body.Get("stream").Bool() {
 		s.messagesStream(w, r, p, die, msg)

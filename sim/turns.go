@@ -3,6 +3,7 @@ package sim
 import (
 	"strings"
 
+	"github.com/lmwarden/warden/sim/model"
 	"github.com/tidwall/gjson"
 )
 
@@ -41,7 +42,7 @@ func blockText(blk gjson.Result) string {
 	case "text", "input_text", "output_text":
 		return blk.Get("text").String()
 	case "tool_use":
-		return toolCall(blk.Get("name").String(), renderArgs(blk.Get("input")))
+		return model.ToolCall(blk.Get("name").String(), renderArgs(blk.Get("input")))
 	case "tool_result":
 		return "<tool_response>\n" + contentText(blk.Get("content")) + "\n</tool_response>"
 	case "thinking", "redacted_thinking":
@@ -54,8 +55,8 @@ func blockText(blk gjson.Result) string {
 }
 
 // openAITurns renders an OpenAI chat `messages` array.
-func openAITurns(msgs gjson.Result) []turn {
-	var turns []turn
+func openAITurns(msgs gjson.Result) []model.Turn {
+	var turns []model.Turn
 	msgs.ForEach(func(_, m gjson.Result) bool {
 		role := m.Get("role").String()
 		text := contentText(m.Get("content"))
@@ -63,7 +64,7 @@ func openAITurns(msgs gjson.Result) []turn {
 			if text != "" {
 				text += "\n"
 			}
-			text += toolCall(tc.Get("function.name").String(), renderArgs(tc.Get("function.arguments")))
+			text += model.ToolCall(tc.Get("function.name").String(), renderArgs(tc.Get("function.arguments")))
 			return true
 		})
 		switch role {
@@ -72,7 +73,7 @@ func openAITurns(msgs gjson.Result) []turn {
 		case "developer":
 			role = "system"
 		}
-		turns = append(turns, turn{role: role, text: text})
+		turns = append(turns, model.Turn{Role: role, Text: text})
 		return true
 	})
 	return turns
@@ -80,13 +81,13 @@ func openAITurns(msgs gjson.Result) []turn {
 
 // anthropicTurns renders an Anthropic Messages body: `system` (string or
 // text blocks) and `messages` (which may hold role "system" entries).
-func anthropicTurns(body gjson.Result) []turn {
-	var turns []turn
+func anthropicTurns(body gjson.Result) []model.Turn {
+	var turns []model.Turn
 	if sys := body.Get("system"); sys.Exists() {
-		turns = append(turns, turn{role: "system", text: contentText(sys)})
+		turns = append(turns, model.Turn{Role: "system", Text: contentText(sys)})
 	}
 	body.Get("messages").ForEach(func(_, m gjson.Result) bool {
-		turns = append(turns, turn{role: m.Get("role").String(), text: contentText(m.Get("content"))})
+		turns = append(turns, model.Turn{Role: m.Get("role").String(), Text: contentText(m.Get("content"))})
 		return true
 	})
 	return turns
@@ -94,28 +95,28 @@ func anthropicTurns(body gjson.Result) []turn {
 
 // responsesTurns renders a Responses body: `instructions` and `input` (a
 // string or items: messages, function_call, function_call_output).
-func responsesTurns(body gjson.Result) []turn {
-	var turns []turn
+func responsesTurns(body gjson.Result) []model.Turn {
+	var turns []model.Turn
 	if ins := body.Get("instructions"); ins.Exists() && ins.String() != "" {
-		turns = append(turns, turn{role: "system", text: ins.String()})
+		turns = append(turns, model.Turn{Role: "system", Text: ins.String()})
 	}
 	in := body.Get("input")
 	if !in.IsArray() {
-		return append(turns, turn{role: "user", text: in.String()})
+		return append(turns, model.Turn{Role: "user", Text: in.String()})
 	}
 	in.ForEach(func(_, it gjson.Result) bool {
 		switch it.Get("type").String() {
 		case "function_call":
-			turns = append(turns, turn{role: "assistant", text: toolCall(it.Get("name").String(), renderArgs(it.Get("arguments")))})
+			turns = append(turns, model.Turn{Role: "assistant", Text: model.ToolCall(it.Get("name").String(), renderArgs(it.Get("arguments")))})
 		case "function_call_output":
-			turns = append(turns, turn{role: "user", text: "<tool_response>\n" + contentText(it.Get("output")) + "\n</tool_response>"})
+			turns = append(turns, model.Turn{Role: "user", Text: "<tool_response>\n" + contentText(it.Get("output")) + "\n</tool_response>"})
 		case "reasoning":
 		default:
 			role := it.Get("role").String()
 			if role == "developer" {
 				role = "system"
 			}
-			turns = append(turns, turn{role: role, text: contentText(it.Get("content"))})
+			turns = append(turns, model.Turn{Role: role, Text: contentText(it.Get("content"))})
 		}
 		return true
 	})

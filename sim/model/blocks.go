@@ -1,4 +1,4 @@
-package sim
+package model
 
 import "github.com/lmwarden/warden/internal/ilist"
 

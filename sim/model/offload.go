@@ -1,4 +1,4 @@
-package sim
+package model
 
 import (
 	"math"
@@ -57,11 +57,11 @@ func HostTier(gibs float64, p Profile, bs int) HostConfig {
 	if gibs <= 0 || bs <= 0 {
 		return HostConfig{}
 	}
-	t := p.tp()
+	t := p.TPSize()
 	block := p.CardKVBytesPerToken() * float64(bs) * float64(t)
 	aligned := math.Ceil(block/4096) * 4096
 	return HostConfig{
-		Blocks:       int(math.Floor(math.Floor(gibs*gib) / aligned)),
+		Blocks:       int(math.Floor(math.Floor(gibs*GiB) / aligned)),
 		BlockBytes:   block,
 		BlockSeconds: p.HostBlockSeconds(bs),
 		Latency:      p.HostLinkLatency,
