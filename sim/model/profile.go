@@ -78,8 +78,8 @@ type Profile struct {
 	HostLinkLatency float64 // seconds per transfer job on top of its bytes
 
 	// TP is the tensor-parallel size the profile is used at: the cards one
-	// replica spans (0 or 1: one card, the profile as measured). package sim
-	// sets it from --tensor-parallel-size (Config.profile).
+	// replica spans (0 or 1: one card, the profile as measured). The front
+	// end sets it from --tensor-parallel-size (sim's Config.profile).
 	TP int
 }
 
