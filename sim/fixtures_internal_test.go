@@ -1,8 +1,6 @@
 package sim
 
-import (
-	"testing"
-)
+import "testing"
 
 // Fixtures of the package's own tests: the argv parsed without an
 // environment.
