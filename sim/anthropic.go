@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"github.com/lmwarden/warden/sim/model"
 	"github.com/tidwall/gjson"
 )
 
@@ -26,7 +27,7 @@ func (s *server) anthropicPrompt(w http.ResponseWriter, r *http.Request) (gjson.
 		anthropicError(w, http.StatusBadRequest, "messages: field required (an array)")
 		return body, nil, false
 	}
-	return body, Tokenize(renderChat(anthropicTurns(body), toolsRaw(body.Get("tools")))), true
+	return body, model.Tokenize(model.RenderChat(anthropicTurns(body), toolsRaw(body.Get("tools")))), true
 }
 
 func (s *server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
@@ -81,8 +82,8 @@ func (s *server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	if !proceed {
 		return
 	}
-	model := s.answerModel(body)
-	msg := map[string]any{"id": newID("msg_"), "type": "message", "role": "assistant", "model": model,
+	name := s.answerModel(body)
+	msg := map[string]any{"id": newID("msg_"), "type": "message", "role": "assistant", "model": name,
 		"stop_reason": nil, "stop_sequence": nil}
 	if body.Get("stream").Bool() {
 		s.messagesStream(w, r, p, die, msg)
@@ -94,7 +95,7 @@ func (s *server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	msg["content"] = []any{map[string]any{"type": "text", "text": text}}
-	msg["stop_reason"] = anthropicStop(req.stopReason)
+	msg["stop_reason"] = anthropicStop(req.StopReason())
 	if p.call != nil {
 		msg["content"] = []any{map[string]any{"type": "tool_use", "id": p.call.id, "name": p.call.name, "input": json.RawMessage(p.call.args)}}
 		msg["stop_reason"] = "tool_use"
@@ -143,7 +144,7 @@ func (s *server) messagesStream(w http.ResponseWriter, r *http.Request, p genPla
 	if err != nil || sse == nil {
 		return
 	}
-	stop := anthropicStop(req.stopReason)
+	stop := anthropicStop(req.StopReason())
 	if p.call != nil {
 		stop = "tool_use"
 	}

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/lmwarden/warden/sim/model"
 )
 
 // Config is everything `warden sim serve` was told, from WARDEN_SIM_*
@@ -64,8 +66,8 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Host: "0.0.0.0", Port: 8000, MaxBatchedTokens: 2048, GPUMemUtil: 0.92,
-		BlockSize: 16, StreamInterval: 1, TP: 1, Profile: DefaultProfile, TimeScale: 1, KVOffloadBackend: "native",
-		ReserveFullISL: true, PrefixStats: StatsAdmission, HangAfter: -1,
+		BlockSize: 16, StreamInterval: 1, TP: 1, Profile: model.DefaultProfile, TimeScale: 1, KVOffloadBackend: "native",
+		ReserveFullISL: true, PrefixStats: model.StatsAdmission, HangAfter: -1,
 	}
 }
 
@@ -212,7 +214,7 @@ var flags = map[string]flagSpec{
 	"kv-offloading-backend":        {kindValue, "", "KV offloading backend: native (vLLM's CPU offloading, simulated; the default) or lmcache (refused); takes effect with --kv-offloading-size", strSetter(func(c *Config) *string { return &c.KVOffloadBackend })},
 	"kv-offloading-size":           {kindValue, "", "host-RAM KV tier in GiB for the whole engine (summed over its TP ranks), vLLM's native offloading: prompt blocks stored as computed, LRU, loaded back on a GPU miss (default: off)", floatSetter(func(c *Config) *float64 { return &c.KVOffloadGiB })},
 
-	"sim-profile":          {kindValue, "WARDEN_SIM_PROFILE", "hardware profile (default " + DefaultProfile + "; " + ReferenceProfile + " is fitted to the reference measurement, " + ReferenceProfileV1 + " its first fit, " + CPUTinyProfile + " the tiny test model on vLLM's CPU build)", strSetter(func(c *Config) *string { return &c.Profile })},
+	"sim-profile":          {kindValue, "WARDEN_SIM_PROFILE", "hardware profile (default " + model.DefaultProfile + "; " + model.ReferenceProfile + " is fitted to the reference measurement, " + model.ReferenceProfileV1 + " its first fit, " + model.CPUTinyProfile + " the tiny test model on vLLM's CPU build)", strSetter(func(c *Config) *string { return &c.Profile })},
 	"sim-time-scale":       {kindValue, "WARDEN_SIM_TIME_SCALE", "simulated seconds per wall second (default 1)", floatSetter(func(c *Config) *float64 { return &c.TimeScale })},
 	"sim-load-seconds":     {kindValue, "WARDEN_SIM_LOAD_SECONDS", "wall seconds of simulated loading before the port opens (default 0)", floatSetter(func(c *Config) *float64 { return &c.LoadSeconds })},
 	"sim-kv-tokens":        {kindValue, "WARDEN_SIM_KV_TOKENS", "KV cache capacity in tokens (overrides the profile)", intSetter(func(c *Config) *int { return &c.KVTokens })},
@@ -354,12 +356,12 @@ func (c *Config) validate() error {
 	check(c.PrefillScale >= 0, "--sim-prefill-scale must not be negative, got %v", c.PrefillScale)
 	check(c.OutputTokens >= 0, "--sim-output-tokens must not be negative, got %d", c.OutputTokens)
 	check(c.Watermark >= 0 && c.Watermark < 1, "--sim-watermark must be in [0, 1), got %v", c.Watermark)
-	check(c.PrefixStats == StatsAdmission || c.PrefixStats == StatsLookup || c.PrefixStats == StatsLookupAll,
+	check(c.PrefixStats == model.StatsAdmission || c.PrefixStats == model.StatsLookup || c.PrefixStats == model.StatsLookupAll,
 		"--sim-prefix-stats must be admission, lookup or lookup-all, got %q", c.PrefixStats)
 	check(c.HTTPError == 0 || (c.HTTPError >= 400 && c.HTTPError < 600), "--sim-http-error must be 4xx or 5xx, got %d", c.HTTPError)
-	p, ok := Profiles[c.Profile]
+	p, ok := model.Profiles[c.Profile]
 	if !ok {
-		errs = append(errs, fmt.Errorf("unknown --sim-profile %q (known: %s)", c.Profile, strings.Join(ProfileNames(), ", ")))
+		errs = append(errs, fmt.Errorf("unknown --sim-profile %q (known: %s)", c.Profile, strings.Join(model.ProfileNames(), ", ")))
 	} else if err := p.CheckTP(c.TP); err != nil {
 		errs = append(errs, err)
 	}
@@ -371,7 +373,7 @@ func (c *Config) validate() error {
 // --kv-offloading-backend native or lmcache (argparse choices) and turns
 // offloading on only when --kv-offloading-size is set
 // (config/vllm.py _post_init_kv_transfer_config).
-func (c *Config) checkOffload(p Profile, known bool) error {
+func (c *Config) checkOffload(p model.Profile, known bool) error {
 	switch c.KVOffloadBackend {
 	case "native":
 	case "lmcache":
@@ -395,10 +397,28 @@ func (c *Config) checkOffload(p Profile, known bool) error {
 	if p.HostLinkGBps <= 0 {
 		return fmt.Errorf("--kv-offloading-size: profile %s has no host link; vLLM's CPU offloading runs on CUDA and XPU GPUs only", p.Name)
 	}
-	if h := HostTier(c.KVOffloadGiB, p, c.BlockSize); c.BlockSize > 0 && h.Blocks < 1 {
+	if h := model.HostTier(c.KVOffloadGiB, p, c.BlockSize); c.BlockSize > 0 && h.Blocks < 1 {
 		return fmt.Errorf("--kv-offloading-size %v GiB holds no KV block (%.0f bytes of %d tokens)", c.KVOffloadGiB, h.BlockBytes, c.BlockSize)
 	}
 	return nil
+}
+
+// profile is the named profile with the calibration knobs of cfg applied
+// (--sim-decode-gbps, --sim-prefill-scale) at its tensor-parallel size
+// (--tensor-parallel-size): the one the engine times its steps with.
+func (c Config) profile() model.Profile {
+	p := model.Profiles[c.Profile]
+	if c.DecodeGBps > 0 {
+		p.DecodeGBps = c.DecodeGBps
+	}
+	if c.PrefillScale > 0 {
+		p.A *= c.PrefillScale
+		p.B *= c.PrefillScale
+	}
+	if c.TP > 1 {
+		p.TP = c.TP
+	}
+	return p
 }
 
 // FlagHelp returns one line per flag for `warden sim serve --help`.

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lmwarden/warden/sim/model"
 )
 
 // Main runs `warden sim serve` with args (MODEL [vLLM flags]): it "loads",
@@ -100,23 +102,24 @@ func newServer(cfg Config, log *slog.Logger) (*server, error) {
 		return nil, err
 	}
 	maxLen = min(maxLen, usable)
-	sc := SchedConfig{
+	sc := model.SchedConfig{
 		MaxNumSeqs: cfg.MaxNumSeqs, MaxBatchedTokens: cfg.MaxBatchedTokens, MaxModelLen: maxLen,
 		BlockSize: cfg.BlockSize, ReserveFullISL: cfg.ReserveFullISL, PrefixStats: cfg.PrefixStats,
 		WatermarkBlocks: int(cfg.Watermark * float64(numBlocks)),
-		Host:            HostTier(cfg.KVOffloadGiB, prof, cfg.BlockSize),
+		Host:            model.HostTier(cfg.KVOffloadGiB, prof, cfg.BlockSize),
 	}
-	sched := NewScheduler(sc, NewBlockPool(numBlocks))
+	sched := model.NewScheduler(sc, model.NewBlockPool(numBlocks))
 	s := &server{cfg: cfg, prof: prof, log: log, maxLen: maxLen, kvTokens: kvTokens, numBlocks: numBlocks, host: sc.Host, engineID: uuid4(),
 		lenLines: lenLines}
 	s.met = newMetrics(cfg.ServedNames[0], cacheConfigLabels(cfg, numBlocks))
 	if sched.HasHostTier() {
 		s.met.enableHost()
 	}
-	s.eng = NewEngine(cfg, prof, sched, log)
-	s.eng.onStep = s.met.publish
-	s.eng.onTTFT = s.met.ttft.Observe
-	s.eng.onDone = func(reason string) { s.met.success.WithLabelValues(reason).Inc() }
+	s.eng = model.NewEngine(model.EngineConfig{BlockSize: cfg.BlockSize, StreamInterval: cfg.StreamInterval, TimeScale: cfg.TimeScale, Seed: cfg.Seed},
+		prof, sched, log)
+	s.eng.OnStep = s.met.publish
+	s.eng.OnTTFT = s.met.ttft.Observe
+	s.eng.OnDone = func(reason string) { s.met.success.WithLabelValues(reason).Inc() }
 	s.met.publish(s.eng.Snapshot())
 	return s, nil
 }
@@ -138,18 +141,18 @@ type maxLenLines struct {
 // the longest length whose blocks fit the KV memory: the whole blocks of
 // it, kvTokens. A model whose context the sim does not know gets kvTokens
 // in both cases, as before.
-func resolveMaxLen(cfg Config, prof Profile, kvTokens int) (int, maxLenLines, error) {
+func resolveMaxLen(cfg Config, prof model.Profile, kvTokens int) (int, maxLenLines, error) {
 	lines := maxLenLines{source: cfg.ModelLenSource}
 	if cfg.ModelLen == 0 || cfg.MaxModelLen > 0 {
 		lines.source = ""
 	}
 	bpt := prof.CardKVBytesPerToken()
-	kvMem := fmt.Sprintf("%s GiB %s", formatGiB(float64(kvTokens)*bpt), prof.kvDevice())
+	kvMem := fmt.Sprintf("%s GiB %s", formatGiB(float64(kvTokens)*bpt), prof.KVDevice())
 	switch n := cfg.MaxModelLen; {
 	case n > 0:
 		lines.using = fmt.Sprintf("Using max model len %d", n)
 		if n > kvTokens {
-			return 0, lines, kvCapacityError(n, kvTokens, bpt)
+			return 0, lines, model.KVCapacityError(n, kvTokens, bpt)
 		}
 		return n, lines, nil
 	case n == -1 && cfg.ModelLen > 0:
@@ -167,7 +170,7 @@ func resolveMaxLen(cfg Config, prof Profile, kvTokens int) (int, maxLenLines, er
 	case cfg.ModelLen > 0:
 		lines.using = fmt.Sprintf("Using max model len %d", cfg.ModelLen)
 		if cfg.ModelLen > kvTokens {
-			return 0, lines, kvCapacityError(cfg.ModelLen, kvTokens, bpt)
+			return 0, lines, model.KVCapacityError(cfg.ModelLen, kvTokens, bpt)
 		}
 		return cfg.ModelLen, lines, nil
 	}
@@ -175,15 +178,15 @@ func resolveMaxLen(cfg Config, prof Profile, kvTokens int) (int, maxLenLines, er
 	return kvTokens, lines, nil
 }
 
-func unknownContext(model string) string {
-	return "The simulator does not know the context of " + model +
+func unknownContext(name string) string {
+	return "The simulator does not know the context of " + name +
 		" (no config.json in a local directory or the Hugging Face cache, not in its table)"
 }
 
 // formatGiB is vLLM's format_gib: bytes in GiB rounded to 2 decimals, as
 // Python prints a float (6.3, 10.07, 6.0).
 func formatGiB(bytes float64) string {
-	s := strconv.FormatFloat(math.Round(bytes/gib*100)/100, 'f', -1, 64)
+	s := strconv.FormatFloat(math.Round(bytes/model.GiB*100)/100, 'f', -1, 64)
 	if !strings.ContainsAny(s, ".eE") {
 		s += ".0"
 	}
@@ -194,9 +197,9 @@ func formatGiB(bytes float64) string {
 // time (the port stays closed meanwhile). It returns false if ctx ended.
 func (s *server) load(ctx context.Context) bool {
 	cfg, log := s.cfg, s.log
-	attrs := []any{"model", cfg.Model, "profile", s.prof.Name, "tensor_parallel_size", s.prof.tp(),
+	attrs := []any{"model", cfg.Model, "profile", s.prof.Name, "tensor_parallel_size", s.prof.TPSize(),
 		"max_num_seqs", cfg.MaxNumSeqs, "max_num_batched_tokens", cfg.MaxBatchedTokens, "time_scale", cfg.TimeScale}
-	if s.prof.tp() > 1 {
+	if s.prof.TPSize() > 1 {
 		attrs = append(attrs, "link", s.prof.Link)
 	}
 	log.Info("Initializing a V1 LLM engine ("+Version+")", attrs...)
@@ -216,8 +219,8 @@ func (s *server) load(ctx context.Context) bool {
 	}
 	// Per card, as vLLM's workers log them: one line per TP rank.
 	weights := fmt.Sprintf("Model loading took %.4f GiB", s.prof.CardWeightsGiB())
-	kvMem := fmt.Sprintf("Available KV cache memory: %.2f GiB", float64(s.kvTokens)*s.prof.CardKVBytesPerToken()/gib)
-	if t := s.prof.tp(); t == 1 {
+	kvMem := fmt.Sprintf("Available KV cache memory: %.2f GiB", float64(s.kvTokens)*s.prof.CardKVBytesPerToken()/model.GiB)
+	if t := s.prof.TPSize(); t == 1 {
 		log.Info(weights)
 		log.Info(kvMem)
 	} else {

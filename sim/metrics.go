@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/lmwarden/warden/sim/model"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -16,7 +17,7 @@ import (
 type metrics struct {
 	reg     *prometheus.Registry
 	mu      sync.Mutex
-	snap    Snapshot
+	snap    model.Snapshot
 	labels  prometheus.Labels
 	ttft    prometheus.Histogram
 	success *prometheus.CounterVec
@@ -59,8 +60,8 @@ func (m *metrics) enableHost() {
 	}
 }
 
-func newMetrics(model string, cacheLabels prometheus.Labels) *metrics {
-	labels := prometheus.Labels{"model_name": model, "engine": "0"}
+func newMetrics(name string, cacheLabels prometheus.Labels) *metrics {
+	labels := prometheus.Labels{"model_name": name, "engine": "0"}
 	vl := []string{"model_name", "engine"}
 	desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, vl, nil) }
 	m := &metrics{
@@ -153,13 +154,13 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (m *metrics) snapshot() Snapshot {
+func (m *metrics) snapshot() model.Snapshot {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.snap
 }
 
-func (m *metrics) publish(s Snapshot) {
+func (m *metrics) publish(s model.Snapshot) {
 	m.mu.Lock()
 	m.snap = s
 	m.mu.Unlock()

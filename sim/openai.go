@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/lmwarden/warden/sim/model"
 	"github.com/tidwall/gjson"
 )
 
@@ -52,7 +53,7 @@ func (s *server) openAIPrompt(w http.ResponseWriter, r *http.Request, chat bool)
 		if m := body.Get("max_completion_tokens"); m.Exists() && m.Type != gjson.Null {
 			maxTok = m
 		}
-		prompt = Tokenize(renderChat(openAITurns(body.Get("messages")), toolsRaw(body.Get("tools"))))
+		prompt = model.Tokenize(model.RenderChat(openAITurns(body.Get("messages")), toolsRaw(body.Get("tools"))))
 	} else {
 		var err error
 		if prompt, err = completionPrompt(body.Get("prompt")); err != nil {
@@ -78,11 +79,11 @@ func (s *server) openAIPrompt(w http.ResponseWriter, r *http.Request, chat bool)
 func completionPrompt(p gjson.Result) ([]uint32, error) {
 	switch {
 	case p.Type == gjson.String:
-		return Tokenize(p.Str), nil
+		return model.Tokenize(p.Str), nil
 	case p.IsArray():
 		arr := p.Array()
 		if len(arr) == 1 && arr[0].Type == gjson.String {
-			return Tokenize(arr[0].Str), nil
+			return model.Tokenize(arr[0].Str), nil
 		}
 		toks := make([]uint32, 0, len(arr))
 		for _, t := range arr {
@@ -108,13 +109,13 @@ func (s *server) openAI(w http.ResponseWriter, r *http.Request, chat bool) {
 	if !proceed {
 		return
 	}
-	id, created, model := newID("chatcmpl-"), time.Now().Unix(), s.answerModel(body)
+	id, created, name := newID("chatcmpl-"), time.Now().Unix(), s.answerModel(body)
 	object := "chat.completion"
 	if !chat {
 		id, object = newID("cmpl-"), "text_completion"
 	}
 	base := func(obj string) map[string]any {
-		return map[string]any{"id": id, "object": obj, "created": created, "model": model}
+		return map[string]any{"id": id, "object": obj, "created": created, "model": name}
 	}
 	if body.Get("stream").Bool() {
 		includeUsage := s.cfg.ForceUsage || body.Get("stream_options.include_usage").Bool()
@@ -126,7 +127,7 @@ func (s *server) openAI(w http.ResponseWriter, r *http.Request, chat bool) {
 	if err != nil {
 		return
 	}
-	choice := map[string]any{"index": 0, "logprobs": nil, "finish_reason": req.stopReason, "stop_reason": nil}
+	choice := map[string]any{"index": 0, "logprobs": nil, "finish_reason": req.StopReason(), "stop_reason": nil}
 	switch {
 	case chat && p.call != nil:
 		// vLLM 0.32's answer to a forced tool call: no content, the call,

@@ -4,19 +4,21 @@ import (
 	"log/slog"
 	"math"
 	"testing"
+
+	"github.com/lmwarden/warden/sim/model"
 )
 
 func TestReferenceProfileIsTheFit(t *testing.T) {
-	phys := Profiles[DefaultProfile]
+	phys := model.Profiles[model.DefaultProfile]
 	for _, tc := range []struct {
 		name        string
 		kv, kv48    int
 		gbps, scale float64
 	}{
-		{ReferenceProfile, 38000, 37968, 360, 2},
-		{ReferenceProfileV1, 40000, 39984, 310, 1},
+		{model.ReferenceProfile, 38000, 37968, 360, 2},
+		{model.ReferenceProfileV1, 40000, 39984, 310, 1},
 	} {
-		fit := Profiles[tc.name]
+		fit := model.Profiles[tc.name]
 		for _, util := range []float64{0.85, 0.92, 0.95} {
 			if got := fit.KVTokens(util, 32, 16); got != tc.kv {
 				t.Errorf("%s: KVTokens(util %v) = %d, want the fitted %d", tc.name, util, got, tc.kv)
@@ -28,12 +30,12 @@ func TestReferenceProfileIsTheFit(t *testing.T) {
 		// Same hardware otherwise: a batch-1 decode step at 1k context is
 		// t0 + W + k*1000 + c at the fitted bandwidth, and a prefill step
 		// costs the physical one's compute times the prefill scale.
-		step := StepCost{Decodes: 1, DecodeContext: 1000}
+		step := model.StepCost{Decodes: 1, DecodeContext: 1000}
 		want := fit.T0 + 8.05e9/(tc.gbps*1e9) + 147456.0/(tc.gbps*1e9)*1000 + fit.C
 		if got := fit.StepSeconds(step); math.Abs(got-want) > 1e-9 {
 			t.Errorf("%s: decode step %.6f s, want %.6f (%v GB/s)", tc.name, got, want, tc.gbps)
 		}
-		pre := StepCost{PrefillTokens: 2048, PrefillPosSum: 2048 * 4096}
+		pre := model.StepCost{PrefillTokens: 2048, PrefillPosSum: 2048 * 4096}
 		got, want := fit.StepSeconds(pre)-fit.T0, tc.scale*(phys.StepSeconds(pre)-phys.T0)
 		if math.Abs(got-want) > 1e-9 {
 			t.Errorf("%s: prefill step %.6f s beyond t0, want %.6f (%v x physical)", tc.name, got, want, tc.scale)
@@ -49,7 +51,7 @@ func TestReferenceProfileIsTheFit(t *testing.T) {
 // multiplies both prefill coefficients, --sim-decode-gbps replaces the
 // bandwidth, and the profile table itself is left alone.
 func TestCalibrationKnobs(t *testing.T) {
-	base := Profiles[DefaultProfile]
+	base := model.Profiles[model.DefaultProfile]
 	cfg, err := ParseArgs([]string{"m", "--sim-prefill-scale", "2", "--sim-decode-gbps", "300"}, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
@@ -58,12 +60,12 @@ func TestCalibrationKnobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pre := StepCost{PrefillTokens: 2048, PrefillPosSum: 2048 * 4096}
+	pre := model.StepCost{PrefillTokens: 2048, PrefillPosSum: 2048 * 4096}
 	if got, want := s.prof.StepSeconds(pre)-s.prof.T0, 2*(base.StepSeconds(pre)-base.T0); math.Abs(got-want) > 1e-9 {
 		t.Errorf("prefill step at scale 2: %.6f s beyond t0, want %.6f", got, want)
 	}
-	if s.prof.DecodeGBps != 300 || Profiles[DefaultProfile] != base {
-		t.Errorf("bandwidth %v (want 300); profile table changed: %v", s.prof.DecodeGBps, Profiles[DefaultProfile] != base)
+	if s.prof.DecodeGBps != 300 || model.Profiles[model.DefaultProfile] != base {
+		t.Errorf("bandwidth %v (want 300); profile table changed: %v", s.prof.DecodeGBps, model.Profiles[model.DefaultProfile] != base)
 	}
 	if _, err := ParseArgs([]string{"m", "--sim-prefill-scale", "-1"}, func(string) string { return "" }); err == nil {
 		t.Error("negative --sim-prefill-scale accepted")

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/lmwarden/warden/sim/model"
 	"github.com/tidwall/gjson"
 )
 
@@ -21,7 +22,7 @@ func (s *server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		openAIError(w, http.StatusNotFound, err.Error())
 		return
 	}
-	p, err := s.plan(Tokenize(renderChat(responsesTurns(body), toolsRaw(body.Get("tools")))), body.Get("max_output_tokens"), "max_output_tokens", body.Get("ignore_eos").Bool())
+	p, err := s.plan(model.Tokenize(model.RenderChat(responsesTurns(body), toolsRaw(body.Get("tools")))), body.Get("max_output_tokens"), "max_output_tokens", body.Get("ignore_eos").Bool())
 	if err != nil {
 		openAIError(w, http.StatusBadRequest, err.Error())
 		return
@@ -34,8 +35,8 @@ func (s *server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	if !proceed {
 		return
 	}
-	model := s.answerModel(body)
-	rs := &responseState{id: newID("resp_"), itemID: newID("msg_"), model: model, created: time.Now().Unix(), call: p.call}
+	name := s.answerModel(body)
+	rs := &responseState{id: newID("resp_"), itemID: newID("msg_"), model: name, created: time.Now().Unix(), call: p.call}
 	if p.call != nil {
 		rs.itemID = p.call.itemID
 	}

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lmwarden/warden/sim/model"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/tidwall/gjson"
 )
@@ -28,14 +29,14 @@ const maxBodyBytes = 64 << 20
 // server is the HTTP face of one simulated engine.
 type server struct {
 	cfg       Config
-	prof      Profile
-	eng       *Engine
+	prof      model.Profile
+	eng       *model.Engine
 	met       *metrics
 	log       *slog.Logger
 	maxLen    int // effective max_model_len
 	kvTokens  int
 	numBlocks int
-	host      HostConfig // the host-RAM KV tier (Blocks 0: off)
+	host      model.HostConfig // the host-RAM KV tier (Blocks 0: off)
 	engineID  string
 	childPID  int
 	lenLines  maxLenLines
@@ -89,7 +90,7 @@ func (s *server) handleVersion(w http.ResponseWriter, r *http.Request) {
 	v := map[string]any{
 		"version": Version,
 		"sim": map[string]any{"profile": s.prof.Name, "time_scale": s.cfg.TimeScale, "kv_tokens": s.kvTokens,
-			"tensor_parallel_size": s.prof.tp(), "busy_seconds": snap.BusySeconds, "lag_seconds": snap.LagSeconds},
+			"tensor_parallel_size": s.prof.TPSize(), "busy_seconds": snap.BusySeconds, "lag_seconds": snap.LagSeconds},
 	}
 	if s.host.Blocks > 0 {
 		v["sim"].(map[string]any)["kv_offload_tokens"] = s.host.Blocks * s.cfg.BlockSize
@@ -116,7 +117,7 @@ func devMode() bool {
 func (s *server) handleReset(w http.ResponseWriter, r *http.Request) {
 	ok := false
 	external := strings.EqualFold(r.URL.Query().Get("reset_external"), "true")
-	if err := s.eng.Do(func(sc *Scheduler) {
+	if err := s.eng.Do(func(sc *model.Scheduler) {
 		if ok = sc.Pool().Reset(); ok && external {
 			sc.ResetHost()
 		}
@@ -152,16 +153,16 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request, anthropic bool
 
 // checkModel answers 404 like vLLM for a model it does not serve. An
 // absent model field is accepted.
-func (s *server) checkModel(model string) error {
-	if model == "" {
+func (s *server) checkModel(name string) error {
+	if name == "" {
 		return nil
 	}
 	for _, n := range s.cfg.ServedNames {
-		if n == model {
+		if n == name {
 			return nil
 		}
 	}
-	return fmt.Errorf("The model `%s` does not exist. Valid aliases: %s.", model, strings.Join(s.cfg.ServedNames, ", "))
+	return fmt.Errorf("The model `%s` does not exist. Valid aliases: %s.", name, strings.Join(s.cfg.ServedNames, ", "))
 }
 
 // faultGate applies the fault flags to a generation request. It returns
@@ -249,7 +250,7 @@ func (s *server) plan(prompt []uint32, maxTok gjson.Result, param string, ignore
 	}
 	n := s.cfg.OutputTokens
 	if n == 0 {
-		n = drawOutputTokens(s.cfg.Seed, prompt)
+		n = model.DrawOutputTokens(s.cfg.Seed, prompt)
 	}
 	if n < limit {
 		p.maxTokens, p.stopReason = n, "stop"
@@ -259,19 +260,19 @@ func (s *server) plan(prompt []uint32, maxTok gjson.Result, param string, ignore
 
 // run submits p and calls emit with each batch of generated text (final is
 // true on the last). If the client goes away the request is aborted.
-func (s *server) run(ctx context.Context, p genPlan, die bool, emit func(text string, final bool) error) (*request, error) {
-	req, err := s.eng.submitForced(p.prompt, p.maxTokens, p.stopReason, p.forcedIDs, p.forced)
+func (s *server) run(ctx context.Context, p genPlan, die bool, emit func(text string, final bool) error) (*model.Request, error) {
+	req, err := s.eng.SubmitForced(p.prompt, p.maxTokens, p.stopReason, p.forcedIDs, p.forced)
 	if err != nil {
 		return nil, err
 	}
 	first := true
 	for {
-		texts, fin, err := req.take(ctx, s.eng.stopped)
+		texts, fin, err := req.Take(ctx)
 		if err != nil {
 			s.eng.Cancel(req)
 			return req, err
 		}
-		if err := emit(joinText(texts), fin); err != nil {
+		if err := emit(strings.Join(texts, ""), fin); err != nil {
 			s.eng.Cancel(req)
 			return req, err
 		}
@@ -293,8 +294,9 @@ type usage struct {
 	prompt, completion, cached, created int
 }
 
-func (s *server) usageOf(req *request) usage {
-	u := usage{prompt: req.seq.NumPrompt, completion: req.seq.Output, cached: max(req.seq.CachedTokens, 0)}
+func (s *server) usageOf(req *model.Request) usage {
+	q := req.Seq()
+	u := usage{prompt: q.NumPrompt, completion: q.Output, cached: max(q.CachedTokens, 0)}
 	if bs := s.cfg.BlockSize; bs > 0 {
 		u.created = max(u.prompt/bs*bs-u.cached, 0)
 	}

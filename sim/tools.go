@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/lmwarden/warden/sim/model"
 	"github.com/tidwall/gjson"
 )
 
@@ -208,9 +209,9 @@ func (s *server) forceToolCall(p *genPlan, tc toolChoice, tools []toolDef) {
 	if !strings.HasPrefix(args, "{") {
 		args = "{}"
 	}
-	text := toolCall(def.name, args)
-	start := len(toolCallPrefix(def.name))
-	p.forcedIDs, p.forced = tokenPieces(text)
+	text := model.ToolCall(def.name, args)
+	start := len(model.ToolCallPrefix(def.name))
+	p.forcedIDs, p.forced = model.TokenPieces(text)
 	if n := len(p.forcedIDs); n <= p.limit {
 		p.maxTokens, p.stopReason = n, "stop"
 		p.call = &toolCallOut{id: hexID("chatcmpl-tool-"), itemID: hexID("fc_"), name: def.name, args: args,

@@ -10,7 +10,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/simproc"
-	"github.com/lmwarden/warden/sim"
+	"github.com/lmwarden/warden/sim/model"
 )
 
 // The tools of /tmp/exp/probe.sh, the requests the vLLM 0.32.0 fixtures
@@ -163,7 +163,7 @@ var (
 // usage the tokens of the call as the sim's template renders it.
 func TestToolCalls(t *testing.T) {
 	p := simproc.Start(t, append(toolFlags, "--sim-time-scale", fast)...)
-	wantTokens := int64(sim.CountTokens(callText))
+	wantTokens := int64(model.CountTokens(callText))
 	chatTools := []any{map[string]any{"type": "function", "function": map[string]any{"name": "other", "parameters": weatherSchema}},
 		map[string]any{"type": "function", "function": map[string]any{"name": "get_weather", "parameters": callSchema}}}
 	msgTools := []any{map[string]any{"name": "get_weather", "input_schema": callSchema}, map[string]any{"name": "other", "input_schema": weatherSchema}}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/lmwarden/warden/proxy/place"
-	"github.com/lmwarden/warden/sim"
+	"github.com/lmwarden/warden/sim/model"
 )
 
 // refRow is one stage of the reference measurement (docs/reference-rig.md), off and on.
@@ -86,8 +86,8 @@ func envFloats(name string, def ...float64) []float64 {
 
 // retune scales a profile's prefill cost by f and sets its decode bandwidth
 // to gbps (0: unchanged).
-func retune(f, gbps float64) func(*sim.Profile) {
-	return func(p *sim.Profile) {
+func retune(f, gbps float64) func(*model.Profile) {
+	return func(p *model.Profile) {
 		p.A, p.B = p.A*f, p.B*f
 		if gbps > 0 {
 			p.DecodeGBps = gbps
@@ -110,7 +110,7 @@ func TestReplayCalibrate(t *testing.T) {
 					for seed := range uint64(envFloats("CAL_SEEDS", 2)[0]) {
 						run := func(pol string) []replayResult {
 							l := calLoad(pol)
-							l.profile, l.seed, l.kvTokens, l.rtt = sim.DefaultProfile, seed, int(kv), rtt
+							l.profile, l.seed, l.kvTokens, l.rtt = model.DefaultProfile, seed, int(kv), rtt
 							l.tune = retune(f, gbps)
 							return l.runAll()
 						}

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/lmwarden/warden/proxy/place"
-	"github.com/lmwarden/warden/sim"
+	"github.com/lmwarden/warden/sim/model"
 )
 
 // The replay workloads and tables behind docs/router.md. The tables print,
@@ -21,7 +21,7 @@ import (
 // stages 4..32, 250 ms client round trip.
 func calLoad(policy string) replayLoad {
 	l := refLoad(policy, 0)
-	l.stages, l.rtt, l.profile = []int{4, 8, 16, 24, 32}, 0.25, sim.ReferenceProfile
+	l.stages, l.rtt, l.profile = []int{4, 8, 16, 24, 32}, 0.25, model.ReferenceProfile
 	if p := os.Getenv("WARDEN_REPLAY_PROFILE"); p != "" {
 		l.profile = p
 	}

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/proxy/place"
-	"github.com/lmwarden/warden/sim"
+	"github.com/lmwarden/warden/sim/model"
 )
 
 // replayLoad is one stage of the bench's workload.
@@ -33,8 +33,8 @@ type replayLoad struct {
 	stage              float64                // measured seconds from the synchronized start
 	stages             []int                  // carry mode: one pool of sessions grown at each stage (bench --carry); nil = one stage of `sessions`
 	rtt                float64                // client round trip (bench --client-rtt), sim seconds
-	profile            string                 // sim profile; "" = sim.DefaultProfile
-	tune               func(p *sim.Profile)   // optional changes to the profile (calibration sweeps)
+	profile            string                 // sim profile; "" = model.DefaultProfile
+	tune               func(p *model.Profile) // optional changes to the profile (calibration sweeps)
 	kvTokens           int                    // per replica; 0 = the reference profile's
 	scrape, refresh    float64                // proxy scrape and balancer refresh periods (sim seconds)
 	cfg                func(c *place.Config)  // policy knobs
@@ -77,10 +77,10 @@ type replayResult struct {
 }
 
 type rEngine struct {
-	sched   *sim.Scheduler
+	sched   *model.Scheduler
 	busy    bool
 	end     float64
-	batch   sim.Batch
+	batch   model.Batch
 	scraped place.ReplicaView // running, waiting, KV as of the last scrape
 	stale   [2]int            // balancer's running, waiting
 	sent    int
@@ -101,7 +101,7 @@ type rSession struct {
 
 type rReq struct {
 	s      *rSession
-	seq    *sim.Seq
+	seq    *model.Seq
 	rank   int
 	submit float64
 	first  float64
@@ -113,13 +113,13 @@ type rReq struct {
 
 type replay struct {
 	load     replayLoad
-	prof     sim.Profile
+	prof     model.Profile
 	eng      []*rEngine
 	rs       *place.Memory
 	rng      *rand.Rand
 	t        float64
 	held     []*rReq // waiting at the proxy
-	reqs     map[*sim.Seq]*rReq
+	reqs     map[*model.Seq]*rReq
 	res      replayResult
 	ttfb     []float64
 	all      []float64
@@ -146,9 +146,9 @@ type replay struct {
 
 func (l replayLoad) run() replayResult {
 	if l.profile == "" {
-		l.profile = sim.DefaultProfile
+		l.profile = model.DefaultProfile
 	}
-	prof, ok := sim.Profiles[l.profile]
+	prof, ok := model.Profiles[l.profile]
 	if !ok {
 		panic("replay: unknown sim profile " + l.profile)
 	}
@@ -170,7 +170,7 @@ func (l replayLoad) run() replayResult {
 		p = l.keep
 	}
 	*p = replay{load: l, prof: prof, rs: place.NewMemory(0), rng: rand.New(rand.NewPCG(1, 2)),
-		reqs: map[*sim.Seq]*rReq{}, homes: map[int]int{}, policy: place.Config{Policy: l.policy}}
+		reqs: map[*model.Seq]*rReq{}, homes: map[int]int{}, policy: place.Config{Policy: l.policy}}
 	if l.cfg != nil {
 		l.cfg(&p.policy)
 	}
@@ -180,8 +180,8 @@ func (l replayLoad) run() replayResult {
 		p.rs.Grace = max(l.grace, 0)
 	}
 	for range l.replicas {
-		s := sim.NewScheduler(sim.SchedConfig{MaxNumSeqs: 32, MaxBatchedTokens: 2048, MaxModelLen: kv, BlockSize: 16,
-			ReserveFullISL: true, PrefixStats: sim.StatsAdmission}, sim.NewBlockPool(kv/16+1))
+		s := model.NewScheduler(model.SchedConfig{MaxNumSeqs: 32, MaxBatchedTokens: 2048, MaxModelLen: kv, BlockSize: 16,
+			ReserveFullISL: true, PrefixStats: model.StatsAdmission}, model.NewBlockPool(kv/16+1))
 		p.eng = append(p.eng, &rEngine{sched: s})
 	}
 	p.res.repWait = make([]float64, l.replicas)
@@ -316,7 +316,7 @@ func (p *replay) route(q *rReq) bool {
 	q.rank, q.reason = d.Rank, d.Reason
 	q.ticket = p.rs.Begin(s.key, bodyBytes(len(s.ctx)), d.Rank, d.Reason, now)
 	p.nextID++
-	q.seq = sim.NewSeq(p.nextID, slices.Clone(s.ctx), p.load.out, 16)
+	q.seq = model.NewSeq(p.nextID, slices.Clone(s.ctx), p.load.out, 16)
 	p.reqs[q.seq] = q
 	e.sched.Add(q.seq)
 	return true
@@ -540,7 +540,7 @@ func (p *replay) closeStage() {
 
 // complete applies a finished step: first tokens, finished turns, next turns.
 func (p *replay) complete(e *rEngine) {
-	emitted, finished := e.sched.Complete(e.batch, func(q *sim.Seq) uint32 {
+	emitted, finished := e.sched.Complete(e.batch, func(q *model.Seq) uint32 {
 		p.tok++
 		return p.tok
 	})

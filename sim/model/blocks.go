@@ -1,14 +1,14 @@
-package sim
+package model
+
+import "github.com/lmwarden/warden/internal/ilist"
 
 // Block is one KV-cache block of blockSize tokens.
 type Block struct {
 	ID     int
-	ref    int    // requests holding the block
-	hash   uint64 // chain hash when cached
-	cached bool   // hash is valid and registered in the lookup map
-	// free-queue links (the queue is a doubly linked list; head = next to evict)
-	prev, next *Block
-	inFree     bool
+	ref    int               // requests holding the block
+	hash   uint64            // chain hash when cached
+	cached bool              // hash is valid and registered in the lookup map
+	free   ilist.Link[Block] // on BlockPool.free
 }
 
 // BlockPool is vLLM's block pool: a fixed set of blocks, a free queue in LRU
@@ -17,10 +17,9 @@ type Block struct {
 // from chain hash to cached blocks. Block 0 is the null block and is never
 // handed out. Not safe for concurrent use: the engine goroutine owns it.
 type BlockPool struct {
-	blocks     []Block
-	head, tail *Block
-	numFree    int
-	byHash     map[uint64][]*Block
+	blocks []Block
+	free   ilist.List[Block] // the free queue: front = next to evict
+	byHash map[uint64][]*Block
 }
 
 // NewBlockPool makes a pool of numBlocks blocks (numBlocks-1 usable).
@@ -28,12 +27,13 @@ func NewBlockPool(numBlocks int) *BlockPool {
 	if numBlocks < 2 {
 		numBlocks = 2
 	}
-	p := &BlockPool{blocks: make([]Block, numBlocks), byHash: map[uint64][]*Block{}}
+	p := &BlockPool{blocks: make([]Block, numBlocks), byHash: map[uint64][]*Block{},
+		free: ilist.New(func(b *Block) *ilist.Link[Block] { return &b.free })}
 	for i := range p.blocks {
 		p.blocks[i].ID = i
 	}
 	for i := 1; i < numBlocks; i++ { // block 0: the null block
-		p.pushTail(&p.blocks[i])
+		p.free.PushBack(&p.blocks[i])
 	}
 	return p
 }
@@ -42,11 +42,11 @@ func NewBlockPool(numBlocks int) *BlockPool {
 func (p *BlockPool) NumBlocks() int { return len(p.blocks) }
 
 // NumFree counts blocks with ref 0, cached or not (vLLM's free count).
-func (p *BlockPool) NumFree() int { return p.numFree }
+func (p *BlockPool) NumFree() int { return p.free.Len() }
 
 // Usage is vLLM's kv_cache_usage: 1 - free/(num_gpu_blocks-1).
 func (p *BlockPool) Usage() float64 {
-	return 1 - float64(p.numFree)/float64(len(p.blocks)-1)
+	return 1 - float64(p.free.Len())/float64(len(p.blocks)-1)
 }
 
 // NumCached counts blocks that currently hold a registered hash.
@@ -75,8 +75,8 @@ func (p *BlockPool) Lookup(hashes []uint64) []*Block {
 // Touch takes a reference on each block, removing free ones from the queue.
 func (p *BlockPool) Touch(bs []*Block) {
 	for _, b := range bs {
-		if b.ref == 0 && b.inFree {
-			p.remove(b)
+		if b.ref == 0 {
+			p.free.Remove(b) // a no-op for the null block, never free
 		}
 		b.ref++
 	}
@@ -85,13 +85,13 @@ func (p *BlockPool) Touch(bs []*Block) {
 // Allocate takes n blocks from the head of the free queue, evicting their
 // hashes, with ref 1. It returns nil if fewer than n are free.
 func (p *BlockPool) Allocate(n int) []*Block {
-	if n > p.numFree {
+	if n > p.free.Len() {
 		return nil
 	}
 	out := make([]*Block, 0, n)
 	for i := 0; i < n; i++ {
-		b := p.head
-		p.remove(b)
+		b := p.free.Front()
+		p.free.Remove(b)
 		p.evict(b)
 		b.ref = 1
 		out = append(out, b)
@@ -110,9 +110,9 @@ func (p *BlockPool) Free(bs []*Block) {
 			continue
 		}
 		if b.cached {
-			p.pushTail(b)
+			p.free.PushBack(b)
 		} else {
-			p.pushHead(b)
+			p.free.PushFront(b)
 		}
 	}
 }
@@ -130,7 +130,7 @@ func (p *BlockPool) Cache(b *Block, hash uint64) {
 // Reset drops every cached hash, like vLLM's reset_prefix_cache. It refuses
 // (returns false) while any block is held by a request.
 func (p *BlockPool) Reset() bool {
-	if p.numFree != len(p.blocks)-1 {
+	if p.free.Len() != len(p.blocks)-1 {
 		return false
 	}
 	for i := range p.blocks {
@@ -157,43 +157,6 @@ func (p *BlockPool) evict(b *Block) {
 	} else {
 		p.byHash[b.hash] = bs
 	}
-}
-
-func (p *BlockPool) pushTail(b *Block) {
-	b.prev, b.next, b.inFree = p.tail, nil, true
-	if p.tail != nil {
-		p.tail.next = b
-	} else {
-		p.head = b
-	}
-	p.tail = b
-	p.numFree++
-}
-
-func (p *BlockPool) pushHead(b *Block) {
-	b.prev, b.next, b.inFree = nil, p.head, true
-	if p.head != nil {
-		p.head.prev = b
-	} else {
-		p.tail = b
-	}
-	p.head = b
-	p.numFree++
-}
-
-func (p *BlockPool) remove(b *Block) {
-	if b.prev != nil {
-		b.prev.next = b.next
-	} else {
-		p.head = b.next
-	}
-	if b.next != nil {
-		b.next.prev = b.prev
-	} else {
-		p.tail = b.prev
-	}
-	b.prev, b.next, b.inFree = nil, nil, false
-	p.numFree--
 }
 
 // chainHash extends a block hash chain by one block of tokens.

@@ -1,4 +1,4 @@
-package sim
+package model
 
 import (
 	"encoding/binary"
@@ -30,9 +30,9 @@ var outputQuantiles = []struct {
 	{1, 16384}, // an end for the tail: the trace gives no maximum (2.5 x its p99)
 }
 
-// drawOutputTokens is the length of the answer to prompt when the model
+// DrawOutputTokens is the length of the answer to prompt when the model
 // is let stop on its own.
-func drawOutputTokens(seed uint64, prompt []uint32) int {
+func DrawOutputTokens(seed uint64, prompt []uint32) int {
 	h := fnv.New64a()
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], seed)

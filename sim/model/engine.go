@@ -1,10 +1,9 @@
-package sim
+package model
 
 import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 )
@@ -26,12 +25,23 @@ type Snapshot struct {
 	BusySeconds, LagSeconds float64
 }
 
-// request is one generation request as handlers and the engine share it.
+// EngineConfig is what the engine loop needs besides its scheduler and
+// profile.
+type EngineConfig struct {
+	BlockSize      int     // tokens per KV block, as the scheduler's
+	StreamInterval int     // tokens a request is handed at once after its first (1: each token)
+	TimeScale      float64 // simulated seconds per wall second (> 0)
+	Seed           uint64  // varies the generated text
+}
+
+// Request is one generation request as handlers and the engine share it.
 // The engine appends generated text under mu and signals notify (capacity
-// 1); the handler drains it. The engine never blocks on a handler.
-type request struct {
+// 1); the handler drains it with Take. The engine never blocks on a
+// handler.
+type Request struct {
 	seq        *Seq
-	arrival    float64 // simulated seconds
+	stopped    <-chan struct{} // the engine's: closed when it has stopped
+	arrival    float64         // simulated seconds
 	genSeed    uint64
 	stopReason string // "length" or "stop"
 	unsent     []string
@@ -47,9 +57,10 @@ type request struct {
 	aborted  bool
 }
 
-// take returns the text generated since the last call and whether the
-// request has finished; it waits until there is something or ctx ends.
-func (r *request) take(ctx context.Context, stopped <-chan struct{}) ([]string, bool, error) {
+// Take returns the text generated since the last call and whether the
+// request has finished; it waits until there is something, ctx ends or the
+// engine stops (ErrStopped).
+func (r *Request) Take(ctx context.Context) ([]string, bool, error) {
 	for {
 		r.mu.Lock()
 		texts, fin := r.texts, r.finished
@@ -62,26 +73,34 @@ func (r *request) take(ctx context.Context, stopped <-chan struct{}) ([]string, 
 		case <-r.notify:
 		case <-ctx.Done():
 			return nil, false, ctx.Err()
-		case <-stopped:
+		case <-r.stopped:
 			return nil, false, ErrStopped
 		}
 	}
 }
 
+// Seq is the request inside the engine: read its counts (NumPrompt,
+// Output, CachedTokens) once Take has reported it finished.
+func (r *Request) Seq() *Seq { return r.seq }
+
+// StopReason is the finish reason the request reports: "length" or "stop".
+func (r *Request) StopReason() string { return r.stopReason }
+
 // Engine runs the scheduler against a simulated clock. One goroutine (Run)
-// owns the scheduler; handlers talk to it through channels.
+// owns the scheduler; handlers talk to it through channels. The On hooks
+// are called on the engine goroutine; set them before Run.
 type Engine struct {
-	cfg    Config
+	cfg    EngineConfig
 	prof   Profile
 	sched  *Scheduler
 	gen    *generator
 	log    *slog.Logger
-	onStep func(Snapshot)        // publishes metrics; called on the engine goroutine
-	onTTFT func(seconds float64) // first-token latency in simulated seconds
-	onDone func(reason string)   // request finished (length, stop, abort)
+	OnStep func(Snapshot)        // publishes metrics
+	OnTTFT func(seconds float64) // first-token latency in simulated seconds
+	OnDone func(reason string)   // request finished (length, stop, abort)
 
-	submit  chan *request
-	aborts  chan *request
+	submit  chan *Request
+	aborts  chan *Request
 	ctl     chan func()
 	stopped chan struct{}
 
@@ -94,11 +113,11 @@ type Engine struct {
 }
 
 // NewEngine builds an engine; Run starts it.
-func NewEngine(cfg Config, prof Profile, sched *Scheduler, log *slog.Logger) *Engine {
+func NewEngine(cfg EngineConfig, prof Profile, sched *Scheduler, log *slog.Logger) *Engine {
 	return &Engine{
 		cfg: cfg, prof: prof, sched: sched, gen: newGenerator(), log: log,
-		onStep: func(Snapshot) {}, onTTFT: func(float64) {}, onDone: func(string) {},
-		submit: make(chan *request, 256), aborts: make(chan *request, 256), ctl: make(chan func()),
+		OnStep: func(Snapshot) {}, OnTTFT: func(float64) {}, OnDone: func(string) {},
+		submit: make(chan *Request, 256), aborts: make(chan *Request, 256), ctl: make(chan func()),
 		stopped: make(chan struct{}), wallStart: time.Now(),
 	}
 }
@@ -108,13 +127,13 @@ func (e *Engine) SimNow() float64 { return time.Since(e.wallStart).Seconds() * e
 
 // Submit queues a request for prompt; maxTokens is how many tokens it will
 // generate, stopReason the finish reason it will report.
-func (e *Engine) Submit(prompt []uint32, maxTokens int, stopReason string) (*request, error) {
-	return e.submitForced(prompt, maxTokens, stopReason, nil, nil)
+func (e *Engine) Submit(prompt []uint32, maxTokens int, stopReason string) (*Request, error) {
+	return e.SubmitForced(prompt, maxTokens, stopReason, nil, nil)
 }
 
-// submitForced is Submit with the output given: token i of it is ids[i]
+// SubmitForced is Submit with the output given: token i of it is ids[i]
 // with text pieces[i] (len(ids) >= maxTokens).
-func (e *Engine) submitForced(prompt []uint32, maxTokens int, stopReason string, ids []uint32, pieces []string) (*request, error) {
+func (e *Engine) SubmitForced(prompt []uint32, maxTokens int, stopReason string, ids []uint32, pieces []string) (*Request, error) {
 	e.idMu.Lock()
 	e.nextID++
 	id := e.nextID
@@ -123,8 +142,8 @@ func (e *Engine) submitForced(prompt []uint32, maxTokens int, stopReason string,
 	for _, t := range prompt {
 		seed = seed*0x100000001b3 ^ uint64(t)
 	}
-	r := &request{arrival: e.SimNow(), genSeed: mix64(seed), stopReason: stopReason, notify: make(chan struct{}, 1),
-		forced: pieces, forcedIDs: ids}
+	r := &Request{arrival: e.SimNow(), genSeed: mix64(seed), stopReason: stopReason, notify: make(chan struct{}, 1),
+		forced: pieces, forcedIDs: ids, stopped: e.stopped}
 	r.seq = NewSeq(id, prompt, maxTokens, e.cfg.BlockSize)
 	r.seq.Owner = r
 	select {
@@ -136,7 +155,7 @@ func (e *Engine) submitForced(prompt []uint32, maxTokens int, stopReason string,
 }
 
 // Cancel aborts r if it has not finished (client went away).
-func (e *Engine) Cancel(r *request) {
+func (e *Engine) Cancel(r *Request) {
 	r.mu.Lock()
 	fin := r.finished
 	r.mu.Unlock()
@@ -153,7 +172,7 @@ func (e *Engine) Cancel(r *request) {
 func (e *Engine) Do(f func(s *Scheduler)) error {
 	done := make(chan struct{})
 	select {
-	case e.ctl <- func() { f(e.sched); e.onStep(e.Snapshot()); close(done) }:
+	case e.ctl <- func() { f(e.sched); e.OnStep(e.Snapshot()); close(done) }:
 	case <-e.stopped:
 		return ErrStopped
 	}
@@ -217,17 +236,17 @@ func (e *Engine) stepWithHost(ctx context.Context) bool {
 	if len(b.Items) == 0 {
 		e.sched.StepEnd(start)
 		if next, ok := e.sched.NextHostEvent(); ok {
-			e.onStep(e.Snapshot())
+			e.OnStep(e.Snapshot())
 			if !e.waitEvent(ctx, next) {
 				return false
 			}
 			e.simT, e.wasBusy = max(start, min(next, e.SimNow())), false
 			e.sched.SetNow(e.simT) // completed transfers show in the gauges even if the engine now idles
-			e.onStep(e.Snapshot())
+			e.OnStep(e.Snapshot())
 			return true
 		}
 		if e.sched.Idle() { // it only flushed finished requests
-			e.onStep(e.Snapshot())
+			e.OnStep(e.Snapshot())
 			return true
 		}
 	}
@@ -319,7 +338,7 @@ func (e *Engine) waitUntil(ctx context.Context, t float64) bool {
 }
 
 // add queues r unless it was aborted before it reached the engine.
-func (e *Engine) add(r *request) {
+func (e *Engine) add(r *Request) {
 	r.mu.Lock()
 	aborted := r.aborted
 	r.mu.Unlock()
@@ -328,7 +347,7 @@ func (e *Engine) add(r *request) {
 	}
 }
 
-func (e *Engine) abort(r *request) {
+func (e *Engine) abort(r *Request) {
 	r.mu.Lock()
 	fin := r.finished
 	r.finished, r.aborted = true, true
@@ -337,15 +356,15 @@ func (e *Engine) abort(r *request) {
 		return
 	}
 	e.sched.Abort(r.seq)
-	e.onDone("abort")
-	e.onStep(e.Snapshot())
+	e.OnDone("abort")
+	e.OnStep(e.Snapshot())
 }
 
 // apply samples the step's tokens, publishes the snapshot and then hands the
 // text to the handlers (first token at once, then every stream_interval).
 func (e *Engine) apply(b Batch, now float64) {
 	emitted, finished := e.sched.Complete(b, func(q *Seq) uint32 {
-		r := q.Owner.(*request)
+		r := q.Owner.(*Request)
 		if i := q.Output; i < len(r.forcedIDs) {
 			r.unsent = append(r.unsent, r.forced[i])
 			return r.forcedIDs[i]
@@ -360,15 +379,15 @@ func (e *Engine) apply(b Batch, now float64) {
 	}
 	for _, q := range emitted {
 		if q.Output == 1 {
-			e.onTTFT(max(0, now-q.Owner.(*request).arrival))
+			e.OnTTFT(max(0, now-q.Owner.(*Request).arrival))
 		}
 	}
 	for _, q := range finished {
-		e.onDone(q.Owner.(*request).stopReason)
+		e.OnDone(q.Owner.(*Request).stopReason)
 	}
-	e.onStep(e.Snapshot())
+	e.OnStep(e.Snapshot())
 	for _, q := range emitted {
-		r := q.Owner.(*request)
+		r := q.Owner.(*Request)
 		if q.Output != 1 && !done[q] && len(r.unsent) < e.cfg.StreamInterval {
 			continue
 		}
@@ -392,6 +411,3 @@ func (e *Engine) Snapshot() Snapshot {
 		BusySeconds: e.busy, LagSeconds: e.lag,
 	}
 }
-
-// joinText concatenates generated pieces.
-func joinText(texts []string) string { return strings.Join(texts, "") }

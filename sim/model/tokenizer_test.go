@@ -1,4 +1,4 @@
-package sim
+package model
 
 import (
 	"slices"
@@ -7,9 +7,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 )
-
-const english = "The quick brown fox jumps over the lazy dog. It was a bright cold day in April, " +
-	"and the clocks were striking thirteen. Call me Ishmael; some years ago, never mind how long precisely."
 
 func TestTokenizeDeterministicAndDense(t *testing.T) {
 	a, b := Tokenize(english), Tokenize(english)
@@ -49,8 +46,8 @@ func TestGeneratedTextRetokenizes(t *testing.T) {
 		t.Errorf("generated text does not re-tokenize to the generated ids:\n%s", diff)
 	}
 	// And inside the template, where the assistant turn is replayed.
-	prompt := renderChat([]turn{{"user", "hi"}}, nil)
-	replay := renderChat([]turn{{"user", "hi"}, {"assistant", text.String()}, {"user", "more"}}, nil)
+	prompt := RenderChat([]Turn{{"user", "hi"}}, nil)
+	replay := RenderChat([]Turn{{"user", "hi"}, {"assistant", text.String()}, {"user", "more"}}, nil)
 	want := append(Tokenize(prompt), ids...)
 	got := Tokenize(replay)[:len(want)]
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -59,22 +56,22 @@ func TestGeneratedTextRetokenizes(t *testing.T) {
 }
 
 func TestTemplateConversationGrowsByPrefix(t *testing.T) {
-	turns := []turn{{"system", "You are helpful."}, {"user", english}}
-	short := Tokenize(renderChat(turns, []string{`{"name":"bash"}`}))
-	long := Tokenize(renderChat(append(turns, turn{"assistant", "ok then"}, turn{"user", "next"}), []string{`{"name":"bash"}`}))
+	turns := []Turn{{"system", "You are helpful."}, {"user", english}}
+	short := Tokenize(RenderChat(turns, []string{`{"name":"bash"}`}))
+	long := Tokenize(RenderChat(append(turns, Turn{"assistant", "ok then"}, Turn{"user", "next"}), []string{`{"name":"bash"}`}))
 	// the generation prompt of the short one is the start of the assistant turn
 	if diff := cmp.Diff(short, long[:len(short)]); diff != "" {
 		t.Errorf("longer conversation does not extend the shorter one's tokens:\n%s", diff)
 	}
 }
 
-// tokenPieces gives Tokenize's ids and pieces that concatenate to the text.
+// TokenPieces gives Tokenize's ids and pieces that concatenate to the text.
 func TestTokenPieces(t *testing.T) {
 	for _, text := range []string{"", "<tool_call>\n{\"name\": \"Bash\", \"arguments\": {\"command\": \"ls -la  ./...\"}}\n</tool_call>",
 		"<|im_start|>assistant\nhello   world<|im_end|>\n", "naïve café 東京 tabs\t\tand\r\nlines"} {
-		ids, pieces := tokenPieces(text)
+		ids, pieces := TokenPieces(text)
 		if !slices.Equal(ids, Tokenize(text)) || strings.Join(pieces, "") != text || len(ids) != len(pieces) {
-			t.Errorf("tokenPieces(%q) = %v %q, want Tokenize's ids %v and pieces joining to the text", text, ids, pieces, Tokenize(text))
+			t.Errorf("TokenPieces(%q) = %v %q, want Tokenize's ids %v and pieces joining to the text", text, ids, pieces, Tokenize(text))
 		}
 	}
 }

@@ -1,6 +1,10 @@
-package sim
+package model
 
-import "math"
+import (
+	"math"
+
+	"github.com/lmwarden/warden/internal/ilist"
+)
 
 // The host-RAM KV tier: vLLM's native KV offloading (--kv-offloading-backend
 // native --kv-offloading-size GiB, i.e. the OffloadingConnector with its
@@ -53,11 +57,11 @@ func HostTier(gibs float64, p Profile, bs int) HostConfig {
 	if gibs <= 0 || bs <= 0 {
 		return HostConfig{}
 	}
-	t := p.tp()
+	t := p.TPSize()
 	block := p.CardKVBytesPerToken() * float64(bs) * float64(t)
 	aligned := math.Ceil(block/4096) * 4096
 	return HostConfig{
-		Blocks:       int(math.Floor(math.Floor(gibs*gib) / aligned)),
+		Blocks:       int(math.Floor(math.Floor(gibs*GiB) / aligned)),
 		BlockBytes:   block,
 		BlockSeconds: p.HostBlockSeconds(bs),
 		Latency:      p.HostLinkLatency,
@@ -68,65 +72,35 @@ func HostTier(gibs float64, p Profile, bs int) HostConfig {
 // hostChunk is one block in host memory.
 type hostChunk struct {
 	hash    uint64
-	readyAt float64 // when its store completes (simulated seconds); +Inf until the store is timed
-	loads   int     // loads reading it (vLLM's ref_cnt > 0: not evictable)
-	// recency list links: head is the least recently used
-	prev, next *hostChunk
+	readyAt float64               // when its store completes (simulated seconds); +Inf until the store is timed
+	loads   int                   // loads reading it (vLLM's ref_cnt > 0: not evictable)
+	lru     ilist.Link[hostChunk] // on hostPool.lru
 }
 
 // hostPool is CPUOffloadingManager with the LRU policy
 // (v1/kv_offload/cpu/manager.py, policies/lru.py): chunks by hash in
 // recency order.
 type hostPool struct {
-	cap        int
-	chunks     map[uint64]*hostChunk
-	head, tail *hostChunk
-	pinned     int // chunks that loads hold
-	pending    int // chunks whose store has not completed
+	cap     int
+	chunks  map[uint64]*hostChunk
+	lru     ilist.List[hostChunk] // recency: front is the least recently used
+	pinned  int                   // chunks that loads hold
+	pending int                   // chunks whose store has not completed
 }
 
 func newHostPool(blocks int) *hostPool {
-	return &hostPool{cap: blocks, chunks: map[uint64]*hostChunk{}}
-}
-
-func (p *hostPool) unlink(c *hostChunk) {
-	if c.prev != nil {
-		c.prev.next = c.next
-	} else {
-		p.head = c.next
-	}
-	if c.next != nil {
-		c.next.prev = c.prev
-	} else {
-		p.tail = c.prev
-	}
-	c.prev, c.next = nil, nil
-}
-
-func (p *hostPool) pushTail(c *hostChunk) {
-	c.prev, c.next = p.tail, nil
-	if p.tail != nil {
-		p.tail.next = c
-	} else {
-		p.head = c
-	}
-	p.tail = c
+	return &hostPool{cap: blocks, chunks: map[uint64]*hostChunk{},
+		lru: ilist.New(func(c *hostChunk) *ilist.Link[hostChunk] { return &c.lru })}
 }
 
 // touch makes c the most recently used.
-func (p *hostPool) touch(c *hostChunk) {
-	if p.tail == c {
-		return
-	}
-	p.unlink(c)
-	p.pushTail(c)
-}
+func (p *hostPool) touch(c *hostChunk) { p.lru.MoveToBack(c) }
 
 // insert adds a chunk whose store is pending, as the most recently used.
 func (p *hostPool) insert(hash uint64) *hostChunk {
 	c := &hostChunk{hash: hash, readyAt: math.Inf(1)}
 	p.chunks[hash] = c
-	p.pushTail(c)
+	p.lru.PushBack(c)
 	p.pending++
 	return c
 }
@@ -136,7 +110,7 @@ func (p *hostPool) insert(hash uint64) *hostChunk {
 // there are fewer such chunks.
 func (p *hostPool) evict(n int, protected map[uint64]bool, now float64) bool {
 	var sel []*hostChunk
-	for c := p.head; c != nil && len(sel) < n; c = c.next {
+	for c := p.lru.Front(); c != nil && len(sel) < n; c = p.lru.Next(c) {
 		if c.loads == 0 && c.readyAt <= now && !protected[c.hash] {
 			sel = append(sel, c)
 		}
@@ -145,7 +119,7 @@ func (p *hostPool) evict(n int, protected map[uint64]bool, now float64) bool {
 		return false
 	}
 	for _, c := range sel {
-		p.unlink(c)
+		p.lru.Remove(c)
 		delete(p.chunks, c.hash)
 	}
 	return true
@@ -153,7 +127,7 @@ func (p *hostPool) evict(n int, protected map[uint64]bool, now float64) bool {
 
 func (p *hostPool) reset() {
 	p.chunks = map[uint64]*hostChunk{}
-	p.head, p.tail = nil, nil
+	p.lru.Clear()
 	p.pinned, p.pending = 0, 0
 }
 

@@ -1,4 +1,4 @@
-package sim
+package model
 
 // Prefix-query counting modes (docs/vllm-scheduler.md R4.4).
 const (

@@ -3,43 +3,13 @@ package sim
 import (
 	"strings"
 
+	"github.com/lmwarden/warden/sim/model"
 	"github.com/tidwall/gjson"
 )
 
-// The chat template is ChatML (Qwen's): each turn renders as
-// "<|im_start|>ROLE\nTEXT<|im_end|>\n" and the prompt ends with the generation
-// prompt "<|im_start|>assistant\n". An assistant turn renders its text
-// verbatim, so a client that replays the previous answer reproduces the
-// generated tokens exactly and hits the cache through them.
-
-// turn is one rendered chat turn.
-type turn struct {
-	role string
-	text string
-}
-
-// renderChat flattens turns (with tools, as raw JSON, appended to the first
-// system turn) into the prompt text.
-func renderChat(turns []turn, tools []string) string {
-	var b strings.Builder
-	if len(tools) > 0 {
-		if len(turns) == 0 || turns[0].role != "system" {
-			turns = append([]turn{{role: "system"}}, turns...)
-		}
-		t := turns[0].text + "\n\n# Tools\n\n<tools>\n" + strings.Join(tools, "\n") + "\n</tools>"
-		turns = append([]turn{{role: "system", text: t}}, turns[1:]...)
-	}
-	for _, t := range turns {
-		b.WriteString(imStart)
-		b.WriteString(t.role)
-		b.WriteString("\n")
-		b.WriteString(t.text)
-		b.WriteString(imEnd)
-		b.WriteString("\n")
-	}
-	b.WriteString(imStart + "assistant\n")
-	return b.String()
-}
+// The three APIs' request bodies as chat turns for the template
+// (template.go): messages, system prompts, tool calls and their results,
+// in each API's shape.
 
 // contentText renders message content: a string, or an array of blocks
 // (Anthropic text / tool_use / tool_result / thinking / image, OpenAI text
@@ -72,7 +42,7 @@ func blockText(blk gjson.Result) string {
 	case "text", "input_text", "output_text":
 		return blk.Get("text").String()
 	case "tool_use":
-		return toolCall(blk.Get("name").String(), renderArgs(blk.Get("input")))
+		return model.ToolCall(blk.Get("name").String(), renderArgs(blk.Get("input")))
 	case "tool_result":
 		return "<tool_response>\n" + contentText(blk.Get("content")) + "\n</tool_response>"
 	case "thinking", "redacted_thinking":
@@ -84,20 +54,9 @@ func blockText(blk gjson.Result) string {
 	}
 }
 
-// toolCall renders an assistant's tool call as Qwen's template does, args
-// as rendered by renderArgs.
-func toolCall(name, args string) string {
-	return toolCallPrefix(name) + args + "}\n</tool_call>"
-}
-
-// toolCallPrefix is the text of a tool call before its arguments.
-func toolCallPrefix(name string) string {
-	return "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": "
-}
-
 // openAITurns renders an OpenAI chat `messages` array.
-func openAITurns(msgs gjson.Result) []turn {
-	var turns []turn
+func openAITurns(msgs gjson.Result) []model.Turn {
+	var turns []model.Turn
 	msgs.ForEach(func(_, m gjson.Result) bool {
 		role := m.Get("role").String()
 		text := contentText(m.Get("content"))
@@ -105,7 +64,7 @@ func openAITurns(msgs gjson.Result) []turn {
 			if text != "" {
 				text += "\n"
 			}
-			text += toolCall(tc.Get("function.name").String(), renderArgs(tc.Get("function.arguments")))
+			text += model.ToolCall(tc.Get("function.name").String(), renderArgs(tc.Get("function.arguments")))
 			return true
 		})
 		switch role {
@@ -114,7 +73,7 @@ func openAITurns(msgs gjson.Result) []turn {
 		case "developer":
 			role = "system"
 		}
-		turns = append(turns, turn{role: role, text: text})
+		turns = append(turns, model.Turn{Role: role, Text: text})
 		return true
 	})
 	return turns
@@ -122,13 +81,13 @@ func openAITurns(msgs gjson.Result) []turn {
 
 // anthropicTurns renders an Anthropic Messages body: `system` (string or
 // text blocks) and `messages` (which may hold role "system" entries).
-func anthropicTurns(body gjson.Result) []turn {
-	var turns []turn
+func anthropicTurns(body gjson.Result) []model.Turn {
+	var turns []model.Turn
 	if sys := body.Get("system"); sys.Exists() {
-		turns = append(turns, turn{role: "system", text: contentText(sys)})
+		turns = append(turns, model.Turn{Role: "system", Text: contentText(sys)})
 	}
 	body.Get("messages").ForEach(func(_, m gjson.Result) bool {
-		turns = append(turns, turn{role: m.Get("role").String(), text: contentText(m.Get("content"))})
+		turns = append(turns, model.Turn{Role: m.Get("role").String(), Text: contentText(m.Get("content"))})
 		return true
 	})
 	return turns
@@ -136,28 +95,28 @@ func anthropicTurns(body gjson.Result) []turn {
 
 // responsesTurns renders a Responses body: `instructions` and `input` (a
 // string or items: messages, function_call, function_call_output).
-func responsesTurns(body gjson.Result) []turn {
-	var turns []turn
+func responsesTurns(body gjson.Result) []model.Turn {
+	var turns []model.Turn
 	if ins := body.Get("instructions"); ins.Exists() && ins.String() != "" {
-		turns = append(turns, turn{role: "system", text: ins.String()})
+		turns = append(turns, model.Turn{Role: "system", Text: ins.String()})
 	}
 	in := body.Get("input")
 	if !in.IsArray() {
-		return append(turns, turn{role: "user", text: in.String()})
+		return append(turns, model.Turn{Role: "user", Text: in.String()})
 	}
 	in.ForEach(func(_, it gjson.Result) bool {
 		switch it.Get("type").String() {
 		case "function_call":
-			turns = append(turns, turn{role: "assistant", text: toolCall(it.Get("name").String(), renderArgs(it.Get("arguments")))})
+			turns = append(turns, model.Turn{Role: "assistant", Text: model.ToolCall(it.Get("name").String(), renderArgs(it.Get("arguments")))})
 		case "function_call_output":
-			turns = append(turns, turn{role: "user", text: "<tool_response>\n" + contentText(it.Get("output")) + "\n</tool_response>"})
+			turns = append(turns, model.Turn{Role: "user", Text: "<tool_response>\n" + contentText(it.Get("output")) + "\n</tool_response>"})
 		case "reasoning":
 		default:
 			role := it.Get("role").String()
 			if role == "developer" {
 				role = "system"
 			}
-			turns = append(turns, turn{role: role, text: contentText(it.Get("content"))})
+			turns = append(turns, model.Turn{Role: role, Text: contentText(it.Get("content"))})
 		}
 		return true
 	})

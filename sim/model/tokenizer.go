@@ -1,4 +1,4 @@
-package sim
+package model
 
 import (
 	"unicode"
@@ -188,10 +188,10 @@ func pieceLen(w string) int {
 	return n
 }
 
-// tokenPieces is Tokenize with the text of each token: the pieces
+// TokenPieces is Tokenize with the text of each token: the pieces
 // concatenate to text, so text generated piece by piece re-tokenizes to
 // the same ids.
-func tokenPieces(text string) ([]uint32, []string) {
+func TokenPieces(text string) ([]uint32, []string) {
 	var ids []uint32
 	var pieces []string
 	for len(text) > 0 {

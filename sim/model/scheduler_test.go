@@ -1,44 +1,10 @@
-package sim
+package model
 
 import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 )
-
-// tokens returns n distinct tokens starting at base (so different bases
-// never share a block hash).
-func tokens(base, n int) []uint32 {
-	t := make([]uint32, n)
-	for i := range t {
-		t[i] = uint32(base*100000 + i)
-	}
-	return t
-}
-
-func newTestSched(numBlocks, budget, maxSeqs int, mutate ...func(*SchedConfig)) *Scheduler {
-	cfg := SchedConfig{MaxNumSeqs: maxSeqs, MaxBatchedTokens: budget, MaxModelLen: 1 << 20, BlockSize: 4,
-		ReserveFullISL: true, PrefixStats: StatsAdmission}
-	for _, m := range mutate {
-		m(&cfg)
-	}
-	return NewScheduler(cfg, NewBlockPool(numBlocks))
-}
-
-func ids(qs []*Seq) []uint64 {
-	out := []uint64{}
-	for _, q := range qs {
-		out = append(out, q.ID)
-	}
-	return out
-}
-
-// step runs one Schedule + Complete with a fixed next token.
-func step(s *Scheduler) Batch {
-	b := s.Schedule()
-	s.Complete(b, func(*Seq) uint32 { return 7 })
-	return b
-}
 
 func TestHeadOfLineBlocking(t *testing.T) {
 	s := newTestSched(10, 1000, 8)        // 9 usable blocks of 4 tokens

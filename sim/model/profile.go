@@ -1,4 +1,4 @@
-package sim
+package model
 
 import (
 	"fmt"
@@ -32,7 +32,8 @@ const ReferenceProfileV1 = "a4000-qwen3-4b-2507-bf16-vllm026-fit-v1"
 // num_gpu_blocks x block_size and --block-size 32 to match one.
 const CPUTinyProfile = "vllm032-cpu-tiny-1core"
 
-const gib = 1 << 30
+// GiB is a gibibyte in bytes.
+const GiB = 1 << 30
 
 // Profile is a hardware + model description: the KV capacity formula inputs
 // and the step-time coefficients (docs/reference-rig.md, step time).
@@ -77,8 +78,8 @@ type Profile struct {
 	HostLinkLatency float64 // seconds per transfer job on top of its bytes
 
 	// TP is the tensor-parallel size the profile is used at: the cards one
-	// replica spans (0 or 1: one card, the profile as measured). Config.profile
-	// sets it from --tensor-parallel-size.
+	// replica spans (0 or 1: one card, the profile as measured). The front
+	// end sets it from --tensor-parallel-size (sim's Config.profile).
 	TP int
 }
 
@@ -90,7 +91,7 @@ type Profile struct {
 // at ~20 µs each (docs/reference-rig.md, tensor parallelism).
 func a4000Qwen3(p Profile) Profile {
 	p.Layers, p.Hidden, p.Heads, p.KVHeads = 36, 2560, 32, 8
-	p.ReplicatedGiB = 262144 * 128 * 2.0 / gib
+	p.ReplicatedGiB = 262144 * 128 * 2.0 / GiB
 	p.Link, p.LinkGBps, p.LinkLatency = "PCIe 4.0 x16 peer-to-peer, no NVLink", 22, 20e-6
 	// Host link: the same PCIe 4.0 x16 slot to pinned host memory, 31.5 GB/s
 	// a direction in theory, ~25 GB/s of DMA (cudaMemcpy from pinned memory)
@@ -115,7 +116,7 @@ var Profiles = map[string]Profile{
 		FitKVTokens: 38000,
 	}),
 	CPUTinyProfile: {
-		Name: CPUTinyProfile, CUDATotalGiB: 1, WeightsGiB: 467840 * 4.0 / gib,
+		Name: CPUTinyProfile, CUDATotalGiB: 1, WeightsGiB: 467840 * 4.0 / GiB,
 		KVBytesPerToken: 1024, WeightBytes: 467840 * 4, DecodeGBps: 4.1,
 		T0: 3.4e-3, A: 30e-6, B: 4.5e-9, C: 0.25e-3, DefaultMaxNumSeqs: 128,
 		FitKVTokens: 262144, // --cpu-kv-cache 256MiB
@@ -147,8 +148,8 @@ func (p Profile) overheadGiB(maxNumSeqs int) float64 {
 	return p.Overhead32GiB + f*(p.Overhead256GiB-p.Overhead32GiB)
 }
 
-// tp is the tensor-parallel size, 1 for a profile used as measured.
-func (p Profile) tp() int {
+// TPSize is the tensor-parallel size, 1 for a profile used as measured.
+func (p Profile) TPSize() int {
 	return max(1, p.TP)
 }
 
@@ -182,7 +183,7 @@ func (p Profile) WithTP(t int) Profile {
 // sharded part split TP ways plus what every rank holds whole; WeightsGiB at
 // TP 1.
 func (p Profile) CardWeightsGiB() float64 {
-	t := p.tp()
+	t := p.TPSize()
 	if t == 1 {
 		return p.WeightsGiB
 	}
@@ -193,7 +194,7 @@ func (p Profile) CardWeightsGiB() float64 {
 // share of the KV heads, max(1, KVHeads/TP) of them (vLLM replicates a head
 // when TP > KVHeads); KVBytesPerToken at TP 1.
 func (p Profile) CardKVBytesPerToken() float64 {
-	t := p.tp()
+	t := p.TPSize()
 	if t == 1 {
 		return p.KVBytesPerToken
 	}
@@ -214,17 +215,17 @@ func (p Profile) CardKVBytesPerToken() float64 {
 // gains the weight memory the shards free.
 func (p Profile) KVTokens(util float64, maxNumSeqs, blockSize int) int {
 	if p.FitKVTokens > 0 {
-		if p.tp() == 1 {
+		if p.TPSize() == 1 {
 			return p.FitKVTokens / blockSize * blockSize
 		}
-		cardKV := float64(p.FitKVTokens)*p.KVBytesPerToken + (p.WeightsGiB-p.CardWeightsGiB())*gib
+		cardKV := float64(p.FitKVTokens)*p.KVBytesPerToken + (p.WeightsGiB-p.CardWeightsGiB())*GiB
 		return int(cardKV/p.CardKVBytesPerToken()/float64(blockSize)) * blockSize
 	}
 	avail := p.CUDATotalGiB*util - p.CardWeightsGiB() - p.overheadGiB(maxNumSeqs) - p.CUDAGraphGiB
 	if avail <= 0 {
 		return 0
 	}
-	blocks := int(avail * gib / p.CardKVBytesPerToken() / float64(blockSize))
+	blocks := int(avail * GiB / p.CardKVBytesPerToken() / float64(blockSize))
 	return blocks * blockSize
 }
 
@@ -249,12 +250,12 @@ func (p Profile) StepSeconds(s StepCost) float64 {
 	bw := p.DecodeGBps * 1e9
 	w := p.WeightBytes / bw
 	n := float64(s.Decodes + s.PrefillTokens)
-	if p.tp() == 1 { // the measured single-card model, as it always was
+	if p.TPSize() == 1 { // the measured single-card model, as it always was
 		k := p.KVBytesPerToken / bw
 		return p.T0 + math.Max(w, p.A*n) + p.B*s.PrefillPosSum + k*float64(s.DecodeContext) + p.C*float64(s.Decodes)
 	}
 	k := p.CardKVBytesPerToken() / bw
-	t := float64(p.tp())
+	t := float64(p.TPSize())
 	return p.T0 + math.Max(w, p.A*n)/t + p.B*s.PrefillPosSum/t + k*float64(s.DecodeContext) + p.C*float64(s.Decodes) +
 		p.AllReduceSeconds(n)
 }
@@ -264,31 +265,13 @@ func (p Profile) StepSeconds(s StepCost) float64 {
 // n x Hidden bf16 values, a ring moving 2(T-1)/T of them over the link at
 // LinkGBps, plus LinkLatency each.
 func (p Profile) AllReduceSeconds(n float64) float64 {
-	t := p.tp()
+	t := p.TPSize()
 	if t == 1 || n <= 0 {
 		return 0
 	}
 	bytes := n * float64(p.Hidden) * 2
 	ring := 2 * float64(t-1) / float64(t) * bytes / (p.LinkGBps * 1e9)
 	return float64(2*p.Layers) * (p.LinkLatency + ring)
-}
-
-// profile is the named profile with the calibration knobs of cfg applied
-// (--sim-decode-gbps, --sim-prefill-scale) at its tensor-parallel size
-// (--tensor-parallel-size): the one the engine times its steps with.
-func (c Config) profile() Profile {
-	p := Profiles[c.Profile]
-	if c.DecodeGBps > 0 {
-		p.DecodeGBps = c.DecodeGBps
-	}
-	if c.PrefillScale > 0 {
-		p.A *= c.PrefillScale
-		p.B *= c.PrefillScale
-	}
-	if c.TP > 1 {
-		p.TP = c.TP
-	}
-	return p
 }
 
 // HostBlockSeconds is the time one KV block of blockSize tokens takes over
@@ -301,20 +284,20 @@ func (p Profile) HostBlockSeconds(blockSize int) float64 {
 	return p.CardKVBytesPerToken() * float64(blockSize) / (p.HostLinkGBps * 1e9)
 }
 
-// kvCapacityError is vLLM's start-up failure when max_model_len does not fit
+// KVCapacityError is vLLM's start-up failure when max_model_len does not fit
 // the KV cache; the launcher parses this wording.
-func kvCapacityError(maxModelLen, kvTokens int, bytesPerToken float64) error {
-	need := float64(maxModelLen) * bytesPerToken / gib
-	have := float64(kvTokens) * bytesPerToken / gib
+func KVCapacityError(maxModelLen, kvTokens int, bytesPerToken float64) error {
+	need := float64(maxModelLen) * bytesPerToken / GiB
+	have := float64(kvTokens) * bytesPerToken / GiB
 	return fmt.Errorf("To serve at least one request with the model's max seq len (%d), (%.2f GiB KV cache is needed, "+
 		"which is larger than the available KV cache memory (%.2f GiB). Based on the available memory, the estimated "+
 		"maximum model length is %d. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "+
 		"initializing the engine.", maxModelLen, need, have, kvTokens)
 }
 
-// kvDevice names where the profile keeps its KV cache, as vLLM's auto-fit
+// KVDevice names where the profile keeps its KV cache, as vLLM's auto-fit
 // line does ("GPU" on CUDA, the device type upper-cased otherwise).
-func (p Profile) kvDevice() string {
+func (p Profile) KVDevice() string {
 	if p.Name == CPUTinyProfile {
 		return "CPU"
 	}
