@@ -21,6 +21,7 @@ import (
 
 	"github.com/lmwarden/warden/gpu"
 	"github.com/lmwarden/warden/hostcpu"
+	"github.com/lmwarden/warden/internal/argv"
 	"github.com/lmwarden/warden/launch"
 	"github.com/lmwarden/warden/modelinfo"
 	"github.com/lmwarden/warden/proxy"
@@ -183,7 +184,7 @@ func checkKVOffload(cfg serveConfig) error {
 			"and XPU GPUs only (its CPU platform refuses the offloading worker after loading the model); "+
 			"use --kv-offload off, or --cpu-kv-cache for a larger KV cache", cfg.KVOffload)
 	}
-	if launch.HasFlag(cfg.Extra, "--kv-transfer-config") || launch.HasFlag(cfg.Extra, "--kv_transfer_config") {
+	if argv.Has(cfg.Extra, "--kv-transfer-config") || argv.Has(cfg.Extra, "--kv_transfer_config") {
 		return fmt.Errorf("--kv-offload %s with -- --kv-transfer-config: vLLM's offloading would replace that "+
 			"connector with its own; use one or the other (--kv-offload off keeps yours)", cfg.KVOffload)
 	}
@@ -323,7 +324,7 @@ func cpuDevices(cfg serveConfig, d rankDevices, log *slog.Logger) (rankDevices, 
 	if d.seqs == 0 {
 		d.seqs = launch.CPUDefaultMaxNumSeqs
 	}
-	if launch.HasFlag(cfg.Extra, "--kv-cache-memory-bytes") {
+	if argv.Has(cfg.Extra, "--kv-cache-memory-bytes") {
 		return d, nil // the user's, verbatim
 	}
 	avail, err := hostcpu.Available()
@@ -371,10 +372,10 @@ func engineOptions(cfg serveConfig, log *slog.Logger) (launch.ToolsChoice, launc
 	setup := &panel.EngineSetup{ToolCallParser: c.ToolParser, AutoToolChoice: c.ToolParser != "",
 		ReasoningParser: c.ReasoningParser, Tools: c.Info, ToolsFix: c.Fix}
 	if c.FromExtra {
-		setup.ToolCallParser, _ = launch.FlagValue(cfg.Extra, "--tool-call-parser")
-		setup.AutoToolChoice = launch.HasFlag(cfg.Extra, "--enable-auto-tool-choice")
+		setup.ToolCallParser, _ = argv.Value(cfg.Extra, "--tool-call-parser")
+		setup.AutoToolChoice = argv.Has(cfg.Extra, "--enable-auto-tool-choice")
 	}
-	if v, ok := launch.FlagValue(cfg.Extra, "--reasoning-parser"); ok {
+	if v, ok := argv.Value(cfg.Extra, "--reasoning-parser"); ok {
 		setup.ReasoningParser = v
 	}
 	return c, ctx, setup
