@@ -23,6 +23,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/lmwarden/warden/internal/ports"
 	"github.com/lmwarden/warden/proxy/panel"
 )
 
@@ -994,7 +995,7 @@ func runServeArgs(words []string) (args []string, host string, port int, logDir 
 			return nil, "", 0, "", fmt.Errorf("--serve: --port %q is not a TCP port", p)
 		}
 	} else {
-		if port, err = runFreePort(); err != nil {
+		if port, err = ports.Loopback(); err != nil {
 			return nil, "", 0, "", fmt.Errorf("--serve: finding a free port: %w", err)
 		}
 		extra = append(extra, "--port", strconv.Itoa(port))
@@ -1005,16 +1006,6 @@ func runServeArgs(words []string) (args []string, host string, port int, logDir 
 	}
 	args = append(append(append([]string{}, words[:end]...), extra...), words[end:]...)
 	return args, host, port, logDir, nil
-}
-
-// runFreePort is a loopback TCP port free now.
-func runFreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // tailFile is the last n lines of the file at path.

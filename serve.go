@@ -22,6 +22,7 @@ import (
 	"github.com/lmwarden/warden/gpu"
 	"github.com/lmwarden/warden/hostcpu"
 	"github.com/lmwarden/warden/internal/argv"
+	"github.com/lmwarden/warden/internal/ports"
 	"github.com/lmwarden/warden/launch"
 	"github.com/lmwarden/warden/modelinfo"
 	"github.com/lmwarden/warden/proxy"
@@ -387,7 +388,7 @@ const simDefaultMaxNumSeqs = 32
 
 // engineSpecs builds one launch spec and one proxy backend per rank.
 func engineSpecs(cfg serveConfig, d rankDevices, tools launch.ToolsChoice, fit launch.ContextChoice) ([]launch.Spec, []proxy.Backend, error) {
-	ports, err := launch.FreePorts(cfg.DP, "127.0.0.1")
+	free, err := ports.Free(cfg.DP, "127.0.0.1")
 	if err != nil {
 		return nil, nil, fmt.Errorf("finding %d free loopback ports: %w", cfg.DP, err)
 	}
@@ -397,9 +398,9 @@ func engineSpecs(cfg serveConfig, d rankDevices, tools launch.ToolsChoice, fit l
 	specs := make([]launch.Spec, cfg.DP)
 	backends := make([]proxy.Backend, cfg.DP)
 	for i := range specs {
-		specs[i] = launch.Spec{Rank: i, Argv: eng.Argv(ports[i]), Port: ports[i], GPUs: d.gpus[i],
+		specs[i] = launch.Spec{Rank: i, Argv: eng.Argv(free[i]), Port: free[i], GPUs: d.gpus[i],
 			LogPath: filepath.Join(cfg.LogDir, "rank-"+strconv.Itoa(i)+".log")}
-		backends[i] = proxy.Backend{Rank: i, URL: "http://127.0.0.1:" + strconv.Itoa(ports[i]),
+		backends[i] = proxy.Backend{Rank: i, URL: "http://127.0.0.1:" + strconv.Itoa(free[i]),
 			GPUs: d.gpus[i], MaxNumSeqs: d.seqs}
 		if i < len(d.cpus) {
 			specs[i].CPUs, specs[i].Env = d.cpus[i].CPUs, d.cpus[i].Env()

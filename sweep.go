@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -31,6 +30,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lmwarden/warden/bench"
+	"github.com/lmwarden/warden/internal/ports"
 	"github.com/lmwarden/warden/proxy/panel"
 )
 
@@ -239,7 +239,7 @@ func sweepLayout(ctx context.Context, c *cli.Context, self string, l layout, ser
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := ports.Loopback()
 	if err != nil {
 		return nil, err
 	}
@@ -351,16 +351,6 @@ func sessionsFit(dp, perReplica, ws, shared int) int {
 		return 0
 	}
 	return dp * ((perReplica - shared) / own)
-}
-
-// freePort asks the kernel for a free loopback port.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // serveProc is one `warden serve` child.

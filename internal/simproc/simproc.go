@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/warden/internal/ports"
 	"github.com/lmwarden/warden/internal/promtext"
 )
 
@@ -91,12 +91,11 @@ func Poll(t testing.TB, what string, cond func() bool) {
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := ports.Loopback()
 	if err != nil {
 		t.Fatalf("simproc: free port: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // Proc is one running `warden sim serve` process.
