@@ -18,6 +18,7 @@ import (
 
 	"github.com/lmwarden/warden/bench"
 	"github.com/lmwarden/warden/gpu"
+	"github.com/lmwarden/warden/internal/exit"
 	"github.com/lmwarden/warden/proxy/panel"
 	"github.com/lmwarden/warden/sim"
 )
@@ -47,4 +48,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "warden:", err)
 		os.Exit(1)
 	}
+}
+
+// cliExit is err as urfave/cli's exit: an exit.Error's status and message.
+func cliExit(err error) error {
+	if e, ok := exit.As(err); ok {
+		return cli.Exit(e.Msg, e.Code)
+	}
+	return err
 }

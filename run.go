@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lmwarden/warden/internal/ports"
+	"github.com/lmwarden/warden/internal/wardenproc"
 	"github.com/lmwarden/warden/proxy/panel"
 )
 
@@ -468,55 +469,44 @@ func findAgent(a runAgentSpec, explicit string) (string, error) {
 
 // checkWardenReady asks base/health once, or polls it for up to wait.
 func checkWardenReady(ctx context.Context, base string, wait time.Duration) error {
-	err := wardenReadyOnce(ctx, base)
-	if err == nil || wait <= 0 {
+	client := &http.Client{Timeout: 3 * time.Second}
+	h, err := wardenproc.Check(ctx, client, base)
+	if err != nil || h.OK() {
 		return err
+	}
+	if wait <= 0 {
+		return notReady(base, h)
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	t := time.NewTicker(500 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("after waiting %s: %w", wait, err)
-		case <-t.C:
-		}
-		if err = wardenReadyOnce(ctx, base); err == nil {
-			return nil
-		}
-	}
-}
-
-// wardenReadyOnce is one GET base/health; the error says what to do.
-func wardenReadyOnce(ctx context.Context, base string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/health", nil)
-	if err != nil {
+	if h, err = wardenproc.Poll(ctx, client, base, 500*time.Millisecond, nil); err == nil {
+		return nil
+	} else if ctx.Err() == nil {
 		return err
 	}
-	resp, err := (&http.Client{Timeout: 3 * time.Second}).Do(req)
-	if err != nil {
+	return fmt.Errorf("after waiting %s: %w", wait, notReady(base, h))
+}
+
+// notReady says what an answer of base/health other than 200 means and
+// what to do.
+func notReady(base string, h wardenproc.Health) error {
+	switch {
+	case h.Err != nil:
+		err := h.Err
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err // the URL is in the message already
 		}
 		return fmt.Errorf("no warden answers at %s (%v): start one with `warden serve --model MODEL`, "+
 			"or let this command start one with --serve \"--model MODEL ...\", or point --url (WARDEN_URL) at a running one", base, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	switch {
-	case resp.StatusCode == http.StatusOK:
-		return nil
-	case resp.StatusCode == http.StatusServiceUnavailable:
-		why := gjson.GetBytes(body, "error.message").Str
+	case h.Status == http.StatusServiceUnavailable:
+		why := gjson.GetBytes(h.Body, "error.message").Str
 		if why == "" {
-			why = strings.TrimSpace(string(body))
+			why = strings.TrimSpace(string(h.Body))
 		}
 		return fmt.Errorf("the warden at %s is not ready (%s): wait for it with `warden wait --url %s`, or pass --wait 10m", base, why, base)
-	default:
-		return fmt.Errorf("%s/health answered %s: is this a warden (`warden serve`)?", base, resp.Status)
 	}
+	return fmt.Errorf("%s/health answered %s: is this a warden (`warden serve`)?", base, h.Text)
 }
 
 // fetchTarget reads the served model (GET /warden/status) and its
@@ -865,11 +855,8 @@ func terminalForeground() bool {
 
 // servedWarden is a `warden serve` started by --serve.
 type servedWarden struct {
-	cmd  *exec.Cmd
-	proc *child
+	proc *wardenproc.Proc
 	url  string
-	log  string
-	done chan struct{} // proc.done
 }
 
 // startRunWarden starts `warden serve` with the --serve arguments (plus a
@@ -896,19 +883,12 @@ func startRunWarden(ctx context.Context, o runOptions) (*servedWarden, error) {
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
 		return nil, fmt.Errorf("--serve: %w", err)
 	}
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("--serve: %w", err)
-	}
-	defer logf.Close()
-	cmd := exec.Command(self, append([]string{"serve"}, args...)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
 	fmt.Fprintf(o.Stderr, "warden run: starting warden serve %s (log %s)\n", strings.Join(args, " "), logPath)
-	proc, err := startChild(cmd) // its own group; SIGTERM to it if this process dies
+	proc, err := wardenproc.Start(self, append([]string{"serve"}, args...), logPath) // its own group; SIGTERM to it if this process dies
 	if err != nil {
 		return nil, fmt.Errorf("--serve: %w", err)
 	}
-	sv := &servedWarden{cmd: cmd, proc: proc, url: "http://" + net.JoinHostPort(displayHost(host), strconv.Itoa(port)), log: logPath, done: proc.done}
+	sv := &servedWarden{proc: proc, url: "http://" + net.JoinHostPort(displayHost(host), strconv.Itoa(port))}
 
 	sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
@@ -917,44 +897,30 @@ func startRunWarden(ctx context.Context, o runOptions) (*servedWarden, error) {
 		sctx, cancel = context.WithTimeout(sctx, o.Wait)
 		defer cancel()
 	}
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if wardenReadyOnce(sctx, sv.url) == nil {
-			fmt.Fprintf(o.Stderr, "warden run: the warden is ready at %s\n", sv.url)
-			return sv, nil
-		}
-		select {
-		case <-sv.done:
-			return nil, fmt.Errorf("warden serve stopped before it was ready (%v); the end of %s:\n%s", sv.proc.err, logPath, tailFile(logPath, 15))
-		case <-sctx.Done():
-			why := "interrupted"
-			if ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded) {
-				why = "not ready after --wait " + o.Wait.String()
-			}
-			sv.stop(o.Stderr)
-			return nil, fmt.Errorf("warden serve %s; stopped it (log %s)", why, logPath)
-		case <-t.C:
-		}
+	_, err = wardenproc.Poll(sctx, &http.Client{Timeout: 3 * time.Second}, sv.url, 250*time.Millisecond, proc.Done())
+	switch {
+	case err == nil:
+		fmt.Fprintf(o.Stderr, "warden run: the warden is ready at %s\n", sv.url)
+		return sv, nil
+	case errors.Is(err, wardenproc.ErrExited):
+		return nil, fmt.Errorf("warden serve stopped before it was ready (%v); the end of %s:\n%s", proc.Err(), logPath, proc.Tail(15))
 	}
+	why := "interrupted"
+	if ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded) {
+		why = "not ready after --wait " + o.Wait.String()
+	}
+	sv.stop(o.Stderr)
+	return nil, fmt.Errorf("warden serve %s; stopped it (log %s)", why, logPath)
 }
 
 // stop sends the warden SIGINT (it drains and stops its engines) and waits;
 // after two minutes it kills its process group.
 func (sv *servedWarden) stop(w io.Writer) {
-	select {
-	case <-sv.done:
+	if sv.proc.Exited() {
 		return
-	default:
 	}
-	fmt.Fprintf(w, "warden run: stopping the warden started for this run (log %s)\n", sv.log)
-	_ = sv.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-sv.done:
-	case <-time.After(2 * time.Minute):
-		_ = syscall.Kill(-sv.cmd.Process.Pid, syscall.SIGKILL)
-		<-sv.done
-	}
+	fmt.Fprintf(w, "warden run: stopping the warden started for this run (log %s)\n", sv.proc.Log())
+	sv.proc.Stop(2 * time.Minute)
 }
 
 // runServeArgs completes the --serve words: --host 127.0.0.1 and a free --port
@@ -1006,17 +972,4 @@ func runServeArgs(words []string) (args []string, host string, port int, logDir 
 	}
 	args = append(append(append([]string{}, words[:end]...), extra...), words[end:]...)
 	return args, host, port, logDir, nil
-}
-
-// tailFile is the last n lines of the file at path.
-func tailFile(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -9,21 +9,17 @@ package main
 // reason serve gave and skipped.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -31,6 +27,7 @@ import (
 
 	"github.com/lmwarden/warden/bench"
 	"github.com/lmwarden/warden/internal/ports"
+	"github.com/lmwarden/warden/internal/wardenproc"
 	"github.com/lmwarden/warden/proxy/panel"
 )
 
@@ -250,12 +247,12 @@ func sweepLayout(ctx context.Context, c *cli.Context, self string, l layout, ser
 	if len(engineArgs) > 0 {
 		argv = append(append(argv, "--"), engineArgs...)
 	}
-	srv, err := spawnServe(self, argv, filepath.Join(dir, "warden.log"))
+	srv, err := wardenproc.Start(self, argv, filepath.Join(dir, "warden.log"))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("starting serve: %w", err)
 	}
-	defer srv.stop(2 * time.Minute)
-	if err := srv.waitReady(ctx, url, c.Duration("ready-timeout")); err != nil {
+	defer srv.Stop(2 * time.Minute)
+	if err := waitServe(ctx, srv, url, c.Duration("ready-timeout")); err != nil {
 		return nil, err
 	}
 	cfg, err := bench.LoadConfig(c, url, filepath.Join(dir, "bench"), scale)
@@ -353,126 +350,23 @@ func sessionsFit(dp, perReplica, ws, shared int) int {
 	return dp * ((perReplica - shared) / own)
 }
 
-// serveProc is one `warden serve` child.
-type serveProc struct {
-	cmd    *exec.Cmd
-	proc   *child
-	exited chan struct{} // proc.done
-	logf   *os.File
-	mu     sync.Mutex
-	last   string // the last line serve wrote that names a failure
-	cause  string // the last engine log line serve quoted after it ("  | ...")
-}
-
-// spawnServe runs argv (this program) in its own process group, its output
-// into logPath. The child gets SIGTERM if the sweep dies (Pdeathsig on
-// Linux, from a goroutine locked to its thread as the launcher does), so a
-// killed sweep leaves nothing running.
-func spawnServe(self string, argv []string, logPath string) (*serveProc, error) {
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
+// waitServe waits until the layout's warden answers /health with 200; when
+// it exits first, the error is the reason serve gave.
+func waitServe(ctx context.Context, srv *wardenproc.Proc, url string, timeout time.Duration) error {
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err := wardenproc.Poll(tctx, &http.Client{Timeout: 2 * time.Second}, url, 250*time.Millisecond, srv.Done())
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, wardenproc.ErrExited):
+		return errors.New(srv.Reason())
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case tctx.Err() != nil:
+		return fmt.Errorf("not ready after %v (see its log)", timeout)
 	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		logf.Close()
-		return nil, err
-	}
-	s := &serveProc{logf: logf}
-	cmd := exec.Command(self, argv...)
-	cmd.Stdout, cmd.Stderr = pw, pw
-	s.cmd = cmd
-	proc, err := startChild(cmd)
-	if err != nil {
-		pr.Close()
-		pw.Close()
-		logf.Close()
-		return nil, fmt.Errorf("starting serve: %w", err)
-	}
-	s.proc, s.exited = proc, proc.done
-	pw.Close()
-	go s.copyLog(pr)
-	return s, nil
-}
-
-// copyLog writes serve's output to its log and keeps its last failure line.
-func (s *serveProc) copyLog(r io.ReadCloser) {
-	defer r.Close()
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		fmt.Fprintln(s.logf, line)
-		s.mu.Lock()
-		switch {
-		case strings.Contains(line, "warden serve:") || strings.Contains(line, "level=ERROR"):
-			s.last, s.cause = line, ""
-		case s.last != "" && strings.HasPrefix(line, "  | "):
-			s.cause = strings.TrimSpace(strings.TrimPrefix(line, "  | "))
-		}
-		s.mu.Unlock()
-	}
-}
-
-func (s *serveProc) reason() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.last != "" && s.cause != "" {
-		return s.last + " (" + s.cause + ")"
-	}
-	if s.last != "" {
-		return s.last
-	}
-	return "serve exited: " + fmt.Sprint(s.proc.err)
-}
-
-// waitReady polls the warden's /health until it answers 200, the child
-// exits (its reason), ctx ends or timeout passes.
-func (s *serveProc) waitReady(ctx context.Context, url string, timeout time.Duration) error {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	hc := &http.Client{Timeout: 2 * time.Second}
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-s.exited:
-			time.Sleep(100 * time.Millisecond) // let copyLog see the last line
-			return errors.New(s.reason())
-		case <-deadline.C:
-			return fmt.Errorf("not ready after %v (see its log)", timeout)
-		case <-tick.C:
-			resp, err := hc.Get(url + "/health")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					return nil
-				}
-			}
-		}
-	}
-}
-
-// stop sends SIGINT (serve's graceful stop: drain, engines down, summary)
-// and waits; after grace, SIGKILL to its group (the engines then get
-// SIGTERM from their own Pdeathsig).
-func (s *serveProc) stop(grace time.Duration) {
-	defer s.logf.Close()
-	select {
-	case <-s.exited:
-		return
-	default:
-	}
-	_ = s.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-s.exited:
-	case <-time.After(grace):
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		<-s.exited
-	}
-	time.Sleep(100 * time.Millisecond) // the last lines into the log
+	return err
 }
 
 // verdicts says per stage which layout wins output, p50, p95 and hits.

@@ -2,13 +2,12 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lmwarden/warden/internal/wardenproc"
 	"github.com/lmwarden/warden/proxy/panel"
 )
 
@@ -29,36 +28,7 @@ func waitCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 			defer cancel()
-			return waitReady(ctx, strings.TrimRight(c.String("url"), "/"))
+			return cliExit(wardenproc.Wait(ctx, strings.TrimRight(c.String("url"), "/")))
 		},
-	}
-}
-
-// waitReady polls base/health until it answers 200 or ctx ends.
-func waitReady(ctx context.Context, base string) error {
-	client := &http.Client{Timeout: 2 * time.Second}
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	last := "no answer yet"
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/health", nil)
-		if err != nil {
-			return cli.Exit(fmt.Sprintf("warden wait: bad --url %q: %v", base, err), 2)
-		}
-		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
-		}
-		select {
-		case <-ctx.Done():
-			return cli.Exit(fmt.Sprintf("warden wait: %s not ready (%s); last answer: %s", base, ctx.Err(), last), 1)
-		case <-tick.C:
-		}
 	}
 }

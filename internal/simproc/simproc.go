@@ -7,6 +7,7 @@ package simproc
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/ports"
 	"github.com/lmwarden/warden/internal/promtext"
+	"github.com/lmwarden/warden/internal/wardenproc"
 )
 
 var (
@@ -154,26 +156,16 @@ func StartNoWait(t testing.TB, args ...string) *Proc {
 func (p *Proc) WaitHealthy(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	client := &http.Client{Timeout: 2 * time.Second}
-	for {
-		resp, err := client.Get(p.URL + "/health")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-p.exited:
-			return fmt.Errorf("sim exited before healthy: %v", p.Cmd.ProcessState)
-		case <-ctx.Done():
-			return fmt.Errorf("sim not healthy after %v", timeout)
-		case <-tick.C:
-		}
+	_, err := wardenproc.Poll(ctx, &http.Client{Timeout: 2 * time.Second}, p.URL, 20*time.Millisecond, p.exited)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, wardenproc.ErrExited):
+		return fmt.Errorf("sim exited before healthy: %v", p.Cmd.ProcessState)
+	case ctx.Err() != nil:
+		return fmt.Errorf("sim not healthy after %v", timeout)
 	}
+	return err
 }
 
 // Exited is closed once the process has been reaped.

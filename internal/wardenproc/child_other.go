@@ -1,11 +1,11 @@
 //go:build !linux
 
-package main
+package wardenproc
 
 import "syscall"
 
-// childProcAttr puts a `warden serve` child in its own process group (no
+// procAttr puts a `warden serve` child in its own process group (no
 // Pdeathsig outside Linux: a killed parent leaves its serve running there).
-func childProcAttr() *syscall.SysProcAttr {
+func procAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
