@@ -16,8 +16,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/lmwarden/warden/bench"
 	"github.com/lmwarden/warden/gpu"
+	"github.com/lmwarden/warden/internal/command"
 	"github.com/lmwarden/warden/internal/exit"
 	"github.com/lmwarden/warden/proxy/panel"
 	"github.com/lmwarden/warden/sim"
@@ -38,7 +38,7 @@ func main() {
 			devicesCommand(),
 			panel.StatusCommand(),
 			sim.Command(),
-			bench.Command(),
+			command.BenchCommand(),
 			waitCommand(),
 			runCommand(),
 			sweepCommand(),

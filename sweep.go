@@ -26,6 +26,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lmwarden/warden/bench"
+	"github.com/lmwarden/warden/internal/command"
 	"github.com/lmwarden/warden/internal/ports"
 	"github.com/lmwarden/warden/internal/wardenproc"
 	"github.com/lmwarden/warden/proxy/panel"
@@ -106,7 +107,7 @@ func sweepCommand() *cli.Command {
 			Usage: "results folder (default bench-results/sweep-<time>): sweep.md, sweep.csv, sweep.json, sweep.svg, and per layout its bench results and logs"},
 		&cli.DurationFlag{Name: "ready-timeout", Value: 30 * time.Minute, EnvVars: envVars("SWEEP_READY_TIMEOUT"),
 			Usage: "longest a layout may take to get ready before it is skipped"},
-	}, bench.LoadFlags()...)
+	}, command.BenchLoadFlags()...)
 	return &cli.Command{
 		Name:      "sweep",
 		Usage:     "compare dp x tp layouts of the same cards: serve each, run the same bench, one table",
@@ -176,7 +177,7 @@ func runSweep(c *cli.Context) error {
 		}
 	}
 	// Check the bench flags once before anything starts.
-	if _, err := bench.LoadConfig(c, "http://127.0.0.1:1", out, scale); err != nil {
+	if _, err := command.BenchOptions(c).Target("http://127.0.0.1:1", out, scale); err != nil {
 		return cli.Exit("warden sweep: "+err.Error(), 2)
 	}
 	self, err := os.Executable()
@@ -255,7 +256,7 @@ func sweepLayout(ctx context.Context, c *cli.Context, self string, l layout, ser
 	if err := waitServe(ctx, srv, url, c.Duration("ready-timeout")); err != nil {
 		return nil, err
 	}
-	cfg, err := bench.LoadConfig(c, url, filepath.Join(dir, "bench"), scale)
+	cfg, err := command.BenchOptions(c).Target(url, filepath.Join(dir, "bench"), scale)
 	if err != nil {
 		return nil, err
 	}
