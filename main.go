@@ -41,7 +41,7 @@ func main() {
 			command.BenchCommand(),
 			waitCommand(),
 			runCommand(),
-			sweepCommand(),
+			command.SweepCommand(),
 		},
 	}
 	if err := app.Run(os.Args); err != nil {

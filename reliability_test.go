@@ -29,7 +29,7 @@ import (
 // descendants.
 func enginePID(t *testing.T, w *wardenProc, port int) int32 {
 	t.Helper()
-	for _, pid := range descendants(t, int32(w.cmd.Process.Pid)) {
+	for _, pid := range simproc.Descendants(int32(w.cmd.Process.Pid)) {
 		p, err := process.NewProcess(pid)
 		if err != nil {
 			continue
@@ -224,7 +224,7 @@ func allLogs(t *testing.T, w *wardenProc, logDir string) string {
 
 func TestServeKilledMidStreamLeavesNoEngine(t *testing.T) {
 	w := startServe(t, "--dp", "2", "--", "--sim-fork-child", "--sim-time-scale", "1")
-	engines := descendants(t, int32(w.cmd.Process.Pid))
+	engines := simproc.Descendants(int32(w.cmd.Process.Pid))
 	if len(engines) < 4 {
 		t.Fatalf("want 2 engines each with a forked child, found %v", engines)
 	}
@@ -243,7 +243,7 @@ func TestServeKilledMidStreamLeavesNoEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-w.done
-	waitGone(t, engines)
+	simproc.WaitGone(t, engines)
 	if _, err := io.ReadAll(resp.Body); err == nil {
 		t.Error("the client's stream ended cleanly although the warden was killed")
 	}

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shirou/gopsutil/v4/process"
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/simproc"
@@ -38,51 +37,6 @@ func startServe(t *testing.T, args ...string) *wardenProc {
 	return startWarden(t, "http://127.0.0.1:"+strconv.Itoa(port), argv...)
 }
 
-// descendants lists every process below pid.
-func descendants(t *testing.T, pid int32) []int32 {
-	t.Helper()
-	p, err := process.NewProcess(pid)
-	if err != nil {
-		return nil
-	}
-	kids, err := p.Children()
-	if err != nil {
-		return nil
-	}
-	var out []int32
-	for _, k := range kids {
-		out = append(out, k.Pid)
-		out = append(out, descendants(t, k.Pid)...)
-	}
-	return out
-}
-
-// waitGone fails the test unless every pid has exited (zombies count as gone).
-func waitGone(t *testing.T, pids []int32) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for _, pid := range pids {
-		for alive(pid) {
-			if time.Now().After(deadline) {
-				t.Fatalf("process %d still alive after the warden stopped", pid)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-}
-
-func alive(pid int32) bool {
-	p, err := process.NewProcess(pid)
-	if err != nil {
-		return false
-	}
-	st, err := p.Status()
-	if err != nil {
-		return false
-	}
-	return len(st) == 0 || st[0] != process.Zombie
-}
-
 func post(t *testing.T, url, body string, hdr map[string]string) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
@@ -106,7 +60,7 @@ func post(t *testing.T, url, body string, hdr map[string]string) (*http.Response
 
 func TestServeSimEndToEnd(t *testing.T) {
 	w := startServe(t, "--dp", "4", "--", "--sim-fork-child")
-	engines := descendants(t, int32(w.cmd.Process.Pid))
+	engines := simproc.Descendants(int32(w.cmd.Process.Pid))
 	if len(engines) < 8 {
 		t.Fatalf("want 4 engines each with a forked child (8 processes), found %d: %v", len(engines), engines)
 	}
@@ -142,7 +96,7 @@ func TestServeSimEndToEnd(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("warden did not exit after SIGINT\n%s", w.stderr)
 	}
-	waitGone(t, engines)
+	simproc.WaitGone(t, engines)
 	if !strings.Contains(w.stderr.String(), "warden summary") {
 		t.Errorf("no exit summary on stderr:\n%s", w.stderr)
 	}
@@ -150,7 +104,7 @@ func TestServeSimEndToEnd(t *testing.T) {
 
 func TestServeKilledWardenLeavesNoEngine(t *testing.T) {
 	w := startServe(t, "--dp", "2", "--", "--sim-fork-child")
-	engines := descendants(t, int32(w.cmd.Process.Pid))
+	engines := simproc.Descendants(int32(w.cmd.Process.Pid))
 	if len(engines) < 4 {
 		t.Fatalf("want 2 engines each with a forked child, found %v", engines)
 	}
@@ -158,7 +112,7 @@ func TestServeKilledWardenLeavesNoEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-w.done
-	waitGone(t, engines)
+	simproc.WaitGone(t, engines)
 }
 
 func TestServeWithoutGPUsNamesSimEngine(t *testing.T) {

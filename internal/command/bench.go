@@ -58,16 +58,16 @@ func BenchCommand() *cli.Command {
 			"ttfb.svg to --out (with --decision-log also turns-decisions.csv) and prints the table.",
 		Flags: benchFlags(),
 		Action: action(func(c *cli.Context) error {
-			return bench.Main(c.Context, BenchOptions(c), c.App.Writer, c.App.ErrWriter)
+			return bench.Main(c.Context, benchOptions(c), c.App.Writer, c.App.ErrWriter)
 		}),
 	}
 }
 
-// BenchLoadFlags are the bench's flags for a command that runs the bench
+// benchLoadFlags are the bench's flags for a command that runs the bench
 // against wardens it starts itself (warden sweep): all but the target and
 // its switching (--url, --ab, --admin-token), the results folder and the
 // decision log, which that command sets.
-func BenchLoadFlags() []cli.Flag {
+func benchLoadFlags() []cli.Flag {
 	var out []cli.Flag
 	for _, f := range benchFlags() {
 		switch f.Names()[0] {
@@ -79,8 +79,8 @@ func BenchLoadFlags() []cli.Flag {
 	return out
 }
 
-// BenchOptions reads the bench's flags (those a command has) into Options.
-func BenchOptions(c *cli.Context) bench.Options {
+// benchOptions reads the bench's flags (those a command has) into Options.
+func benchOptions(c *cli.Context) bench.Options {
 	return bench.Options{
 		URL: c.String("url"), API: c.String("api"), Model: c.String("model"), Seed: c.Int64("seed"),
 		SystemTokens: c.Int("system-tokens"), FirstTokens: c.Int("first-tokens"), TurnTokens: c.Int("turn-tokens"),

@@ -72,7 +72,7 @@ func TestBenchLoadFromTheEnvironment(t *testing.T) {
 	t.Setenv("WARDEN_BENCH_TOOL_TIME", "1s,5s")
 	var o bench.Options
 	cmd := BenchCommand()
-	cmd.Action = func(c *cli.Context) error { o = BenchOptions(c); return nil }
+	cmd.Action = func(c *cli.Context) error { o = benchOptions(c); return nil }
 	app := &cli.App{Name: "warden", Commands: []*cli.Command{cmd}, Writer: io.Discard, ErrWriter: io.Discard}
 	if err := app.Run([]string{"warden", "bench", "--url", "http://127.0.0.1:1"}); err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 	"github.com/lmwarden/warden/internal/ports"
 	"github.com/lmwarden/warden/internal/promtext"
 	"github.com/lmwarden/warden/internal/wardenproc"
+	"github.com/shirou/gopsutil/v4/process"
 )
 
 var (
@@ -299,4 +300,49 @@ func HeapAfterGC() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// Descendants lists every process below pid (children, their children, ...).
+func Descendants(pid int32) []int32 {
+	p, err := process.NewProcess(pid)
+	if err != nil {
+		return nil
+	}
+	kids, err := p.Children()
+	if err != nil {
+		return nil
+	}
+	var out []int32
+	for _, k := range kids {
+		out = append(out, k.Pid)
+		out = append(out, Descendants(k.Pid)...)
+	}
+	return out
+}
+
+// WaitGone fails the test unless every pid has exited within 30 seconds
+// (zombies count as gone).
+func WaitGone(t testing.TB, pids []int32) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, pid := range pids {
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d still alive after the warden stopped", pid)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+func alive(pid int32) bool {
+	p, err := process.NewProcess(pid)
+	if err != nil {
+		return false
+	}
+	st, err := p.Status()
+	if err != nil {
+		return false
+	}
+	return len(st) == 0 || st[0] != process.Zombie
 }

@@ -1,4 +1,4 @@
-package main
+package sweep
 
 import (
 	"bytes"
@@ -18,12 +18,14 @@ import (
 	"github.com/lmwarden/warden/internal/simproc"
 )
 
+func TestMain(m *testing.M) { simproc.Main(m) }
+
 func TestParseLayouts(t *testing.T) {
 	got, err := parseLayouts(" 4x1, 2X2,1x4 ")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]layout{{4, 1}, {2, 2}, {1, 4}}, got); diff != "" {
+	if diff := cmp.Diff([]Layout{{4, 1}, {2, 2}, {1, 4}}, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 	for _, bad := range []string{"", "4", "4x", "x2", "0x1", "2x0", "ax1", "2x2,2x2", "4x1x1"} {
@@ -81,7 +83,7 @@ func TestSessionsFitAndWorkingSet(t *testing.T) {
 
 func TestVerdicts(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
-	rows := []sweepRow{
+	rows := []Row{
 		{Layout: "4x1", Sessions: 16, OutputPerMin: 10000, TTFBP50: f(4), TTFBP95: f(10), PrefixHitPct: f(70)},
 		{Layout: "2x2", Sessions: 16, OutputPerMin: 12000, TTFBP50: f(2), TTFBP95: f(12), PrefixHitPct: f(80)},
 		{Layout: "1x4", SkippedReason: "out of memory"},
@@ -133,7 +135,7 @@ func TestSweepOnTheSimulator(t *testing.T) {
 			}
 			polling = false
 		case <-tick.C:
-			for _, pid := range descendants(t, int32(cmd.Process.Pid)) {
+			for _, pid := range simproc.Descendants(int32(cmd.Process.Pid)) {
 				if !seen[pid] {
 					seen[pid] = true
 					kids = append(kids, pid)
@@ -147,7 +149,7 @@ func TestSweepOnTheSimulator(t *testing.T) {
 	if len(kids) < 3 {
 		t.Errorf("saw %d processes below the sweep, want serve and its engines", len(kids))
 	}
-	waitGone(t, kids)
+	simproc.WaitGone(t, kids)
 
 	f, err := os.Open(filepath.Join(out, "sweep.csv"))
 	if err != nil {
@@ -221,7 +223,7 @@ func TestSweepInterruptedStopsTheLayoutUnderTest(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	var kids []int32
 	simproc.Poll(t, "the first layout's engines and bench running", func() bool {
-		kids = descendants(t, int32(cmd.Process.Pid))
+		kids = simproc.Descendants(int32(cmd.Process.Pid))
 		return len(kids) >= 3 && strings.Contains(stderr.String(), "tokenizer")
 	})
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
@@ -236,7 +238,7 @@ func TestSweepInterruptedStopsTheLayoutUnderTest(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("sweep did not exit after SIGINT\n%s", stderr.String())
 	}
-	waitGone(t, kids)
+	simproc.WaitGone(t, kids)
 	if !strings.Contains(stderr.String(), "interrupted") {
 		t.Errorf("no interruption message:\n%s", stderr.String())
 	}
