@@ -40,7 +40,7 @@ func main() {
 			sim.Command(),
 			command.BenchCommand(),
 			waitCommand(),
-			runCommand(),
+			command.RunCommand(),
 			command.SweepCommand(),
 		},
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/urfave/cli/v2"
 
+	"github.com/lmwarden/warden/internal/wardenproc"
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/proxy/panel"
 )
@@ -94,7 +95,7 @@ func routeConfigFrom(c *cli.Context) (routeConfig, error) {
 		cfg.StateFile = ""
 	case "":
 		port := cfg.Addr[strings.LastIndex(cfg.Addr, ":")+1:]
-		cfg.StateFile = filepath.Join(stateDir(), "route-"+port+".sessions.json")
+		cfg.StateFile = filepath.Join(wardenproc.StateDir(), "route-"+port+".sessions.json")
 	}
 	return cfg, nil
 }
@@ -272,7 +273,7 @@ func printRouteReady(w io.Writer, cfg routeConfig, st panel.Status) {
 		}
 	}
 	host, port, _ := net.SplitHostPort(cfg.Addr)
-	url := "http://" + net.JoinHostPort(displayHost(host), port)
+	url := wardenproc.URL(host, port)
 	state := cfg.StateFile
 	if state == "" {
 		state = "not saved"

@@ -23,6 +23,7 @@ import (
 	"github.com/lmwarden/warden/hostcpu"
 	"github.com/lmwarden/warden/internal/argv"
 	"github.com/lmwarden/warden/internal/ports"
+	"github.com/lmwarden/warden/internal/wardenproc"
 	"github.com/lmwarden/warden/launch"
 	"github.com/lmwarden/warden/modelinfo"
 	"github.com/lmwarden/warden/proxy"
@@ -161,7 +162,7 @@ func configFrom(c *cli.Context) (serveConfig, error) {
 		return cfg, err
 	}
 	if cfg.LogDir == "" {
-		cfg.LogDir = defaultLogDir(time.Now())
+		cfg.LogDir = wardenproc.DefaultLogDir(time.Now())
 	}
 	return cfg, nil
 }
@@ -190,25 +191,6 @@ func checkKVOffload(cfg serveConfig) error {
 			"connector with its own; use one or the other (--kv-offload off keeps yours)", cfg.KVOffload)
 	}
 	return nil
-}
-
-// stateDir is where the warden keeps its files: $XDG_STATE_HOME/warden
-// (~/.local/state/warden when unset).
-func stateDir() string {
-	base := os.Getenv("XDG_STATE_HOME")
-	if base == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			home = os.TempDir()
-		}
-		base = filepath.Join(home, ".local", "state")
-	}
-	return filepath.Join(base, "warden")
-}
-
-// defaultLogDir is <stateDir>/runs/<time>.
-func defaultLogDir(now time.Time) string {
-	return filepath.Join(stateDir(), "runs", now.Format("20060102-150405"))
 }
 
 // rankDevices is what every rank runs on, found before anything starts:
@@ -524,17 +506,9 @@ func shutdownHTTP(srv *http.Server, grace time.Duration) {
 	}
 }
 
-// displayHost is the host to print in a URL a user can paste.
-func displayHost(h string) string {
-	if h == "" || h == "0.0.0.0" || h == "::" {
-		return "127.0.0.1"
-	}
-	return h
-}
-
 // printServeReady prints the one line scripts wait for: the URL to use.
 func printServeReady(w io.Writer, cfg serveConfig, policy string) {
-	url := "http://" + net.JoinHostPort(displayHost(cfg.Host), strconv.Itoa(cfg.Port))
+	url := wardenproc.URL(cfg.Host, strconv.Itoa(cfg.Port))
 	fmt.Fprintf(w, "warden: ready at %s (%d x %s, policy %s; status page %s/, logs %s)\n",
 		url, cfg.DP, cfg.ServedName, policy, url, cfg.LogDir)
 }

@@ -26,7 +26,7 @@ func runWardenContext(t *testing.T, ctx context.Context, args ...string) (stdout
 }
 
 func testApp() *cli.App {
-	return &cli.App{Name: "warden", Commands: []*cli.Command{BenchCommand()}}
+	return &cli.App{Name: "warden", Commands: []*cli.Command{BenchCommand(), RunCommand(), SweepCommand()}}
 }
 
 // exitCode is the status an error exits with: a cli.ExitCoder's, else -1.

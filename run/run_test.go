@@ -1,10 +1,9 @@
-package main
+package run
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,7 +15,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/urfave/cli/v2"
+	"github.com/lmwarden/warden/internal/argv"
+	"github.com/lmwarden/warden/internal/exit"
 )
 
 // fakeRunWarden serves what `warden run` reads: /health (health), the status
@@ -100,7 +100,7 @@ func parseDryRun(t *testing.T, out string) dryRun {
 func runDry(t *testing.T, name, url string, environ []string, args ...string) (dryRun, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	o := runOptions{URL: url, Key: dummyKey, AgentBin: fakeAgent(t, "exit 0"), DryRun: true,
+	o := Options{URL: url, Key: dummyKey, AgentBin: fakeAgent(t, "exit 0"), DryRun: true,
 		Stdout: &out, Stderr: &errOut, Environ: environ, UserArgs: args}
 	code, err := runAgent(context.Background(), agentByName(t, name), o)
 	if err != nil || code != 0 {
@@ -109,15 +109,15 @@ func runDry(t *testing.T, name, url string, environ []string, args ...string) (d
 	return parseDryRun(t, out.String()), errOut.String()
 }
 
-func agentByName(t *testing.T, name string) runAgentSpec {
+func agentByName(t *testing.T, name string) Agent {
 	t.Helper()
-	for _, a := range runAgents {
+	for _, a := range Agents {
 		if a.Name == name {
 			return a
 		}
 	}
 	t.Fatalf("no agent %q", name)
-	return runAgentSpec{}
+	return Agent{}
 }
 
 // TestRunPlans checks, per client, the environment and argv built for a
@@ -240,7 +240,7 @@ func envSets(m map[string]string) []envSet {
 // checkClaudeSettings: the --settings layer carries every variable set.
 func checkClaudeSettings(t *testing.T, d dryRun, userArgs []string) {
 	t.Helper()
-	if argsHaveFlag(userArgs, "--settings") {
+	if flags, _, _ := argv.Split(userArgs); argv.Has(flags, "--settings") {
 		if len(d.argv) != 1+len(userArgs) {
 			t.Errorf("with the user's --settings, argv = %q, want the user's alone", d.argv)
 		}
@@ -318,7 +318,7 @@ func TestRunOpencodeKeepsTheUsersConfigContent(t *testing.T) {
 func TestRunModelOverrideKeepsTheEnginesLimit(t *testing.T) {
 	srv := fakeRunWarden(t, "demo/model", 40960, http.StatusOK, "")
 	var out, errOut bytes.Buffer
-	o := runOptions{URL: srv.URL, Key: dummyKey, Model: "alias", AgentBin: fakeAgent(t, "exit 0"), DryRun: true,
+	o := Options{URL: srv.URL, Key: dummyKey, Model: "alias", AgentBin: fakeAgent(t, "exit 0"), DryRun: true,
 		Stdout: &out, Stderr: &errOut}
 	if code, err := runAgent(context.Background(), agentByName(t, "claude"), o); err != nil || code != 0 {
 		t.Fatalf("code %d, %v", code, err)
@@ -332,7 +332,7 @@ func TestRunModelOverrideKeepsTheEnginesLimit(t *testing.T) {
 func TestRunRealKeyStaysOutOfArgv(t *testing.T) {
 	srv := fakeRunWarden(t, "demo/model", 40960, http.StatusOK, "sk-real-warden-key")
 	var out, errOut bytes.Buffer
-	o := runOptions{URL: srv.URL, Key: "sk-real-warden-key", KeyGiven: true, AgentBin: fakeAgent(t, "exit 0"), DryRun: true,
+	o := Options{URL: srv.URL, Key: "sk-real-warden-key", KeyGiven: true, AgentBin: fakeAgent(t, "exit 0"), DryRun: true,
 		Stdout: &out, Stderr: &errOut}
 	if code, err := runAgent(context.Background(), agentByName(t, "claude"), o); err != nil || code != 0 {
 		t.Fatalf("code %d, %v", code, err)
@@ -364,7 +364,7 @@ func TestRunNotReady(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			o := runOptions{URL: tc.url, Key: dummyKey, AgentBin: fakeAgent(t, "exit 0"), Wait: tc.wait,
+			o := Options{URL: tc.url, Key: dummyKey, AgentBin: fakeAgent(t, "exit 0"), Wait: tc.wait,
 				Stdout: &out, Stderr: &errOut}
 			code, err := runAgent(context.Background(), agentByName(t, "claude"), o)
 			if code != 1 || err == nil {
@@ -385,10 +385,10 @@ func TestRunNotReady(t *testing.T) {
 func TestRunMissingBinary(t *testing.T) {
 	srv := fakeRunWarden(t, "demo/model", 40960, http.StatusOK, "")
 	t.Setenv("PATH", t.TempDir())
-	for _, a := range runAgents {
+	for _, a := range Agents {
 		t.Run(a.Name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			o := runOptions{URL: srv.URL, Key: dummyKey, Stdout: &out, Stderr: &errOut}
+			o := Options{URL: srv.URL, Key: dummyKey, Stdout: &out, Stderr: &errOut}
 			code, err := runAgent(context.Background(), a, o)
 			if code != 127 || err == nil {
 				t.Fatalf("code %d, err %v; want 127", code, err)
@@ -401,7 +401,7 @@ func TestRunMissingBinary(t *testing.T) {
 		})
 	}
 	t.Run("explicit", func(t *testing.T) {
-		o := runOptions{URL: srv.URL, Key: dummyKey, AgentBin: "/nonexistent/claude", Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}}
+		o := Options{URL: srv.URL, Key: dummyKey, AgentBin: "/nonexistent/claude", Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}}
 		code, err := runAgent(context.Background(), agentByName(t, "claude"), o)
 		if code != 127 || err == nil || !strings.Contains(err.Error(), "--agent-bin /nonexistent/claude") {
 			t.Fatalf("code %d, err %v", code, err)
@@ -409,22 +409,20 @@ func TestRunMissingBinary(t *testing.T) {
 	})
 }
 
-// runApp runs `warden run ...` through the command tree and returns the
-// exit code it would exit with.
-func runApp(t *testing.T, args ...string) (code int, stdout, stderr string) {
+// runMain runs Main for the agent called name as the command does (this
+// process's environment and standard input) and returns the status it
+// would exit with and its output, the error's message last on stderr.
+func runMain(t *testing.T, name string, o Options) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	app := &cli.App{Name: "warden", Commands: []*cli.Command{runCommand()}, Writer: &out, ErrWriter: &errOut,
-		ExitErrHandler: func(*cli.Context, error) {}}
-	err := app.Run(append([]string{"warden", "run"}, args...))
-	var ec cli.ExitCoder
-	switch {
-	case err == nil:
-	case errors.As(err, &ec):
-		code = ec.ExitCode()
-		errOut.WriteString(err.Error())
-	default:
-		t.Fatalf("run: %v", err)
+	o.Stdin, o.Stdout, o.Stderr, o.Environ = os.Stdin, &out, &errOut, os.Environ()
+	if err := Main(context.Background(), agentByName(t, name), o); err != nil {
+		e, ok := exit.As(err)
+		if !ok {
+			t.Fatalf("run: %v", err)
+		}
+		code = e.Code
+		errOut.WriteString(e.Msg)
 	}
 	return code, out.String(), errOut.String()
 }
@@ -437,7 +435,7 @@ func TestRunExitCodePassthrough(t *testing.T) {
 	t.Setenv("FAKE_AGENT_DIR", dir)
 	t.Setenv("ANTHROPIC_API_KEY", "sk-ant-real")
 	bin := fakeAgent(t, `env > "$FAKE_AGENT_DIR/env"; for a in "$@"; do echo "$a"; done > "$FAKE_AGENT_DIR/args"; exit 3`)
-	code, stdout, stderr := runApp(t, "claude", "--url", srv.URL, "--agent-bin", bin, "--", "-p", "hi there")
+	code, stdout, stderr := runMain(t, "claude", Options{URL: srv.URL, AgentBin: bin, UserArgs: []string{"-p", "hi there"}})
 	if code != 3 {
 		t.Fatalf("exit code %d, want the agent's 3\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
@@ -461,20 +459,20 @@ func TestRunExitCodePassthrough(t *testing.T) {
 		t.Errorf("stderr = %q", stderr)
 	}
 
-	if code, _, _ := runApp(t, "codex", "--url", srv.URL, "--agent-bin", fakeAgent(t, "exit 0")); code != 0 {
+	if code, _, _ := runMain(t, "codex", Options{URL: srv.URL, AgentBin: fakeAgent(t, "exit 0")}); code != 0 {
 		t.Errorf("an agent that exits 0: code %d", code)
 	}
-	if code, _, _ := runApp(t, "opencode", "--url", srv.URL, "--agent-bin", fakeAgent(t, "kill -TERM $$")); code != 128+int(syscall.SIGTERM) {
+	if code, _, _ := runMain(t, "opencode", Options{URL: srv.URL, AgentBin: fakeAgent(t, "kill -TERM $$")}); code != 128+int(syscall.SIGTERM) {
 		t.Errorf("an agent killed by SIGTERM: code %d, want %d", code, 128+int(syscall.SIGTERM))
 	}
-	if code, _, stderr := runApp(t, "claude", "--url", srv.URL, "--serve", "--dp 2", "--agent-bin", bin); code != 2 ||
+	if code, _, stderr := runMain(t, "claude", Options{URL: srv.URL, URLFlag: true, Serve: "--dp 2", AgentBin: bin}); code != 2 ||
 		!strings.Contains(stderr, "--serve starts a warden of its own") {
 		t.Errorf("--url with --serve: code %d, %q", code, stderr)
 	}
-	// WARDEN_URL from the environment does not conflict with --serve (the
-	// missing agent is found before anything starts: 127, not 2).
-	t.Setenv("WARDEN_URL", srv.URL)
-	if code, _, stderr := runApp(t, "claude", "--serve", "--dp 2", "--agent-bin", "/nonexistent/agent"); code != 127 {
+	// A URL not given as a flag (WARDEN_URL from the environment:
+	// internal/command's TestRunURLFromTheEnvironment) does not conflict with
+	// --serve (the missing agent is found before anything starts: 127, not 2).
+	if code, _, stderr := runMain(t, "claude", Options{URL: srv.URL, Serve: "--dp 2", AgentBin: "/nonexistent/agent"}); code != 127 {
 		t.Errorf("WARDEN_URL with --serve: code %d, %q", code, stderr)
 	}
 }
@@ -486,7 +484,7 @@ func TestRunForwardsSIGTERM(t *testing.T) {
 	bin := fakeAgent(t, `trap 'exit 7' TERM; touch "`+ready+`"; while :; do sleep 0.05; done`)
 	res := make(chan int, 1)
 	go func() {
-		code, _ := execAgent([]string{bin}, os.Environ(), runOptions{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}})
+		code, _ := execAgent([]string{bin}, os.Environ(), Options{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}})
 		res <- code
 	}()
 	deadline := time.Now().Add(10 * time.Second)
@@ -550,7 +548,7 @@ func TestSplitWords(t *testing.T) {
 }
 
 func TestRunServeArgs(t *testing.T) {
-	args, host, port, logDir, err := runServeArgs([]string{"--engine", "sim", "--", "--max-model-len", "4096"})
+	args, host, port, logDir, err := serveArgs([]string{"--engine", "sim", "--", "--max-model-len", "4096"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -558,12 +556,12 @@ func TestRunServeArgs(t *testing.T) {
 	if diff := cmp.Diff(want, args); diff != "" || host != "127.0.0.1" || port == 0 {
 		t.Errorf("args (-want +got):\n%s host %q port %d", diff, host, port)
 	}
-	args, host, port, logDir, err = runServeArgs([]string{"--port=18655", "-host", "0.0.0.0", "--log-dir", "/tmp/x"})
+	args, host, port, logDir, err = serveArgs([]string{"--port=18655", "-host", "0.0.0.0", "--log-dir", "/tmp/x"})
 	if err != nil || port != 18655 || host != "0.0.0.0" || logDir != "/tmp/x" ||
 		!cmp.Equal(args, []string{"--port=18655", "-host", "0.0.0.0", "--log-dir", "/tmp/x"}) {
 		t.Errorf("given --port/--host/--log-dir: %q %q %d %q %v", args, host, port, logDir, err)
 	}
-	if _, _, _, _, err := runServeArgs([]string{"--port", "x"}); err == nil {
+	if _, _, _, _, err := serveArgs([]string{"--port", "x"}); err == nil {
 		t.Error("--port x: no error")
 	}
 }

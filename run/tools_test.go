@@ -1,4 +1,4 @@
-package main
+package run
 
 import (
 	"encoding/json"
@@ -73,7 +73,7 @@ func TestRunChecksToolsFirst(t *testing.T) {
 			}
 			srv := toolsWarden(t, c.engines, c.chatStatus, body, &probes)
 			ran := filepath.Join(t.TempDir(), "ran")
-			code, _, stderr := runApp(t, "claude", "--url", srv.URL, "--agent-bin", fakeAgent(t, "touch "+ran))
+			code, _, stderr := runMain(t, "claude", Options{URL: srv.URL, AgentBin: fakeAgent(t, "touch "+ran)})
 			if code != c.code || !strings.Contains(stderr, c.stderr) {
 				t.Errorf("code %d, stderr:\n%s\nwant code %d and %q", code, stderr, c.code, c.stderr)
 			}
