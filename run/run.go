@@ -13,10 +13,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/lmwarden/warden/internal/exit"
 	"github.com/lmwarden/warden/internal/wardenproc"
 	"github.com/lmwarden/warden/proxy/panel"
-	"github.com/tidwall/gjson"
 )
 
 // Options are a run's settings: its flags, and what the agent inherits.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/lmwarden/warden/internal/argv"
 	"github.com/lmwarden/warden/internal/exit"
 )

@@ -182,8 +182,8 @@ func Main(ctx context.Context, o Options) error {
 // sweep is one sweep's settings, checked.
 type sweep struct {
 	Options
-	self, out              string
-	scale                  float64
+	self, out             string
+	scale                 float64
 	serveArgs, engineArgs []string
 }
 

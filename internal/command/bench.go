@@ -47,8 +47,8 @@ func benchFlags() []cli.Flag {
 	}
 }
 
-// BenchCommand is `warden bench`.
-func BenchCommand() *cli.Command {
+// benchCommand is `warden bench`.
+func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bench",
 		Usage: "run closed-loop synthetic agent sessions against a warden or an engine",

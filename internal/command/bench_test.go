@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/warden/bench"
 	"github.com/urfave/cli/v2"
+
+	"github.com/lmwarden/warden/bench"
 )
 
 func runBench(t *testing.T, args ...string) (string, string, error) {
@@ -71,7 +72,7 @@ func TestBenchLoadFromTheEnvironment(t *testing.T) {
 	t.Setenv("WARDEN_BENCH_LOAD", "agent")
 	t.Setenv("WARDEN_BENCH_TOOL_TIME", "1s,5s")
 	var o bench.Options
-	cmd := BenchCommand()
+	cmd := benchCommand()
 	cmd.Action = func(c *cli.Context) error { o = benchOptions(c); return nil }
 	app := &cli.App{Name: "warden", Commands: []*cli.Command{cmd}, Writer: io.Discard, ErrWriter: io.Discard}
 	if err := app.Run([]string{"warden", "bench", "--url", "http://127.0.0.1:1"}); err != nil {

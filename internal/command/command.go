@@ -12,6 +12,31 @@ import (
 	"github.com/lmwarden/warden/internal/exit"
 )
 
+// App is the warden's command tree.
+func App(version string) *cli.App {
+	return &cli.App{
+		Name:    "warden",
+		Usage:   "sticky, load-aware data-parallel router for local vLLM",
+		Version: version,
+		Commands: []*cli.Command{
+			serveCommand(),
+			routeCommand(),
+			gpusCommand(),
+			devicesCommand(),
+			statusCommand(),
+			simCommand(),
+			benchCommand(),
+			waitCommand(),
+			runCommand(),
+			sweepCommand(),
+		},
+	}
+}
+
+// Run runs the command args names (args[0] is the program). A command that
+// fails with an exit status exits with it; any other error is returned.
+func Run(args []string, version string) error { return App(version).Run(args) }
+
 // envVars names a flag's WARDEN_* environment variable.
 func envVars(s string) []string { return []string{"WARDEN_" + s} }
 

@@ -19,14 +19,10 @@ func runWarden(t *testing.T, args ...string) (stdout, stderr string, err error) 
 func runWardenContext(t *testing.T, ctx context.Context, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	app := testApp()
+	app := App("test")
 	app.Writer, app.ErrWriter, app.ExitErrHandler = &out, &errOut, func(*cli.Context, error) {}
 	err = app.RunContext(ctx, append([]string{"warden"}, args...))
 	return out.String(), errOut.String(), err
-}
-
-func testApp() *cli.App {
-	return &cli.App{Name: "warden", Commands: []*cli.Command{BenchCommand(), RunCommand(), SweepCommand()}}
 }
 
 // exitCode is the status an error exits with: a cli.ExitCoder's, else -1.

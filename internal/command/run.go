@@ -3,9 +3,10 @@ package command
 import (
 	"os"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/lmwarden/warden/proxy/panel"
 	"github.com/lmwarden/warden/run"
-	"github.com/urfave/cli/v2"
 )
 
 // runFlags are every `warden run <agent>`'s flags.
@@ -32,8 +33,8 @@ func runFlags() []cli.Flag {
 	}
 }
 
-// RunCommand is `warden run`.
-func RunCommand() *cli.Command {
+// runCommand is `warden run`.
+func runCommand() *cli.Command {
 	var subs []*cli.Command
 	for _, a := range run.Agents {
 		subs = append(subs, &cli.Command{

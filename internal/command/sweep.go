@@ -8,8 +8,8 @@ import (
 	"github.com/lmwarden/warden/sweep"
 )
 
-// SweepCommand is `warden sweep`.
-func SweepCommand() *cli.Command {
+// sweepCommand is `warden sweep`.
+func sweepCommand() *cli.Command {
 	flags := append([]cli.Flag{
 		&cli.StringFlag{Name: "layouts", Value: "4x1,2x2,1x4", EnvVars: envVars("SWEEP_LAYOUTS"),
 			Usage: "layouts to compare, DPxTP comma separated (dp replicas of tp cards each)"},

@@ -22,10 +22,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shirou/gopsutil/v4/process"
+
 	"github.com/lmwarden/warden/internal/ports"
 	"github.com/lmwarden/warden/internal/promtext"
 	"github.com/lmwarden/warden/internal/wardenproc"
-	"github.com/shirou/gopsutil/v4/process"
 )
 
 var (

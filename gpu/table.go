@@ -8,35 +8,7 @@ import (
 	"strings"
 
 	"github.com/jedib0t/go-pretty/v6/table"
-	"github.com/urfave/cli/v2"
 )
-
-// Command returns the `warden gpus` command: the GPUs NVML (or nvidia-smi)
-// reports, with memory and the processes on each, as a table or --json.
-func Command() *cli.Command {
-	return &cli.Command{
-		Name:  "gpus",
-		Usage: "list NVIDIA GPUs (index, name, memory, processes) as warden sees them",
-		Flags: []cli.Flag{
-			&cli.BoolFlag{
-				Name:    "json",
-				Usage:   "print the GPUs as a JSON array instead of a table",
-				EnvVars: []string{"WARDEN_GPUS_JSON"},
-			},
-		},
-		Action: func(c *cli.Context) error {
-			devs, err := Discover(c.Context)
-			if err != nil {
-				return cli.Exit(err.Error(), 1)
-			}
-			if c.Bool("json") {
-				return WriteJSON(c.App.Writer, devs)
-			}
-			WriteTable(c.App.Writer, devs)
-			return nil
-		},
-	}
-}
 
 // WriteJSON writes devs as an indented JSON array (never null).
 func WriteJSON(w io.Writer, devs []Device) error {

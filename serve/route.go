@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"bufio"
@@ -18,15 +18,26 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
-	"github.com/urfave/cli/v2"
 
+	"github.com/lmwarden/warden/internal/exit"
 	"github.com/lmwarden/warden/internal/wardenproc"
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/proxy/panel"
 )
 
-// routeConfig is everything `warden route` needs, validated once.
-type routeConfig struct {
+// RouteOptions are `warden route`'s flags as given; Config checks them.
+type RouteOptions struct {
+	Replicas      []string // --replica: URL, or URL#max_num_seqs=N
+	ReplicasFile  string   // one replica a line; re-read on SIGHUP
+	MaxNumSeqs    int      // for a replica that says none
+	ServedName    string   // "": what the replicas answer on /v1/models
+	StateFile     string   // "": the default path; "none": not saved
+	StateInterval time.Duration
+	Router        Router
+}
+
+// RouteConfig is everything `warden route` needs, validated once.
+type RouteConfig struct {
 	Replicas      []proxy.Backend
 	Addr          string
 	StateFile     string // "" = the session table is not saved
@@ -35,62 +46,32 @@ type routeConfig struct {
 	Proxy         proxy.Config
 }
 
-func routeFlags() []cli.Flag {
-	return append([]cli.Flag{
-		&cli.StringSliceFlag{Name: "replica", EnvVars: envVars("REPLICA"),
-			Usage: "a running vLLM (or warden) server to route to: URL, or URL#max_num_seqs=N when the server does not say its own; repeat or separate with commas"},
-		&cli.StringFlag{Name: "replicas-file", EnvVars: envVars("REPLICAS_FILE"),
-			Usage: "file listing replicas, one URL[#max_num_seqs=N] per line (blank lines and lines starting with # skipped); re-read on SIGHUP"},
-		&cli.IntFlag{Name: "max-num-seqs", Value: proxy.DefaultMaxNumSeqs, EnvVars: envVars("MAX_NUM_SEQS"),
-			Usage: "max_num_seqs assumed for a replica without #max_num_seqs=N whose server does not say its own; the spill threshold derives from it"},
-		&cli.StringFlag{Name: "served-model-name", EnvVars: envVars("SERVED_MODEL_NAME"),
-			Usage: "the model name clients use (default: what the replicas answer on /v1/models at start; none answering: names pass through)"},
-		&cli.StringFlag{Name: "state-file", EnvVars: envVars("STATE_FILE"),
-			Usage: "where the session table is saved and reloaded, so conversations keep their replica across a restart (default: $XDG_STATE_HOME/warden/route-<port>.sessions.json; none: off)"},
-		&cli.DurationFlag{Name: "state-interval", Value: 30 * time.Second, EnvVars: envVars("STATE_INTERVAL"),
-			Usage: "how often the session table is saved while running (it is always saved on exit)"},
-	}, routerFlags()...)
-}
-
-func routeCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "route",
-		Usage: "a sticky router in front of vLLM servers that are already running (this host or others)",
-		Description: "Routes the OpenAI and Anthropic APIs on --port to the --replica servers, keeping each conversation on\n" +
-			"the replica that has its prefix cached, exactly as `warden serve` does for the engines it launches; it\n" +
-			"launches and stops nothing. Replicas that are down are retried and routed around; replicas can be added\n" +
-			"and removed at run time (POST/DELETE /warden/replicas); the session table survives a restart (--state-file).\n" +
-			"SIGHUP re-reads --replicas-file. A replica can itself be a `warden serve` on another host.",
-		Flags:  routeFlags(),
-		Action: func(c *cli.Context) error { return runRoute(c) },
-	}
-}
-
-// routeConfigFrom validates the flags into a routeConfig.
-func routeConfigFrom(c *cli.Context) (routeConfig, error) {
-	cfg := routeConfig{StateInterval: c.Duration("state-interval"), DrainTimeout: c.Duration("drain-timeout")}
+// Config validates the options into a RouteConfig (reading the replicas
+// file).
+func (o RouteOptions) Config() (RouteConfig, error) {
+	cfg := RouteConfig{StateInterval: o.StateInterval, DrainTimeout: o.Router.DrainTimeout}
 	var err error
-	if cfg.Proxy, cfg.Addr, err = routerConfigFrom(c, c.String("served-model-name")); err != nil {
+	if cfg.Proxy, cfg.Addr, err = o.Router.proxyConfig(o.ServedName); err != nil {
 		return cfg, err
 	}
-	if c.Int("max-num-seqs") < 1 {
-		return cfg, fmt.Errorf("--max-num-seqs must be at least 1 (got %d)", c.Int("max-num-seqs"))
+	if o.MaxNumSeqs < 1 {
+		return cfg, fmt.Errorf("--max-num-seqs must be at least 1 (got %d)", o.MaxNumSeqs)
 	}
 	if cfg.StateInterval <= 0 {
 		return cfg, fmt.Errorf("--state-interval must be positive (got %v)", cfg.StateInterval)
 	}
-	specs := c.StringSlice("replica")
-	if f := c.String("replicas-file"); f != "" {
+	specs := o.Replicas
+	if f := o.ReplicasFile; f != "" {
 		more, err := readReplicasFile(f)
 		if err != nil {
 			return cfg, err
 		}
 		specs = append(specs, more...)
 	}
-	if cfg.Replicas, err = parseReplicas(specs, c.Int("max-num-seqs")); err != nil {
+	if cfg.Replicas, err = parseReplicas(specs, o.MaxNumSeqs); err != nil {
 		return cfg, err
 	}
-	switch cfg.StateFile = c.String("state-file"); cfg.StateFile {
+	switch cfg.StateFile = o.StateFile; cfg.StateFile {
 	case "none":
 		cfg.StateFile = ""
 	case "":
@@ -186,29 +167,29 @@ func servedNameOf(ctx context.Context, bs []proxy.Backend, log *slog.Logger) str
 	return name
 }
 
-// runRoute is `warden route`. Its actors, in start order: the public
+// Route is `warden route`, until SIGINT/SIGTERM or ctx ends. Its actors, in start order: the public
 // listener (bound first), the proxy with the reloaded session table, one
 // health check of every replica (those that answer are in rotation before
 // the first request), the HTTP server, the scrape loop and the periodic
 // save. Stop order on SIGINT/SIGTERM: stop accepting and drain in-flight
 // requests (up to --drain-timeout), take the final status, save the session
 // table, print the summary. The replicas are never stopped.
-func runRoute(c *cli.Context) error {
-	cfg, err := routeConfigFrom(c)
+func Route(ctx context.Context, o RouteOptions, stdout io.Writer) error {
+	cfg, err := o.Config()
 	if err != nil {
-		return cli.Exit("warden route: "+err.Error(), 2)
+		return exit.New(2, "warden route: "+err.Error())
 	}
 	log := newLogger()
-	ctx, stopSignals := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return cli.Exit(fmt.Sprintf("warden route: cannot listen on %s: %v (choose another --port)", cfg.Addr, err), 1)
+		return exit.Newf(1, "warden route: cannot listen on %s: %v (choose another --port)", cfg.Addr, err)
 	}
 	px, err := newRouteProxy(ctx, cfg, log)
 	if err != nil {
 		ln.Close()
-		return cli.Exit("warden route: "+err.Error(), 1)
+		return exit.New(1, "warden route: "+err.Error())
 	}
 	srv, served := startHTTP(ln, px.Handler(), log)
 	runCtx, stopRun := context.WithCancel(context.Background())
@@ -217,8 +198,8 @@ func runRoute(c *cli.Context) error {
 	if cfg.StateFile != "" {
 		go px.PersistSessions(runCtx, cfg.StateFile, cfg.StateInterval)
 	}
-	go reloadOnHangup(runCtx, c, px, log)
-	printRouteReady(c.App.Writer, cfg, px.Status())
+	go reloadOnHangup(runCtx, o, px, log)
+	printRouteReady(stdout, cfg, px.Status())
 
 	final := drain(ctx, stopSignals, srv, served, px, cfg.DrainTimeout, log)
 	stopRun()
@@ -235,7 +216,7 @@ func runRoute(c *cli.Context) error {
 
 // newRouteProxy builds the proxy over the replicas, reloads the session
 // table and checks every replica once.
-func newRouteProxy(ctx context.Context, cfg routeConfig, log *slog.Logger) (*proxy.Proxy, error) {
+func newRouteProxy(ctx context.Context, cfg RouteConfig, log *slog.Logger) (*proxy.Proxy, error) {
 	if cfg.Proxy.ServedModel == "" {
 		cfg.Proxy.ServedModel = servedNameOf(ctx, cfg.Replicas, log)
 	}
@@ -265,7 +246,7 @@ func newRouteProxy(ctx context.Context, cfg routeConfig, log *slog.Logger) (*pro
 }
 
 // printRouteReady prints the one line that says the router is serving.
-func printRouteReady(w io.Writer, cfg routeConfig, st panel.Status) {
+func printRouteReady(w io.Writer, cfg RouteConfig, st panel.Status) {
 	up := 0
 	for _, r := range st.Replicas {
 		if r.Up {
@@ -288,7 +269,7 @@ func printRouteReady(w io.Writer, cfg routeConfig, st panel.Status) {
 
 // reloadOnHangup re-reads the replica list (--replica and --replicas-file)
 // on each SIGHUP until ctx is done and makes the proxy's replicas match it.
-func reloadOnHangup(ctx context.Context, c *cli.Context, px *proxy.Proxy, log *slog.Logger) {
+func reloadOnHangup(ctx context.Context, o RouteOptions, px *proxy.Proxy, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -298,7 +279,7 @@ func reloadOnHangup(ctx context.Context, c *cli.Context, px *proxy.Proxy, log *s
 			return
 		case <-hup:
 		}
-		cfg, err := routeConfigFrom(c)
+		cfg, err := o.Config()
 		if err != nil {
 			log.Error("SIGHUP: replica list not reloaded", "error", err)
 			continue

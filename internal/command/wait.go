@@ -1,4 +1,4 @@
-package main
+package command
 
 import (
 	"context"
@@ -25,10 +25,10 @@ func waitCommand() *cli.Command {
 			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, EnvVars: []string{"WARDEN_WAIT_TIMEOUT"},
 				Usage: "give up after this long (engines can take minutes to load)"},
 		},
-		Action: func(c *cli.Context) error {
+		Action: action(func(c *cli.Context) error {
 			ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 			defer cancel()
-			return cliExit(wardenproc.Wait(ctx, strings.TrimRight(c.String("url"), "/")))
-		},
+			return wardenproc.Wait(ctx, strings.TrimRight(c.String("url"), "/"))
+		}),
 	}
 }

@@ -15,66 +15,44 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
+
+	"github.com/lmwarden/warden/internal/exit"
 )
 
 // DefaultURL is where `warden status` looks for a warden.
 const DefaultURL = "http://127.0.0.1:8000"
 
-// StatusCommand is `warden status [--url URL] [--watch [interval]] [--json]`:
-// the routing panel of a running warden as a terminal table.
-func StatusCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "status",
-		Usage:     "show the routing panel of a running warden (replicas, stickiness, cache hits)",
-		ArgsUsage: "[interval]   (with --watch: redraw period, e.g. 5s)",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "url", Value: DefaultURL, EnvVars: []string{"WARDEN_URL"},
-				Usage: "base URL of the warden (its public port)"},
-			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, EnvVars: []string{"WARDEN_STATUS_WATCH"},
-				Usage: "redraw every interval until interrupted (in place on a terminal)"},
-			&cli.DurationFlag{Name: "interval", Value: 2 * time.Second, EnvVars: []string{"WARDEN_STATUS_INTERVAL"},
-				Usage: "redraw period for --watch (a positional interval overrides it)"},
-			&cli.BoolFlag{Name: "json", EnvVars: []string{"WARDEN_STATUS_JSON"},
-				Usage: "print the raw status JSON instead of the table"},
-			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, EnvVars: []string{"WARDEN_STATUS_TIMEOUT"},
-				Usage: "how long to wait for the warden's answer"},
-		},
-		Action: runStatus,
-	}
+// StatusOptions are `warden status`'s settings.
+type StatusOptions struct {
+	URL      string        // the warden's base URL, or host:port
+	Watch    bool          // redraw every Interval until interrupted
+	Interval time.Duration // at least 100ms
+	JSON     bool          // the raw status JSON instead of the table
+	Timeout  time.Duration // how long to wait for the warden's answer
+	Out      io.Writer
 }
 
-// runStatus validates the flags and prints once or watches.
-func runStatus(c *cli.Context) error {
-	base, err := NormalizeURL(c.String("url"))
+// ShowStatus is `warden status`: the status of the warden at o.URL once,
+// or with Watch every Interval until ctx ends or SIGINT/SIGTERM (in place on
+// a terminal). The error carries the exit status: 2 for bad options, 1 when
+// the warden cannot be read once.
+func ShowStatus(ctx context.Context, o StatusOptions) error {
+	base, err := NormalizeURL(o.URL)
 	if err != nil {
-		return cli.Exit(err.Error(), 2)
+		return exit.New(2, err.Error())
 	}
-	interval := c.Duration("interval")
-	if c.NArg() > 1 {
-		return cli.Exit(fmt.Sprintf("status: one interval at most, got %q", c.Args().Slice()), 2)
+	if o.Interval < 100*time.Millisecond {
+		return exit.New(2, fmt.Sprintf("status: interval %s is below 100ms", o.Interval))
 	}
-	if arg := c.Args().First(); arg != "" {
-		if interval, err = time.ParseDuration(arg); err != nil {
-			return cli.Exit(fmt.Sprintf("status: interval %q: want a duration such as 2s or 500ms", arg), 2)
-		}
-	}
-	if interval < 100*time.Millisecond {
-		return cli.Exit(fmt.Sprintf("status: interval %s is below 100ms", interval), 2)
-	}
-	v := viewer{base: base, client: &http.Client{Timeout: c.Duration("timeout")}, json: c.Bool("json"), out: c.App.Writer}
-	ctx := c.Context
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	if !c.Bool("watch") {
+	v := viewer{base: base, client: &http.Client{Timeout: o.Timeout}, json: o.JSON, out: o.Out}
+	if !o.Watch {
 		return v.once(ctx)
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	v.tty = isTerminal(v.out)
-	return v.watch(ctx, interval)
+	return v.watch(ctx, o.Interval)
 }
 
 // NormalizeURL accepts "host:port" or a full http(s) URL and returns it
@@ -144,7 +122,7 @@ type viewer struct {
 func (v viewer) once(ctx context.Context) error {
 	var b bytes.Buffer
 	if err := v.render(ctx, &b); err != nil {
-		return cli.Exit(err.Error(), 1)
+		return exit.New(1, err.Error())
 	}
 	_, err := v.out.Write(b.Bytes())
 	return err

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,20 +13,23 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/urfave/cli/v2"
 
+	"github.com/lmwarden/warden/internal/exit"
 	"github.com/lmwarden/warden/internal/simproc"
 )
 
-// runApp runs `warden <args>` in-process with StatusCommand and returns
-// its output and error.
-func runApp(ctx context.Context, args ...string) (string, error) {
+// show runs ShowStatus as `warden status` does with its defaults (a 2s
+// interval, a 5s timeout) where o leaves them, and returns its output.
+func show(ctx context.Context, o StatusOptions) (string, error) {
 	var out simproc.SyncBuffer
-	app := &cli.App{
-		Name: "warden", Commands: []*cli.Command{StatusCommand()},
-		Writer: &out, ErrWriter: &out, ExitErrHandler: func(*cli.Context, error) {},
+	if o.Interval == 0 {
+		o.Interval = 2 * time.Second
 	}
-	err := app.RunContext(ctx, append([]string{"warden"}, args...))
+	if o.Timeout == 0 {
+		o.Timeout = 5 * time.Second
+	}
+	o.Out = &out
+	err := ShowStatus(ctx, o)
 	return out.String(), err
 }
 
@@ -37,11 +39,10 @@ func statusServer(t *testing.T, s Status) *httptest.Server {
 	return srv
 }
 
-// exitCode is the code of a cli.ExitCoder error, or -1.
+// exitCode is the status of an exit.Error, or -1.
 func exitCode(err error) int {
-	var ec cli.ExitCoder
-	if errors.As(err, &ec) {
-		return ec.ExitCode()
+	if e, ok := exit.As(err); ok {
+		return e.Code
 	}
 	return -1
 }
@@ -49,7 +50,7 @@ func exitCode(err error) int {
 func TestStatusCommandPrintsTable(t *testing.T) {
 	s := sampleStatus(3)
 	srv := statusServer(t, s)
-	out, err := runApp(context.Background(), "status", "--url", srv.URL+"/")
+	out, err := show(context.Background(), StatusOptions{URL: srv.URL + "/"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,11 +65,11 @@ func TestStatusCommandPrintsTable(t *testing.T) {
 	}
 }
 
-func TestStatusCommandJSONAndEnv(t *testing.T) {
+func TestStatusCommandJSON(t *testing.T) {
 	s := sampleStatus(2)
 	srv := statusServer(t, s)
-	t.Setenv("WARDEN_URL", strings.TrimPrefix(srv.URL, "http://")) // host:port works too
-	out, err := runApp(context.Background(), "status", "--json")
+	// host:port works too (WARDEN_URL: internal/command's TestStatusURLFromTheEnvironment)
+	out, err := show(context.Background(), StatusOptions{URL: strings.TrimPrefix(srv.URL, "http://"), JSON: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func TestStatusCommandNoWarden(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	_, err = runApp(context.Background(), "status", "--url", "http://"+addr)
+	_, err = show(context.Background(), StatusOptions{URL: "http://" + addr})
 	if exitCode(err) != 1 || !strings.Contains(err.Error(), "no warden at http://"+addr+": ") ||
 		!strings.Contains(err.Error(), "is `warden serve` running?") {
 		t.Errorf("got %v (code %d)", err, exitCode(err))
@@ -104,20 +105,17 @@ func TestStatusCommandNotAWarden(t *testing.T) {
 		notFound: "/warden/status answered 404 Not Found: is this a warden",
 		garbage:  "/warden/status did not answer a warden status",
 	} {
-		_, err := runApp(context.Background(), "status", "--url", srv.URL)
+		_, err := show(context.Background(), StatusOptions{URL: srv.URL})
 		if exitCode(err) != 1 || !strings.Contains(err.Error(), want) {
 			t.Errorf("got %v, want %q", err, want)
 		}
 	}
 }
 
-func TestStatusCommandBadArguments(t *testing.T) {
-	for _, args := range [][]string{
-		{"status", "--url", "ftp://x"}, {"status", "--url", ""}, {"status", "--watch", "soon"},
-		{"status", "--watch", "1ms"}, {"status", "--watch", "1s", "2s"},
-	} {
-		if _, err := runApp(context.Background(), args...); exitCode(err) != 2 {
-			t.Errorf("%q: got %v, want exit code 2", args, err)
+func TestShowStatusBadOptions(t *testing.T) {
+	for _, o := range []StatusOptions{{URL: "ftp://x"}, {URL: ""}, {URL: "http://h:1", Interval: time.Millisecond}} {
+		if _, err := show(context.Background(), o); exitCode(err) != 2 {
+			t.Errorf("%+v: got %v, want exit code 2", o, err)
 		}
 	}
 }
@@ -137,7 +135,7 @@ func TestStatusCommandWatch(t *testing.T) {
 		JSONHandler(func() Status { return s }).ServeHTTP(w, r)
 	}))
 	defer srv.Close()
-	out, err := runApp(ctx, "status", "--url", srv.URL, "--watch", "100ms")
+	out, err := show(ctx, StatusOptions{URL: srv.URL, Watch: true, Interval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

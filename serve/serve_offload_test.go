@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"bytes"
@@ -18,22 +18,22 @@ import (
 func TestCheckKVOffloadRefusals(t *testing.T) {
 	tests := []struct {
 		name string
-		cfg  serveConfig
+		cfg  Options
 		want string // part of the error; "" none
 	}{
-		{"off", serveConfig{KVOffload: "off", Device: "cpu"}, ""},
-		{"auto on GPUs", serveConfig{KVOffload: "auto", Device: "gpu", Engine: "vllm"}, ""},
-		{"a size with the simulator", serveConfig{KVOffload: "8GiB", Device: "gpu", Engine: "sim"}, ""},
-		{"vLLM's CPU platform", serveConfig{KVOffload: "auto", Device: "cpu", Engine: "vllm"},
+		{"off", Options{KVOffload: "off", Device: "cpu"}, ""},
+		{"auto on GPUs", Options{KVOffload: "auto", Device: "gpu", Engine: "vllm"}, ""},
+		{"a size with the simulator", Options{KVOffload: "8GiB", Device: "gpu", Engine: "sim"}, ""},
+		{"vLLM's CPU platform", Options{KVOffload: "auto", Device: "cpu", Engine: "vllm"},
 			"--kv-offload auto with --device cpu: vLLM's native KV offloading runs on CUDA, ROCm and XPU GPUs only"},
-		{"a connector of the user's", serveConfig{KVOffload: "16GiB", Device: "gpu", Engine: "vllm",
+		{"a connector of the user's", Options{KVOffload: "16GiB", Device: "gpu", Engine: "vllm",
 			Extra: []string{"--kv-transfer-config", `{"kv_connector":"NixlConnector","kv_role":"kv_both"}`}},
 			"would replace that connector"},
-		{"a connector of the user's, underscores", serveConfig{KVOffload: "16GiB", Device: "gpu", Engine: "vllm",
+		{"a connector of the user's, underscores", Options{KVOffload: "16GiB", Device: "gpu", Engine: "vllm",
 			Extra: []string{`--kv_transfer_config={"kv_connector":"NixlConnector"}`}}, "would replace that connector"},
-		{"their connector without the tier is theirs", serveConfig{KVOffload: "off", Device: "gpu", Engine: "vllm",
+		{"their connector without the tier is theirs", Options{KVOffload: "off", Device: "gpu", Engine: "vllm",
 			Extra: []string{"--kv-transfer-config", "{}"}}, ""},
-		{"not a size", serveConfig{KVOffload: "big", Device: "gpu"}, `--kv-offload: "big" is not a size`},
+		{"not a size", Options{KVOffload: "big", Device: "gpu"}, `--kv-offload: "big" is not a size`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,7 +79,7 @@ func TestOffloadDevicesSizesEveryRank(t *testing.T) {
 		{"vllm", "20GiB", 4, 20 * G},
 	} {
 		d := rankDevices{}
-		cfg := serveConfig{Engine: c.engine, KVOffload: c.setting, DP: c.dp}
+		cfg := Options{Engine: c.engine, KVOffload: c.setting, DP: c.dp}
 		if err := offloadDevices(cfg, &d, log); err != nil {
 			t.Fatalf("%+v: %v", c, err)
 		}
@@ -90,14 +90,14 @@ func TestOffloadDevicesSizesEveryRank(t *testing.T) {
 	if !strings.Contains(logs.String(), "host KV tier") || !strings.Contains(logs.String(), "per_rank=") {
 		t.Errorf("no log line of the tier:\n%s", logs.String())
 	}
-	cfg := serveConfig{Engine: "vllm", KVOffload: "64GiB", DP: 4}
+	cfg := Options{Engine: "vllm", KVOffload: "64GiB", DP: 4}
 	if err := offloadDevices(cfg, &rankDevices{}, log); err == nil || !strings.Contains(err.Error(), "/dev/shm") {
 		t.Errorf("4 x 64 GiB into a 128 GiB /dev/shm: %v", err)
 	}
 }
 
 func TestEngineSpecsPassTheTierToEveryRank(t *testing.T) {
-	cfg := serveConfig{Model: "m", ServedName: "m", DP: 3, TP: 2, Engine: "vllm", VLLMPath: "vllm", LogDir: t.TempDir()}
+	cfg := Options{Model: "m", ServedName: "m", DP: 3, TP: 2, Engine: "vllm", VLLMPath: "vllm", LogDir: t.TempDir()}
 	d := rankDevices{gpus: [][]string{{"GPU-a", "GPU-b"}, {"GPU-c", "GPU-d"}, {"GPU-e", "GPU-f"}}, seqs: 256, offload: 40 << 30}
 	specs, _, err := engineSpecs(cfg, d, launch.ToolsChoice{}, launch.ContextChoice{})
 	if err != nil {

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"io"
@@ -20,7 +20,7 @@ import (
 // ns/op between the sub-benchmarks (ratios); -cpu 1,4 shows them under
 // parallel load too.
 //
-//	go test -run '^$' -bench Hops -benchtime 2000x -count 3 .
+//	go test -run '^$' -bench Hops -benchtime 2000x -count 3 ./serve
 func BenchmarkHops(b *testing.B) {
 	serve := startServeForBench(b)
 	engine := serveEngineURL(b, serve)

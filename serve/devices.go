@@ -1,16 +1,17 @@
-package main
+package serve
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/jedib0t/go-pretty/v6/table"
-	"github.com/urfave/cli/v2"
 
 	"github.com/lmwarden/warden/gpu"
 	"github.com/lmwarden/warden/hostcpu"
+	"github.com/lmwarden/warden/internal/exit"
 )
 
 // devicesReport is what `warden devices` found.
@@ -25,49 +26,42 @@ type devicesReport struct {
 	CPUDPError string           `json:"cpu_dp_error,omitempty"`
 }
 
-// devicesCommand is `warden devices`: the GPUs and the CPUs the warden
-// sees, and with --dp what each rank of `serve --device cpu` would get.
-func devicesCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "devices",
-		Usage: "what the warden can run engines on: NVIDIA GPUs, and CPU cores, NUMA nodes and memory",
-		Description: "Lists the GPUs (as `warden gpus`) and the CPUs the warden may use (its affinity mask), by\n" +
-			"NUMA node, with the memory available. With --dp N it shows what `warden serve --device cpu --dp N`\n" +
-			"would give each rank: its cores, the cores vLLM binds its compute threads to, and its KV cache.",
-		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "dp", EnvVars: envVars("DP"), Usage: "show the CPU split for this many ranks"},
-			&cli.StringFlag{Name: "cpu-kv-cache", Value: "auto", EnvVars: envVars("CPU_KV_CACHE"),
-				Usage: "KV cache per rank for the --dp split (as warden serve --cpu-kv-cache)"},
-			&cli.BoolFlag{Name: "json", EnvVars: envVars("DEVICES_JSON"), Usage: "print JSON instead of tables"},
-		},
-		Action: func(c *cli.Context) error {
-			rep := devicesReport{DP: c.Int("dp")}
-			var err error
-			if rep.GPUs, err = gpu.Discover(c.Context); err != nil {
-				rep.GPUError = err.Error()
-			}
-			if rep.CPU, err = hostcpu.Discover(); err != nil {
-				return cli.Exit("warden devices: "+err.Error(), 1)
-			}
-			if rep.MemAvail, err = hostcpu.Available(); err != nil {
-				return cli.Exit("warden devices: reading the memory available: "+err.Error(), 1)
-			}
-			if rep.DP > 0 {
-				if rep.Ranks, err = hostcpu.Split(rep.CPU, rep.DP); err != nil {
-					rep.CPUDPError = err.Error()
-				} else if rep.KVPerRank, _, err = hostcpu.KVCache(c.String("cpu-kv-cache"), rep.DP, rep.MemAvail); err != nil {
-					rep.CPUDPError = err.Error()
-				}
-			}
-			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
-			}
-			writeDevices(c.App.Writer, rep)
-			return nil
-		},
+// DevicesOptions are `warden devices`'s flags.
+type DevicesOptions struct {
+	DP         int    // show the CPU split for this many ranks (0: none)
+	CPUKVCache string // KV cache per rank for the split, as serve's --cpu-kv-cache
+	JSON       bool
+}
+
+// Devices is `warden devices`: the GPUs and the CPUs the warden sees, and
+// with DP what each rank of `serve --device cpu` would get, as tables or
+// JSON on w.
+func Devices(ctx context.Context, o DevicesOptions, w io.Writer) error {
+	rep := devicesReport{DP: o.DP}
+	var err error
+	if rep.GPUs, err = gpu.Discover(ctx); err != nil {
+		rep.GPUError = err.Error()
 	}
+	if rep.CPU, err = hostcpu.Discover(); err != nil {
+		return exit.New(1, "warden devices: "+err.Error())
+	}
+	if rep.MemAvail, err = hostcpu.Available(); err != nil {
+		return exit.New(1, "warden devices: reading the memory available: "+err.Error())
+	}
+	if rep.DP > 0 {
+		if rep.Ranks, err = hostcpu.Split(rep.CPU, rep.DP); err != nil {
+			rep.CPUDPError = err.Error()
+		} else if rep.KVPerRank, _, err = hostcpu.KVCache(o.CPUKVCache, rep.DP, rep.MemAvail); err != nil {
+			rep.CPUDPError = err.Error()
+		}
+	}
+	if o.JSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	writeDevices(w, rep)
+	return nil
 }
 
 func writeDevices(w io.Writer, rep devicesReport) {

@@ -1,4 +1,4 @@
-package sim
+package command
 
 import (
 	"fmt"
@@ -7,12 +7,14 @@ import (
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/lmwarden/warden/sim"
 )
 
-// Command returns the `warden sim` command tree: `serve` (the vLLM
-// stand-in; its argv is parsed by hand, see ParseArgs) and the hidden
-// `child` used by --sim-fork-child.
-func Command() *cli.Command {
+// simCommand is the `warden sim` command tree: `serve` (the vLLM stand-in;
+// its argv is parsed by hand, see sim.ParseArgs) and the hidden `child`
+// used by --sim-fork-child.
+func simCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "sim",
 		Usage: "run the built-in vLLM simulator",
@@ -20,7 +22,7 @@ func Command() *cli.Command {
 			Name:            "serve",
 			Usage:           "serve MODEL like `vllm serve` on the simulator",
 			ArgsUsage:       "MODEL [vLLM serve flags] [sim flags]",
-			Description:     "Flags (each also --flag=value; unknown vLLM flags are accepted and logged):\n" + FlagHelp(),
+			Description:     "Flags (each also --flag=value; unknown vLLM flags are accepted and logged):\n" + sim.FlagHelp(),
 			SkipFlagParsing: true,
 			Action: func(c *cli.Context) error {
 				for _, a := range c.Args().Slice() {
@@ -30,7 +32,7 @@ func Command() *cli.Command {
 				}
 				ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 				defer stop()
-				if err := Main(ctx, c.Args().Slice(), os.Stdout, os.Stderr); err != nil {
+				if err := sim.Main(ctx, c.Args().Slice(), os.Stdout, os.Stderr); err != nil {
 					return cli.Exit(fmt.Sprintf("sim: %v", err), 1)
 				}
 				return nil
@@ -42,7 +44,7 @@ func Command() *cli.Command {
 			Action: func(c *cli.Context) error {
 				ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 				defer stop()
-				return ChildMain(ctx)
+				return sim.ChildMain(ctx)
 			},
 		}},
 	}

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"context"
@@ -17,11 +17,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/urfave/cli/v2"
-
 	"github.com/lmwarden/warden/gpu"
 	"github.com/lmwarden/warden/hostcpu"
 	"github.com/lmwarden/warden/internal/argv"
+	"github.com/lmwarden/warden/internal/exit"
 	"github.com/lmwarden/warden/internal/ports"
 	"github.com/lmwarden/warden/internal/wardenproc"
 	"github.com/lmwarden/warden/launch"
@@ -30,13 +29,12 @@ import (
 	"github.com/lmwarden/warden/proxy/panel"
 )
 
-// serveConfig is everything `warden serve` needs, validated once.
-type serveConfig struct {
+// Options are `warden serve`'s flags as given (the command layer,
+// internal/command, fills them from the flags and their WARDEN_*
+// variables); Config checks them.
+type Options struct {
 	Model, ServedName string
 	DP, TP            int
-	Host              string
-	Port              int
-	Addr              string // host:port to listen on
 	GPUs              string
 	Device            string // "gpu" or "cpu"
 	CPUKVCache        string // --cpu-kv-cache: "auto" or a size
@@ -46,81 +44,23 @@ type serveConfig struct {
 	Engine, VLLMPath  string
 	LogDir            string
 	StartupTimeout    time.Duration
-	DrainTimeout      time.Duration
 	StopGrace         time.Duration
-	Extra             []string
-	Proxy             proxy.Config
+	Extra             []string // after --: every engine's
+	Router            Router
 }
 
-func serveFlags() []cli.Flag {
-	return append([]cli.Flag{
-		&cli.StringFlag{Name: "model", Aliases: []string{"m"}, EnvVars: envVars("MODEL"), Required: true,
-			Usage: "model to serve (Hugging Face id or local path), the positional argument of vllm serve"},
-		&cli.StringFlag{Name: "served-model-name", EnvVars: envVars("SERVED_MODEL_NAME"),
-			Usage: "the one model name every replica answers to (default: --model)"},
-		&cli.IntFlag{Name: "dp", Value: 1, EnvVars: envVars("DP"),
-			Usage: "data-parallel size: number of engine replicas, each with its own prefix cache"},
-		&cli.IntFlag{Name: "tp", Value: 1, EnvVars: envVars("TP"),
-			Usage: "tensor-parallel size: GPUs per replica (dp x tp GPUs are needed)"},
-		&cli.StringFlag{Name: "gpus", EnvVars: envVars("GPUS"),
-			Usage: "comma-separated GPU indices or UUIDs to use (default: all visible, honouring CUDA_VISIBLE_DEVICES)"},
-		&cli.StringFlag{Name: "device", Value: "gpu", EnvVars: envVars("DEVICE"),
-			Usage: "what vLLM runs on: gpu (NVIDIA; --tp GPUs per rank) or cpu (vLLM's CPU build; each rank on its own physical cores and NUMA node)"},
-		&cli.StringFlag{Name: "cpu-kv-cache", Value: "auto", EnvVars: envVars("CPU_KV_CACHE"),
-			Usage: "--device cpu: KV cache memory per rank (e.g. 4GiB), vLLM's --kv-cache-memory-bytes; auto: half the memory available after the engines' own (~3 GiB each), split over the ranks"},
-		&cli.StringFlag{Name: "kv-offload", Value: "off", EnvVars: envVars("KV_OFFLOAD"),
-			Usage: "host-RAM KV tier per rank, vLLM's native KV offloading (evicted prefix blocks kept in host memory, " +
-				"loaded back when a later prompt misses on the GPU): off, a size per rank (e.g. 32GiB), or auto: " +
-				"the memory available less max(25 %, 8 GiB) kept for the OS and the engines' own processes " +
-				"(the tier is pinned: it cannot be swapped), at most 90 % of /dev/shm's free space, split over " +
-				"the ranks; NVIDIA GPUs and --engine sim (vLLM's CPU platform cannot run it)"},
-		&cli.StringFlag{Name: "tools", Value: launch.ToolsAuto, EnvVars: envVars("TOOLS"),
-			Usage: "tool calling, which every coding agent needs: auto (--enable-auto-tool-choice with the " +
-				"--tool-call-parser that fits the model, read from its files; docs/tools.md), off, or a vLLM parser name"},
-		&cli.StringFlag{Name: "reasoning", Value: launch.ToolsAuto, EnvVars: envVars("REASONING"),
-			Usage: "vLLM's --reasoning-parser: auto (the model's, when it thinks), off, or a vLLM parser name"},
-		&cli.IntFlag{Name: "max-num-seqs", EnvVars: envVars("MAX_NUM_SEQS"),
-			Usage: "vLLM --max-num-seqs per replica (0: vLLM's own default for the GPU); the spill threshold derives from it"},
-		&cli.StringFlag{Name: "engine", Value: "vllm", EnvVars: envVars("ENGINE"),
-			Usage: "engine to launch: vllm, or sim (the built-in simulator; no GPU needed)"},
-		&cli.StringFlag{Name: "vllm", Value: "vllm", EnvVars: envVars("VLLM"),
-			Usage: "path of the vllm executable"},
-		&cli.StringFlag{Name: "log-dir", EnvVars: envVars("LOG_DIR"),
-			Usage: "directory for per-rank engine logs (default: $XDG_STATE_HOME/warden/runs/<time>)"},
-		&cli.DurationFlag{Name: "startup-timeout", Value: 20 * time.Minute, EnvVars: envVars("STARTUP_TIMEOUT"),
-			Usage: "give up when a replica is not healthy after this long (large models load for minutes)"},
-		&cli.DurationFlag{Name: "stop-grace", Value: 20 * time.Second, EnvVars: envVars("STOP_GRACE"),
-			Usage: "after SIGTERM to an engine's process group, how long before SIGKILL"},
-	}, routerFlags()...)
+// Config is everything `warden serve` needs, validated once: the options
+// with their defaults filled in, the listen address and the proxy's config.
+type Config struct {
+	Options
+	Addr  string // host:port to listen on
+	Proxy proxy.Config
 }
 
-func serveCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "serve",
-		Usage:     "launch one engine per data-parallel rank and a sticky router in front of them",
-		ArgsUsage: "[-- extra vLLM serve arguments]",
-		Description: "Finds the GPUs, starts one `vllm serve` per rank on its own loopback port, waits until all\n" +
-			"are healthy, and serves the OpenAI and Anthropic APIs on --port, keeping each conversation on\n" +
-			"the replica that has its prefix cached. Arguments after -- go to every engine verbatim.\n\n" +
-			"Without GPUs: --engine sim runs the same job on the built-in simulator.",
-		Flags:  serveFlags(),
-		Action: func(c *cli.Context) error { return runServe(c) },
-	}
-}
-
-// configFrom validates the flags into a serveConfig.
-func configFrom(c *cli.Context) (serveConfig, error) {
-	cfg := serveConfig{
-		Model: c.String("model"), ServedName: c.String("served-model-name"),
-		DP: c.Int("dp"), TP: c.Int("tp"), Host: c.String("host"), Port: c.Int("port"),
-		GPUs: c.String("gpus"), Device: c.String("device"), CPUKVCache: c.String("cpu-kv-cache"),
-		KVOffload: c.String("kv-offload"), Tools: strings.TrimSpace(c.String("tools")),
-		Reasoning:  strings.TrimSpace(c.String("reasoning")),
-		MaxNumSeqs: c.Int("max-num-seqs"),
-		Engine:     c.String("engine"), VLLMPath: c.String("vllm"), LogDir: c.String("log-dir"),
-		StartupTimeout: c.Duration("startup-timeout"), DrainTimeout: c.Duration("drain-timeout"),
-		StopGrace: c.Duration("stop-grace"), Extra: c.Args().Slice(),
-	}
+// Config validates the options into a Config.
+func (o Options) Config() (Config, error) {
+	o.Tools, o.Reasoning = strings.TrimSpace(o.Tools), strings.TrimSpace(o.Reasoning)
+	cfg := Config{Options: o}
 	if cfg.ServedName == "" {
 		cfg.ServedName = cfg.Model
 	}
@@ -154,11 +94,11 @@ func configFrom(c *cli.Context) (serveConfig, error) {
 			cfg.KVOffload = kw
 		}
 	}
-	if err := checkKVOffload(cfg); err != nil {
+	if err := checkKVOffload(cfg.Options); err != nil {
 		return cfg, err
 	}
 	var err error
-	if cfg.Proxy, cfg.Addr, err = routerConfigFrom(c, cfg.ServedName); err != nil {
+	if cfg.Proxy, cfg.Addr, err = cfg.Router.proxyConfig(cfg.ServedName); err != nil {
 		return cfg, err
 	}
 	if cfg.LogDir == "" {
@@ -174,7 +114,7 @@ func configFrom(c *cli.Context) (serveConfig, error) {
 // model is loaded), and vLLM's offloading replaces the connector of a
 // --kv-transfer-config given after -- (config/vllm.py,
 // _post_init_kv_transfer_config).
-func checkKVOffload(cfg serveConfig) error {
+func checkKVOffload(cfg Options) error {
 	if err := launch.CheckKVOffload(cfg.KVOffload); err != nil {
 		return err
 	}
@@ -186,7 +126,7 @@ func checkKVOffload(cfg serveConfig) error {
 			"and XPU GPUs only (its CPU platform refuses the offloading worker after loading the model); "+
 			"use --kv-offload off, or --cpu-kv-cache for a larger KV cache", cfg.KVOffload)
 	}
-	if argv.Has(cfg.Extra, "--kv-transfer-config") || argv.Has(cfg.Extra, "--kv_transfer_config") {
+	if argv.Has(cfg.Extra, "--kv-transfer-config", "--kv_transfer_config") {
 		return fmt.Errorf("--kv-offload %s with -- --kv-transfer-config: vLLM's offloading would replace that "+
 			"connector with its own; use one or the other (--kv-offload off keeps yours)", cfg.KVOffload)
 	}
@@ -220,7 +160,7 @@ var hostMemory = func(shm bool) (launch.HostMemory, error) {
 }
 
 // offloadDevices sizes every rank's host KV tier (--kv-offload).
-func offloadDevices(cfg serveConfig, d *rankDevices, log *slog.Logger) error {
+func offloadDevices(cfg Options, d *rankDevices, log *slog.Logger) error {
 	if cfg.KVOffload == "off" || cfg.KVOffload == "" {
 		return nil
 	}
@@ -247,7 +187,7 @@ func offloadDevices(cfg serveConfig, d *rankDevices, log *slog.Logger) error {
 }
 
 // engineDevices finds the devices for the run. The simulator needs none.
-func engineDevices(ctx context.Context, cfg serveConfig, log *slog.Logger) (rankDevices, error) {
+func engineDevices(ctx context.Context, cfg Options, log *slog.Logger) (rankDevices, error) {
 	d := rankDevices{gpus: make([][]string, cfg.DP), seqs: cfg.MaxNumSeqs}
 	if names := launch.DroppedEnv(os.Environ()); len(names) > 0 {
 		log.Info("removed from every engine's environment (each rank is its own server)", "vars", strings.Join(names, ","))
@@ -296,7 +236,7 @@ func engineDevices(ctx context.Context, cfg serveConfig, log *slog.Logger) (rank
 // cpuDevices cuts the warden's CPUs into one core set per rank and sizes
 // each rank's KV cache (vLLM's CPU default is a share of all host RAM per
 // instance, which several instances would each take).
-func cpuDevices(cfg serveConfig, d rankDevices, log *slog.Logger) (rankDevices, error) {
+func cpuDevices(cfg Options, d rankDevices, log *slog.Logger) (rankDevices, error) {
 	topo, err := hostcpu.Discover()
 	if err != nil {
 		return d, err
@@ -332,7 +272,7 @@ func cpuDevices(cfg serveConfig, d rankDevices, log *slog.Logger) (rankDevices, 
 // tool-calling flags (--tools, --reasoning) and the context
 // (--max-model-len auto where vLLM has it). It logs the decisions; setup is
 // what the status reports of them.
-func engineOptions(cfg serveConfig, log *slog.Logger) (launch.ToolsChoice, launch.ContextChoice, *panel.EngineSetup) {
+func engineOptions(cfg Options, log *slog.Logger) (launch.ToolsChoice, launch.ContextChoice, *panel.EngineSetup) {
 	files, err := modelinfo.Find(cfg.Model, os.Getenv)
 	if err != nil {
 		log.Warn("cannot read the model's files; choosing by its name", "err", err)
@@ -369,7 +309,7 @@ func engineOptions(cfg serveConfig, log *slog.Logger) (launch.ToolsChoice, launc
 const simDefaultMaxNumSeqs = 32
 
 // engineSpecs builds one launch spec and one proxy backend per rank.
-func engineSpecs(cfg serveConfig, d rankDevices, tools launch.ToolsChoice, fit launch.ContextChoice) ([]launch.Spec, []proxy.Backend, error) {
+func engineSpecs(cfg Options, d rankDevices, tools launch.ToolsChoice, fit launch.ContextChoice) ([]launch.Spec, []proxy.Backend, error) {
 	free, err := ports.Free(cfg.DP, "127.0.0.1")
 	if err != nil {
 		return nil, nil, fmt.Errorf("finding %d free loopback ports: %w", cfg.DP, err)
@@ -392,41 +332,43 @@ func engineSpecs(cfg serveConfig, d rankDevices, tools launch.ToolsChoice, fit l
 	return specs, backends, nil
 }
 
-// runServe is `warden serve`. Its actors, in start order: the public
+// Main is `warden serve`, until SIGINT/SIGTERM or ctx ends; the error
+// carries the exit status (2 for bad options, 130 when interrupted while
+// the engines start). Its actors, in start order: the public
 // listener (bound first, so a taken port fails before minutes of loading),
 // the proxy (answering 503 while engines load), its scrape loop, and the
 // engine group. Stop order on SIGINT/SIGTERM: stop accepting and drain
 // in-flight requests (up to --drain-timeout), take the final status, stop
 // the engines (SIGTERM to each process group, SIGKILL after --stop-grace),
 // then print the summary.
-func runServe(c *cli.Context) error {
-	cfg, err := configFrom(c)
+func Main(ctx context.Context, o Options, stdout io.Writer) error {
+	cfg, err := o.Config()
 	if err != nil {
-		return cli.Exit("warden serve: "+err.Error(), 2)
+		return exit.New(2, "warden serve: "+err.Error())
 	}
 	log := newLogger()
-	ctx, stopSignals := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 
-	devices, err := engineDevices(ctx, cfg, log)
+	devices, err := engineDevices(ctx, cfg.Options, log)
 	if err != nil {
-		return cli.Exit("warden serve: "+err.Error(), 1)
+		return exit.New(1, "warden serve: "+err.Error())
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return cli.Exit(fmt.Sprintf("warden serve: cannot listen on %s: %v (choose another --port)", cfg.Addr, err), 1)
+		return exit.Newf(1, "warden serve: cannot listen on %s: %v (choose another --port)", cfg.Addr, err)
 	}
-	tools, fit, setup := engineOptions(cfg, log)
-	specs, backends, err := engineSpecs(cfg, devices, tools, fit)
+	tools, fit, setup := engineOptions(cfg.Options, log)
+	specs, backends, err := engineSpecs(cfg.Options, devices, tools, fit)
 	if err != nil {
 		ln.Close()
-		return cli.Exit("warden serve: "+err.Error(), 1)
+		return exit.New(1, "warden serve: "+err.Error())
 	}
 	cfg.Proxy.Registry, cfg.Proxy.Logger, cfg.Proxy.Engines = newRegistry(), log, setup
 	px, err := proxy.New(cfg.Proxy, backends)
 	if err != nil {
 		ln.Close()
-		return cli.Exit("warden serve: "+err.Error(), 1)
+		return exit.New(1, "warden serve: "+err.Error())
 	}
 	for _, b := range backends {
 		px.SetReplicaState(b.Rank, false, "starting", "engine loading")
@@ -446,18 +388,18 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		shutdownHTTP(srv, 0)
 		if errors.Is(err, context.Canceled) {
-			return cli.Exit("warden serve: interrupted while engines were starting; all stopped", 130)
+			return exit.New(130, "warden serve: interrupted while engines were starting; all stopped")
 		}
-		return cli.Exit("warden serve: "+err.Error(), 1)
+		return exit.New(1, "warden serve: "+err.Error())
 	}
 	px.CheckNow(ctx)
 	px.SetStarting(false)
 	if cfg.Engine == "vllm" {
 		log.Info("engines ready", "vllm_version", launch.Version(ctx, backends[0].URL))
 	}
-	printServeReady(c.App.Writer, cfg, px.Status().Policy)
+	printServeReady(stdout, cfg, px.Status().Policy)
 
-	final := drain(ctx, stopSignals, srv, served, px, cfg.DrainTimeout, log)
+	final := drain(ctx, stopSignals, srv, served, px, cfg.Router.DrainTimeout, log)
 	stopRun()
 	stopEngines(group, cfg.StopGrace, log)
 	panel.WriteSummary(os.Stderr, final)
@@ -507,8 +449,8 @@ func shutdownHTTP(srv *http.Server, grace time.Duration) {
 }
 
 // printServeReady prints the one line scripts wait for: the URL to use.
-func printServeReady(w io.Writer, cfg serveConfig, policy string) {
-	url := wardenproc.URL(cfg.Host, strconv.Itoa(cfg.Port))
+func printServeReady(w io.Writer, cfg Config, policy string) {
+	url := wardenproc.URL(cfg.Router.Host, strconv.Itoa(cfg.Router.Port))
 	fmt.Fprintf(w, "warden: ready at %s (%d x %s, policy %s; status page %s/, logs %s)\n",
 		url, cfg.DP, cfg.ServedName, policy, url, cfg.LogDir)
 }
