@@ -47,7 +47,7 @@ func exitCode(err error) int {
 	return -1
 }
 
-func TestStatusCommandPrintsTable(t *testing.T) {
+func TestShowStatusPrintsTable(t *testing.T) {
 	s := sampleStatus(3)
 	srv := statusServer(t, s)
 	out, err := show(context.Background(), StatusOptions{URL: srv.URL + "/"})
@@ -65,7 +65,7 @@ func TestStatusCommandPrintsTable(t *testing.T) {
 	}
 }
 
-func TestStatusCommandJSON(t *testing.T) {
+func TestShowStatusJSON(t *testing.T) {
 	s := sampleStatus(2)
 	srv := statusServer(t, s)
 	// host:port works too (WARDEN_URL: internal/command's TestStatusURLFromTheEnvironment)
@@ -82,7 +82,7 @@ func TestStatusCommandJSON(t *testing.T) {
 	}
 }
 
-func TestStatusCommandNoWarden(t *testing.T) {
+func TestShowStatusNoWarden(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func TestStatusCommandNoWarden(t *testing.T) {
 	}
 }
 
-func TestStatusCommandNotAWarden(t *testing.T) {
+func TestShowStatusNotAWarden(t *testing.T) {
 	notFound := httptest.NewServer(http.NotFoundHandler())
 	defer notFound.Close()
 	garbage := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("<html>")) }))
@@ -120,10 +120,10 @@ func TestShowStatusBadOptions(t *testing.T) {
 	}
 }
 
-// TestStatusCommandWatch runs --watch against a server that cancels the
+// TestShowStatusWatch runs --watch against a server that cancels the
 // run at its third request; the frames before it are printed one after
 // another (the output is not a terminal).
-func TestStatusCommandWatch(t *testing.T) {
+func TestShowStatusWatch(t *testing.T) {
 	s := sampleStatus(2)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
