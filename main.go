@@ -2,48 +2,24 @@
 // per data-parallel rank, and in front of them a sticky, load-aware proxy that
 // keeps each conversation on the replica whose prefix cache holds it.
 //
-// main.go owns the command tree; serve.go wires GPUs, engines and the proxy
-// for `warden serve` and owns its shutdown order; route.go does the same for
-// `warden route` over servers that already run; flags.go holds what the two
-// share (router flags, HTTP server, logger, registry, drain); wait.go is
-// `warden wait`. The other commands live with their packages (gpu, sim,
-// bench, proxy/panel).
+// This package only wires: the command tree, every flag and its WARDEN_*
+// variable are internal/command's, and each command's work is its package's
+// (serve: `warden serve`, `route` and `devices`; run; sweep; bench; gpu;
+// proxy/panel: `warden status`; sim; internal/wardenproc: `warden wait`).
 package main
 
 import (
 	"fmt"
 	"os"
 
-	"github.com/urfave/cli/v2"
-
-	"github.com/lmwarden/warden/bench"
-	"github.com/lmwarden/warden/gpu"
-	"github.com/lmwarden/warden/proxy/panel"
-	"github.com/lmwarden/warden/sim"
+	"github.com/lmwarden/warden/internal/command"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
 func main() {
-	app := &cli.App{
-		Name:    "warden",
-		Usage:   "sticky, load-aware data-parallel router for local vLLM",
-		Version: version,
-		Commands: []*cli.Command{
-			serveCommand(),
-			routeCommand(),
-			gpu.Command(),
-			devicesCommand(),
-			panel.StatusCommand(),
-			sim.Command(),
-			bench.Command(),
-			waitCommand(),
-			runCommand(),
-			sweepCommand(),
-		},
-	}
-	if err := app.Run(os.Args); err != nil {
+	if err := command.Run(os.Args, version); err != nil {
 		fmt.Fprintln(os.Stderr, "warden:", err)
 		os.Exit(1)
 	}

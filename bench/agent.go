@@ -201,7 +201,7 @@ var (
 
 // applyLoad sets the load's tool time, mix and subagents ("" and
 // "reference" change nothing). Flags given explicitly override them
-// afterwards (configFrom).
+// afterwards (Options.read).
 func (c *Config) applyLoad(name string) error {
 	switch strings.TrimSpace(name) {
 	case "", LoadReference:

@@ -13,7 +13,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/tidwall/gjson"
-	"github.com/urfave/cli/v2"
 )
 
 func TestParseToolTime(t *testing.T) {
@@ -130,51 +129,47 @@ func TestSubagentDraws(t *testing.T) {
 	}
 }
 
-// configOf parses bench flags the way the command does.
-func configOf(t *testing.T, args ...string) (Config, error) {
+// configOf reads options the way the command does: the flags' defaults
+// with a target, then edit's changes (nil: none).
+func configOf(t *testing.T, edit func(*Options)) (Config, error) {
 	t.Helper()
-	var cfg Config
-	var cfgErr error
-	app := &cli.App{Name: "warden", Commands: []*cli.Command{{Name: "bench", Flags: flags(), Action: func(c *cli.Context) error {
-		cfg, cfgErr = configFrom(c)
-		return nil
-	}}}}
-	if err := app.Run(append([]string{"warden", "bench", "--url", "http://127.0.0.1:1"}, args...)); err != nil {
-		return cfg, err
+	o := DefaultOptions()
+	o.URL = "http://127.0.0.1:1"
+	if edit != nil {
+		edit(&o)
 	}
-	return cfg, cfgErr
+	return o.Config()
 }
 
+// TestLoadFlags: --load's presets and the flags given over them (their
+// variables reach Options as flags do: internal/command's TestBenchLoadFromTheEnvironment).
 func TestLoadFlags(t *testing.T) {
-	cfg, err := configOf(t)
+	cfg, err := configOf(t, nil)
 	if err != nil || cfg.Load != "" || cfg.ToolTime.enabled() || cfg.Subagents.enabled() || cfg.Mix != nil {
 		t.Fatalf("default: %+v %+v %v, %v; want the reference load", cfg.ToolTime, cfg.Subagents, cfg.Mix, err)
 	}
-	cfg, err = configOf(t, "--load", "agent")
+	cfg, err = configOf(t, func(o *Options) { o.Load = "agent" })
 	if err != nil || cfg.Load != LoadAgent || cfg.ToolTime != agentToolTime || cfg.Subagents != agentSubagents ||
 		!cmp.Equal(cfg.Mix, agentMix) {
 		t.Fatalf("--load agent: %+v %+v %v, %v", cfg.ToolTime, cfg.Subagents, cfg.Mix, err)
 	}
-	cfg, err = configOf(t, "--load", "agent", "--tool-time", "0", "--subagents", "0.5,3,1", "--mix", "")
+	cfg, err = configOf(t, func(o *Options) {
+		o.Load, o.ToolTime, o.ToolTimeSet, o.Subagents, o.SubagentsSet, o.Mix, o.MixSet = "agent", "0", true, "0.5,3,1", true, "", true
+	})
 	if err != nil || cfg.ToolTime.enabled() || cfg.Subagents.N != 3 || cfg.Subagents.Share != 0.5 || cfg.Mix != nil {
 		t.Fatalf("explicit flags over --load agent: %+v %+v %v, %v", cfg.ToolTime, cfg.Subagents, cfg.Mix, err)
 	}
-	t.Setenv("WARDEN_BENCH_LOAD", "agent")
-	t.Setenv("WARDEN_BENCH_TOOL_TIME", "1s,5s")
-	cfg, err = configOf(t)
+	cfg, err = configOf(t, func(o *Options) { o.Load, o.ToolTime, o.ToolTimeSet = "agent", "1s,5s", true })
 	if err != nil || cfg.ToolTime != (ToolTime{Median: time.Second, P90: 5 * time.Second}) || cfg.Subagents != agentSubagents {
-		t.Fatalf("from the environment: %+v %+v, %v", cfg.ToolTime, cfg.Subagents, err)
+		t.Fatalf("--load agent --tool-time 1s,5s: %+v %+v, %v", cfg.ToolTime, cfg.Subagents, err)
 	}
-	t.Setenv("WARDEN_BENCH_LOAD", "")
-	t.Setenv("WARDEN_BENCH_TOOL_TIME", "")
-	for flag, args := range map[string][]string{
-		"--load":      {"--load", "swarm"},
-		"--tool-time": {"--tool-time", "20s,2s"},
-		"--subagents": {"--subagents", "1.5,2,3"},
+	for flag, edit := range map[string]func(*Options){
+		"--load":      func(o *Options) { o.Load = "swarm" },
+		"--tool-time": func(o *Options) { o.ToolTime, o.ToolTimeSet = "20s,2s", true },
+		"--subagents": func(o *Options) { o.Subagents, o.SubagentsSet = "1.5,2,3", true },
 	} {
-		_, _, err := runCLI(t, append([]string{"--url", "http://127.0.0.1:1"}, args...)...)
-		if err == nil || !strings.Contains(err.Error(), flag) {
-			t.Errorf("%v: err %v, want one naming %s", args, err, flag)
+		if _, err := configOf(t, edit); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s: err %v, want one naming it", flag, err)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bufio"
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/lmwarden/warden/internal/report"
 	"github.com/lmwarden/warden/proxy"
 )
 
@@ -141,7 +141,7 @@ func JoinDecisions(dir, path string, res *Results, wait time.Duration) (matched 
 }
 
 // fsec formats seconds to the microsecond (scaling leaves float noise).
-func fsec(s float64) string { return fcsv(math.Round(s*1e6) / 1e6) }
+func fsec(s float64) string { return report.Float(math.Round(s*1e6) / 1e6) }
 
 // writeTurnDecisions writes one row per turn, in turns.csv's order. The
 // warden's times are converted to simulated seconds (x --time-scale), as
@@ -152,9 +152,8 @@ func writeTurnDecisions(w io.Writer, res *Results, got map[string]proxy.Decision
 	if scale <= 0 {
 		scale = 1
 	}
-	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"variant", "sessions", "session", "session_id", "turn", "subagent", "agent_id", "request_id",
-		"logged", "policy", "route", "replica", "queue_wait_s", "warden_ttfb_s", "warden_duration_s", "status", "session_source"})
+	tab := report.Table{Header: []string{"variant", "sessions", "session", "session_id", "turn", "subagent", "agent_id", "request_id",
+		"logged", "policy", "route", "replica", "queue_wait_s", "warden_ttfb_s", "warden_duration_s", "status", "session_source"}}
 	matched := 0
 	for _, t := range res.Turns {
 		id := t.RequestID()
@@ -172,8 +171,7 @@ func writeTurnDecisions(w io.Writer, res *Results, got map[string]proxy.Decision
 			row = append(row, "true", d.Policy, d.Route, strconv.Itoa(d.Replica), fsec(d.WaitS*scale), fsec(ttfb),
 				fsec(d.DurationS*scale), strconv.Itoa(d.Status), d.Source)
 		}
-		_ = cw.Write(row)
+		tab.Rows = append(tab.Rows, row)
 	}
-	cw.Flush()
-	return matched, cw.Error()
+	return matched, tab.WriteCSV(w)
 }

@@ -1,15 +1,10 @@
 package bench
 
 import (
-	"encoding/csv"
-	"encoding/json"
-	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 
-	"github.com/jedib0t/go-pretty/v6/table"
+	"github.com/lmwarden/warden/internal/report"
 )
 
 // Output file names inside the results folder.
@@ -23,37 +18,15 @@ const (
 
 // WriteAll writes every output file into dir (created if missing).
 func WriteAll(dir string, res *Results) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+	with := func(write func(io.Writer, *Results) error) func(io.Writer) error {
+		return func(w io.Writer) error { return write(w, res) }
 	}
-	files := []struct {
-		name  string
-		write func(io.Writer, *Results) error
-	}{
-		{FileTable, func(w io.Writer, r *Results) error { _, err := io.WriteString(w, Markdown(r)); return err }},
-		{FileSummary, WriteSummaryCSV},
-		{FileJSON, WriteJSON},
-		{FileTurns, WriteTurnsCSV},
-		{FileChart, WriteSVG},
-	}
-	for _, f := range files {
-		if err := writeFile(filepath.Join(dir, f.name), res, f.write); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func writeFile(path string, res *Results, write func(io.Writer, *Results) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := write(f, res); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return f.Close()
+	return report.WriteFiles(dir,
+		report.Text(FileTable, Markdown(res)),
+		report.File{Name: FileSummary, Write: with(WriteSummaryCSV)},
+		report.File{Name: FileJSON, Write: with(WriteJSON)},
+		report.File{Name: FileTurns, Write: with(WriteTurnsCSV)},
+		report.File{Name: FileChart, Write: with(WriteSVG)})
 }
 
 // row pairs a stage's A and B summaries (B is nil without A/B).
@@ -109,7 +82,7 @@ var hostHitCol = struct {
 // the reference does. Unknown values print as "–".
 func Markdown(res *Results) string {
 	ab := len(res.Variants) == 2
-	header := table.Row{"sessions"}
+	t := report.Table{Header: []string{"sessions"}, Right: []bool{true}} // sessions: a number
 	cols := markdownCols
 	for _, s := range res.Stages {
 		if s.HostHitPct != nil { // an engine with a host KV tier: its hits apart
@@ -119,15 +92,14 @@ func Markdown(res *Results) string {
 	}
 	for _, c := range cols {
 		if ab {
-			header = append(header, c.title+" "+res.Variants[0]+"→"+res.Variants[1])
+			t.Header = append(t.Header, c.title+" "+res.Variants[0]+"→"+res.Variants[1])
 		} else {
-			header = append(header, c.title)
+			t.Header = append(t.Header, c.title)
 		}
 	}
-	t := table.NewWriter()
-	t.AppendHeader(append(header, "stayed on replica %"))
+	t.Header = append(t.Header, "stayed on replica %")
 	for _, r := range rows(res) {
-		line := table.Row{r.sessions}
+		line := []string{strconv.Itoa(r.sessions)}
 		for _, c := range cols {
 			cell := num(r.a, c.field, c.decimals)
 			if ab {
@@ -139,79 +111,58 @@ func Markdown(res *Results) string {
 		if ab {
 			stayed = r.b
 		}
-		t.AppendRow(append(line, num(stayed, func(s *StageSummary) *float64 { return s.StayedPct }, 1)))
+		t.Rows = append(t.Rows, append(line, num(stayed, func(s *StageSummary) *float64 { return s.StayedPct }, 1)))
 	}
-	return t.RenderMarkdown() + "\n"
+	return t.Markdown()
 }
 
-// num formats one field of s with the given decimals; "–" when s or the
-// field is missing.
+// num formats one field of s with the given decimals; report.Missing when
+// s or the field is missing.
 func num(s *StageSummary, field func(*StageSummary) *float64, decimals int) string {
 	if s == nil {
-		return "–"
+		return report.Missing
 	}
-	v := field(s)
-	if v == nil {
-		return "–"
-	}
-	return strconv.FormatFloat(*v, 'f', decimals, 64)
+	return report.Num(field(s), decimals)
 }
-
-func optCSV(v *float64) string {
-	if v == nil {
-		return ""
-	}
-	return strconv.FormatFloat(*v, 'f', -1, 64)
-}
-
-func fcsv(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
 // WriteSummaryCSV writes one line per stage run (empty cells = unknown).
 func WriteSummaryCSV(w io.Writer, res *Results) error {
-	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"variant", "sessions", "seconds", "turns", "sessions_finished", "sessions_started",
+	t := report.Table{Header: []string{"variant", "sessions", "seconds", "turns", "sessions_finished", "sessions_started",
 		"errors", "late_turns", "sessions_per_hour", "output_tokens_per_min", "ttfb_p50_s", "ttfb_p95_s",
 		"replicas_busy", "prefix_hit_pct", "stayed_pct", "output_tokens", "prompt_tokens", "cached_tokens",
 		"prefix_hits", "prefix_queries", "busy_polls", "mean_prompt_first", "running_mean", "waiting_mean", "preemptions",
-		"subagent_turns", "subagent_stayed_pct", "host_hit_pct"})
+		"subagent_turns", "subagent_stayed_pct", "host_hit_pct"}}
 	for _, s := range res.Stages {
-		_ = cw.Write([]string{s.Variant, strconv.Itoa(s.Sessions), fcsv(s.Seconds), strconv.Itoa(s.Turns),
+		t.Rows = append(t.Rows, []string{s.Variant, strconv.Itoa(s.Sessions), report.Float(s.Seconds), strconv.Itoa(s.Turns),
 			strconv.Itoa(s.SessionsFinished), strconv.Itoa(s.SessionsStarted), strconv.Itoa(s.Errors),
-			strconv.Itoa(s.Late), fcsv(s.SessionsPerHour), fcsv(s.OutputPerMin), optCSV(s.TTFBP50),
-			optCSV(s.TTFBP95), optCSV(s.ReplicasBusy), optCSV(s.PrefixHitPct), optCSV(s.StayedPct),
+			strconv.Itoa(s.Late), report.Float(s.SessionsPerHour), report.Float(s.OutputPerMin), report.OptFloat(s.TTFBP50),
+			report.OptFloat(s.TTFBP95), report.OptFloat(s.ReplicasBusy), report.OptFloat(s.PrefixHitPct), report.OptFloat(s.StayedPct),
 			strconv.Itoa(s.OutputTokens), strconv.Itoa(s.PromptTokens), strconv.Itoa(s.CachedTokens),
-			fcsv(s.PrefixHits), fcsv(s.PrefixQueries), strconv.Itoa(s.BusyPolls), optCSV(s.MeanPromptFirst),
-			optCSV(s.RunningMean), optCSV(s.WaitingMean), optCSV(s.Preemptions),
-			strconv.Itoa(s.SubagentTurns), optCSV(s.SubagentStayedPct), optCSV(s.HostHitPct)})
+			report.Float(s.PrefixHits), report.Float(s.PrefixQueries), strconv.Itoa(s.BusyPolls), report.OptFloat(s.MeanPromptFirst),
+			report.OptFloat(s.RunningMean), report.OptFloat(s.WaitingMean), report.OptFloat(s.Preemptions),
+			strconv.Itoa(s.SubagentTurns), report.OptFloat(s.SubagentStayedPct), report.OptFloat(s.HostHitPct)})
 	}
-	cw.Flush()
-	return cw.Error()
+	return t.WriteCSV(w)
 }
 
 // WriteTurnsCSV writes every turn sample.
 func WriteTurnsCSV(w io.Writer, res *Results) error {
-	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"variant", "sessions", "session", "session_id", "turn", "start_s", "ttfb_s",
+	tab := report.Table{Header: []string{"variant", "sessions", "session", "session_id", "turn", "start_s", "ttfb_s",
 		"duration_s", "prompt_tokens", "cached_tokens", "output_tokens", "replica", "stayed", "in_stage",
-		"last_turn", "error", "subagent", "agent_id"})
+		"last_turn", "error", "subagent", "agent_id"}}
 	for _, t := range res.Turns {
 		stayed := ""
 		if t.Stayed != nil {
 			stayed = strconv.FormatBool(*t.Stayed)
 		}
-		_ = cw.Write([]string{t.Variant, strconv.Itoa(t.Sessions), strconv.Itoa(t.Session), t.SessionID,
-			strconv.Itoa(t.Turn), fcsv(t.StartS), fcsv(t.TTFBS), fcsv(t.DurationS), strconv.Itoa(t.PromptTokens),
+		tab.Rows = append(tab.Rows, []string{t.Variant, strconv.Itoa(t.Sessions), strconv.Itoa(t.Session), t.SessionID,
+			strconv.Itoa(t.Turn), report.Float(t.StartS), report.Float(t.TTFBS), report.Float(t.DurationS), strconv.Itoa(t.PromptTokens),
 			strconv.Itoa(t.CachedTokens), strconv.Itoa(t.OutputTokens), t.Replica, stayed,
 			strconv.FormatBool(t.InStage), strconv.FormatBool(t.LastTurn), t.Error,
 			strconv.FormatBool(t.Subagent), t.AgentID})
 	}
-	cw.Flush()
-	return cw.Error()
+	return tab.WriteCSV(w)
 }
 
 // WriteJSON writes the run's settings and every stage summary.
-func WriteJSON(w io.Writer, res *Results) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(res)
-}
+func WriteJSON(w io.Writer, res *Results) error { return report.WriteJSON(w, res) }

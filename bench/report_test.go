@@ -122,15 +122,3 @@ func TestSVGWithoutData(t *testing.T) {
 		t.Fatalf("empty chart: err %v\n%s", err, b.String())
 	}
 }
-
-func TestLogRange(t *testing.T) {
-	f := func(v float64) *float64 { return &v }
-	lo, hi := logRange([]series{{ys: []*float64{f(0.38), nil, f(82.8)}}})
-	if lo != -1 || hi != 2 {
-		t.Errorf("range of 0.38..82.8 = 1e%d..1e%d, want 1e-1..1e2", lo, hi)
-	}
-	lo, hi = logRange([]series{{ys: []*float64{f(1), f(1)}}})
-	if lo != 0 || hi != 1 {
-		t.Errorf("range of 1..1 = 1e%d..1e%d, want 1e0..1e1", lo, hi)
-	}
-}

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/lmwarden/warden/internal/argv"
 )
 
 // Request is what `warden serve` asks of the GPUs: dp replicas of tp cards
@@ -374,19 +376,7 @@ var utilFlags = []string{"--gpu-memory-utilization", "--device-memory-utilizatio
 // "--flag=V"), else vLLM's default for version. from says which, for
 // messages: "0.8, given after --" or "0.92, vLLM 0.32.0's default".
 func MemoryUtilization(extra []string, version string) (util float64, from string, err error) {
-	raw, found := "", false
-	for i, a := range extra {
-		for _, f := range utilFlags {
-			if a == f {
-				raw, found = "", true
-				if i+1 < len(extra) {
-					raw = extra[i+1]
-				}
-			} else if v, ok := strings.CutPrefix(a, f+"="); ok {
-				raw, found = v, true
-			}
-		}
-	}
+	raw, found := argv.Value(extra, utilFlags...)
 	if found {
 		util, err = strconv.ParseFloat(strings.TrimSpace(raw), 64)
 		if err != nil || util <= 0 || util > 1 || math.IsNaN(util) {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/warden/internal/ports"
 	"github.com/lmwarden/warden/internal/simproc"
 )
 
@@ -182,11 +183,11 @@ func TestStartupErrorLeadsWithTheCause(t *testing.T) {
 // shellSpec is an "engine" that runs script in sh and never serves.
 func shellSpec(t *testing.T, script string) []Spec {
 	t.Helper()
-	ports, err := FreePorts(1, "127.0.0.1")
+	port, err := ports.Loopback()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return []Spec{{Rank: 0, Port: ports[0], Argv: []string{"/bin/sh", "-c", script},
+	return []Spec{{Rank: 0, Port: port, Argv: []string{"/bin/sh", "-c", script},
 		LogPath: filepath.Join(t.TempDir(), "rank-0.log")}}
 }
 

@@ -3,6 +3,7 @@ package launch
 import (
 	"fmt"
 
+	"github.com/lmwarden/warden/internal/argv"
 	"github.com/lmwarden/warden/modelinfo"
 )
 
@@ -38,10 +39,10 @@ func ChooseContext(extra []string, version string, sim bool, files modelinfo.Fil
 	if files.MaxLen > 0 {
 		own = fmt.Sprintf(", %d tokens", files.MaxLen)
 	}
-	if v, ok := FlagValue(extra, "--max-model-len"); ok {
+	if v, ok := argv.Value(extra, "--max-model-len"); ok {
 		return ContextChoice{Info: "context: --max-model-len " + v + " (given after --)"}
 	}
-	if v, ok := FlagValue(extra, "--max_model_len"); ok {
+	if v, ok := argv.Value(extra, "--max_model_len"); ok {
 		return ContextChoice{Info: "context: --max_model_len " + v + " (given after --)"}
 	}
 	if sim {

@@ -117,32 +117,6 @@ func DefaultMaxNumSeqs(devs []gpu.Device) int {
 // CPU platform (engine/arg_utils.py, 0.32.0: 128 x world size).
 const CPUDefaultMaxNumSeqs = 128
 
-// HasFlag reports whether args set flag, as "--flag V" or "--flag=V".
-func HasFlag(args []string, flag string) bool {
-	for _, a := range args {
-		if a == flag || strings.HasPrefix(a, flag+"=") {
-			return true
-		}
-	}
-	return false
-}
-
-// FlagValue returns the value args give flag ("--flag V" or "--flag=V"; the
-// last one wins, as with argparse); ok is false when flag is not there.
-func FlagValue(args []string, flag string) (value string, ok bool) {
-	for i, a := range args {
-		if a == flag {
-			value, ok = "", true
-			if i+1 < len(args) {
-				value = args[i+1]
-			}
-		} else if v, found := strings.CutPrefix(a, flag+"="); found {
-			value, ok = v, true
-		}
-	}
-	return value, ok
-}
-
 // EngineEnv is the environment of an engine: base without the variables
 // that would make it join a data-parallel group or fix its internal ports
 // (VLLM_PORT, VLLM_DP_*, ...; see DroppedEnv) and, when gpus is not empty,

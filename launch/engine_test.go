@@ -92,38 +92,6 @@ func TestDefaultMaxNumSeqs(t *testing.T) {
 	}
 }
 
-func TestFreePorts(t *testing.T) {
-	ports, err := FreePorts(8, "127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[int]bool{}
-	for _, p := range ports {
-		if seen[p] || p <= 0 {
-			t.Errorf("port %d repeated or invalid in %v", p, ports)
-		}
-		seen[p] = true
-		if err := PortFree("127.0.0.1", p); err != nil {
-			t.Errorf("FreePorts gave %d but it cannot be bound: %v", p, err)
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	busy := ln.Addr().(*net.TCPAddr).Port
-	if err := PortFree("127.0.0.1", busy); err == nil || !strings.Contains(err.Error(), "in use") {
-		t.Errorf("PortFree on a listening port = %v, want an in-use error", err)
-	}
-	if _, err := FreePorts(0, "127.0.0.1"); err == nil {
-		t.Error("FreePorts(0) succeeded")
-	}
-	if _, err := FreePorts(1, "no-such-host.invalid"); err == nil {
-		t.Error("FreePorts on a bad host succeeded")
-	}
-}
-
 func TestHint(t *testing.T) {
 	tests := []struct {
 		name  string

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/warden/internal/ports"
 	"go.uber.org/goleak"
 )
 
@@ -149,7 +150,7 @@ func fakeGrandchild() {
 func fakeSupervisor() {
 	n, _ := strconv.Atoi(os.Getenv("FAKE_N"))
 	dir := os.Getenv("FAKE_DIR")
-	ports, err := FreePorts(n, "127.0.0.1")
+	free, err := ports.Free(n, "127.0.0.1")
 	if err != nil {
 		fmt.Println("ERROR", err)
 		os.Exit(1)
@@ -158,8 +159,8 @@ func fakeSupervisor() {
 	var specs []Spec
 	for i := range n {
 		specs = append(specs, Spec{
-			Rank: i, Port: ports[i], LogPath: filepath.Join(dir, fmt.Sprintf("rank-%d.log", i)),
-			Argv: []string{exe, "serve", "fake", "--port", strconv.Itoa(ports[i])},
+			Rank: i, Port: free[i], LogPath: filepath.Join(dir, fmt.Sprintf("rank-%d.log", i)),
+			Argv: []string{exe, "serve", "fake", "--port", strconv.Itoa(free[i])},
 			Env:  []string{roleEnv + "=engine", "FAKE_DIR=" + dir, "FAKE_RANK=" + strconv.Itoa(i), "FAKE_FORK=group"},
 		})
 	}

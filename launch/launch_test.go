@@ -19,13 +19,14 @@ import (
 
 	"github.com/shirou/gopsutil/v4/process"
 
+	"github.com/lmwarden/warden/internal/ports"
 	"github.com/lmwarden/warden/internal/simproc"
 )
 
 // fakeSpecs builds n fake-engine specs in dir; env(i) adds FAKE_* settings.
 func fakeSpecs(t *testing.T, dir string, n int, env func(i int) []string) []Spec {
 	t.Helper()
-	ports, err := FreePorts(n, "127.0.0.1")
+	free, err := ports.Free(n, "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,8 +37,8 @@ func fakeSpecs(t *testing.T, dir string, n int, env func(i int) []string) []Spec
 	specs := make([]Spec, n)
 	for i := range n {
 		specs[i] = Spec{
-			Rank: i, Port: ports[i], LogPath: filepath.Join(dir, "logs", fmt.Sprintf("rank-%d.log", i)),
-			Argv: []string{exe, "serve", "fake-model", "--port", strconv.Itoa(ports[i])},
+			Rank: i, Port: free[i], LogPath: filepath.Join(dir, "logs", fmt.Sprintf("rank-%d.log", i)),
+			Argv: []string{exe, "serve", "fake-model", "--port", strconv.Itoa(free[i])},
 			Env:  append([]string{roleEnv + "=engine", "FAKE_DIR=" + dir, "FAKE_RANK=" + strconv.Itoa(i)}, env(i)...),
 			GPUs: []string{strconv.Itoa(i)},
 		}
@@ -385,12 +386,12 @@ func BenchmarkStartStop(b *testing.B) {
 	exe, _ := os.Executable()
 	for b.Loop() {
 		dir := b.TempDir()
-		ports, err := FreePorts(4, "127.0.0.1")
+		free, err := ports.Free(4, "127.0.0.1")
 		if err != nil {
 			b.Fatal(err)
 		}
 		var specs []Spec
-		for i, p := range ports {
+		for i, p := range free {
 			specs = append(specs, Spec{Rank: i, Port: p, LogPath: filepath.Join(dir, strconv.Itoa(i)+".log"),
 				Argv: []string{exe, "serve", "m", "--port", strconv.Itoa(p)},
 				Env:  []string{roleEnv + "=engine", "FAKE_FORK=group"}})

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/lmwarden/warden/internal/ports"
 )
 
 // run is rank r's supervisor: the only writer of its state. It starts the
@@ -133,7 +135,7 @@ func (g *Group) launch(r *rank, what string) error {
 		}
 		return se
 	}
-	if err := PortFree("127.0.0.1", s.Port); err != nil {
+	if err := ports.Bindable("127.0.0.1", s.Port); err != nil {
 		return fail("cannot start: "+err.Error(), nil)
 	}
 	fmt.Fprintf(r.logf, "=== warden: %s rank %d at %s: %s (%s) ===\n",

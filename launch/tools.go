@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/lmwarden/warden/internal/argv"
 	"github.com/lmwarden/warden/modelinfo"
 )
 
@@ -69,12 +70,12 @@ func CheckToolSettings(tools, reasoning string, extra []string) error {
 			return fmt.Errorf("%s %q: want auto, off or a vLLM parser name (docs/tools.md)", s.flag, s.val)
 		}
 	}
-	toolExtra := HasFlag(extra, "--tool-call-parser") || HasFlag(extra, "--enable-auto-tool-choice")
+	toolExtra := argv.Has(extra, "--tool-call-parser") || argv.Has(extra, "--enable-auto-tool-choice")
 	if toolExtra && tools != ToolsAuto {
 		return fmt.Errorf("--tools %s and -- --tool-call-parser/--enable-auto-tool-choice set tool calling twice: "+
 			"use one (--tools PARSER passes both flags)", tools)
 	}
-	if HasFlag(extra, "--reasoning-parser") && reasoning != ToolsAuto {
+	if argv.Has(extra, "--reasoning-parser") && reasoning != ToolsAuto {
 		return fmt.Errorf("--reasoning %s and -- --reasoning-parser set the reasoning parser twice: use one", reasoning)
 	}
 	return nil
@@ -91,10 +92,10 @@ func ChooseTools(r ToolsRequest) ToolsChoice {
 	where := describeFiles(r.Files)
 
 	switch {
-	case HasFlag(r.Extra, "--tool-call-parser") || HasFlag(r.Extra, "--enable-auto-tool-choice"):
+	case argv.Has(r.Extra, "--tool-call-parser") || argv.Has(r.Extra, "--enable-auto-tool-choice"):
 		c.FromExtra = true
 		c.Info = "tool calling as given after --"
-		if !HasFlag(r.Extra, "--enable-auto-tool-choice") {
+		if !argv.Has(r.Extra, "--enable-auto-tool-choice") {
 			c.Warn = append(c.Warn, "-- --tool-call-parser without --enable-auto-tool-choice: vLLM refuses the "+
 				`tool_choice "auto" that coding agents send; add -- --enable-auto-tool-choice, or use --tools PARSER`)
 			c.Fix = "add -- --enable-auto-tool-choice to the engines' arguments (or use --tools PARSER instead of the flags after --)"
@@ -130,7 +131,7 @@ func ChooseTools(r ToolsRequest) ToolsChoice {
 
 	// The reasoning parser.
 	switch {
-	case HasFlag(r.Extra, "--reasoning-parser"), r.Reasoning == ToolsOff:
+	case argv.Has(r.Extra, "--reasoning-parser"), r.Reasoning == ToolsOff:
 	case r.Reasoning != ToolsAuto:
 		c.ReasoningParser = r.Reasoning
 		if bad := unknownParser(r.Reasoning, version, false, r.Extra); bad != "" {
@@ -161,7 +162,7 @@ func unknownParser(name, version string, tool bool, extra []string) string {
 	if next, _ := VersionAtLeast(version, 0, 33, 0); next {
 		return ""
 	}
-	if tool && (HasFlag(extra, "--tool-parser-plugin") || modelinfo.IsToolParser032(name)) {
+	if tool && (argv.Has(extra, "--tool-parser-plugin") || modelinfo.IsToolParser032(name)) {
 		return ""
 	}
 	if !tool && modelinfo.IsReasoningParser032(name) {

@@ -102,15 +102,3 @@ func TestCheckToolSettings(t *testing.T) {
 		}
 	}
 }
-
-func TestFlagValue(t *testing.T) {
-	args := []string{"--a", "1", "--b=2", "--a=3", "--c"}
-	for _, c := range []struct {
-		flag, want string
-		ok         bool
-	}{{"--a", "3", true}, {"--b", "2", true}, {"--c", "", true}, {"--d", "", false}} {
-		if v, ok := FlagValue(args, c.flag); v != c.want || ok != c.ok {
-			t.Errorf("FlagValue(%s) = %q %v, want %q %v", c.flag, v, ok, c.want, c.ok)
-		}
-	}
-}

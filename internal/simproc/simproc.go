@@ -7,9 +7,9 @@ package simproc
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,7 +22,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shirou/gopsutil/v4/process"
+
+	"github.com/lmwarden/warden/internal/ports"
 	"github.com/lmwarden/warden/internal/promtext"
+	"github.com/lmwarden/warden/internal/wardenproc"
 )
 
 var (
@@ -91,12 +95,11 @@ func Poll(t testing.TB, what string, cond func() bool) {
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := ports.Loopback()
 	if err != nil {
 		t.Fatalf("simproc: free port: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // Proc is one running `warden sim serve` process.
@@ -155,26 +158,16 @@ func StartNoWait(t testing.TB, args ...string) *Proc {
 func (p *Proc) WaitHealthy(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	client := &http.Client{Timeout: 2 * time.Second}
-	for {
-		resp, err := client.Get(p.URL + "/health")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-p.exited:
-			return fmt.Errorf("sim exited before healthy: %v", p.Cmd.ProcessState)
-		case <-ctx.Done():
-			return fmt.Errorf("sim not healthy after %v", timeout)
-		case <-tick.C:
-		}
+	_, err := wardenproc.Poll(ctx, &http.Client{Timeout: 2 * time.Second}, p.URL, 20*time.Millisecond, p.exited)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, wardenproc.ErrExited):
+		return fmt.Errorf("sim exited before healthy: %v", p.Cmd.ProcessState)
+	case ctx.Err() != nil:
+		return fmt.Errorf("sim not healthy after %v", timeout)
 	}
+	return err
 }
 
 // Exited is closed once the process has been reaped.
@@ -308,4 +301,49 @@ func HeapAfterGC() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// Descendants lists every process below pid (children, their children, ...).
+func Descendants(pid int32) []int32 {
+	p, err := process.NewProcess(pid)
+	if err != nil {
+		return nil
+	}
+	kids, err := p.Children()
+	if err != nil {
+		return nil
+	}
+	var out []int32
+	for _, k := range kids {
+		out = append(out, k.Pid)
+		out = append(out, Descendants(k.Pid)...)
+	}
+	return out
+}
+
+// WaitGone fails the test unless every pid has exited within 30 seconds
+// (zombies count as gone).
+func WaitGone(t testing.TB, pids []int32) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, pid := range pids {
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d still alive after the warden stopped", pid)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+func alive(pid int32) bool {
+	p, err := process.NewProcess(pid)
+	if err != nil {
+		return false
+	}
+	st, err := p.Status()
+	if err != nil {
+		return false
+	}
+	return len(st) == 0 || st[0] != process.Zombie
 }

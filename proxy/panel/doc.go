@@ -10,6 +10,8 @@
 // share one set of number formats (format.go; assets/panel.js mirrors it,
 // and the headless-browser test checks that they agree).
 //
-// It imports nothing of the project and holds no live state: it renders
-// the Status it is handed and never reaches into the proxy or the engines.
+// `warden status` is ShowStatus (view.go); its flags are internal/command's.
+// It imports nothing of the project but internal/exit (the status `warden
+// status` exits with) and holds no live state: it renders the Status it is
+// handed and never reaches into the proxy or the engines.
 package panel

@@ -1,0 +1,34 @@
+package command
+
+import (
+	"github.com/urfave/cli/v2"
+
+	"github.com/lmwarden/warden/gpu"
+)
+
+// gpusCommand is `warden gpus`: the GPUs NVML (or nvidia-smi) reports,
+// with memory and the processes on each, as a table or --json.
+func gpusCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "gpus",
+		Usage: "list NVIDIA GPUs (index, name, memory, processes) as warden sees them",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{
+				Name:    "json",
+				Usage:   "print the GPUs as a JSON array instead of a table",
+				EnvVars: []string{"WARDEN_GPUS_JSON"},
+			},
+		},
+		Action: func(c *cli.Context) error {
+			devs, err := gpu.Discover(c.Context)
+			if err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
+			if c.Bool("json") {
+				return gpu.WriteJSON(c.App.Writer, devs)
+			}
+			gpu.WriteTable(c.App.Writer, devs)
+			return nil
+		},
+	}
+}

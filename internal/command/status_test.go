@@ -1,0 +1,42 @@
+package command
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/lmwarden/warden/proxy/panel"
+)
+
+func TestStatusCommandBadArguments(t *testing.T) {
+	for _, args := range [][]string{
+		{"status", "--url", "ftp://x"}, {"status", "--url", ""}, {"status", "--watch", "soon"},
+		{"status", "--watch", "1ms"}, {"status", "--watch", "1s", "2s"},
+	} {
+		if _, _, err := runWarden(t, args...); exitCode(err) != 2 {
+			t.Errorf("%q: got %v, want exit code 2", args, err)
+		}
+	}
+}
+
+// TestStatusURLFromTheEnvironment: WARDEN_URL is --url, host:port too.
+func TestStatusURLFromTheEnvironment(t *testing.T) {
+	s := panel.Status{Model: "m", Policy: "adaptive", Replicas: []panel.Replica{{Rank: 0, URL: "http://127.0.0.1:1", Up: true}}}
+	srv := httptest.NewServer(panel.JSONHandler(func() panel.Status { return s }))
+	defer srv.Close()
+	t.Setenv("WARDEN_URL", strings.TrimPrefix(srv.URL, "http://"))
+	out, _, err := runWarden(t, "status", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got panel.Status
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, out)
+	}
+	if diff := cmp.Diff(s, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}

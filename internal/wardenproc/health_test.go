@@ -1,0 +1,64 @@
+package wardenproc
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestWaitReadyReturnsOnceHealthy(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/health" {
+			t.Errorf("unexpected path %q", r.URL.Path)
+		}
+		if calls.Add(1) < 3 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := Wait(ctx, srv.URL); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	if got := calls.Load(); got != 3 {
+		t.Fatalf("health polled %d times, want 3 (returns on the first 200)", got)
+	}
+}
+
+func TestWaitReadyTimesOutWithLastAnswer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 1200*time.Millisecond)
+	defer cancel()
+	err := Wait(ctx, srv.URL)
+	if err == nil || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("want a timeout error naming the last answer (503), got %v", err)
+	}
+}
+
+func TestPollStopsWhenTheProcessExits(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	exited := make(chan struct{})
+	close(exited)
+	last, err := Poll(context.Background(), http.DefaultClient, srv.URL, time.Hour, exited)
+	if !errors.Is(err, ErrExited) || last.Status != http.StatusServiceUnavailable || last.String() != "503 Service Unavailable" {
+		t.Errorf("Poll = %+v, %v; want the 503 and ErrExited", last, err)
+	}
+	if _, err := Poll(context.Background(), http.DefaultClient, "http://[::1", time.Hour, nil); err == nil || errors.Is(err, ErrExited) {
+		t.Errorf("a bad base: %v, want the request's error", err)
+	}
+}

@@ -1,0 +1,325 @@
+package serve
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/lmwarden/warden/internal/exit"
+	"github.com/lmwarden/warden/internal/wardenproc"
+	"github.com/lmwarden/warden/proxy"
+	"github.com/lmwarden/warden/proxy/panel"
+)
+
+// RouteOptions are `warden route`'s flags as given; Config checks them.
+type RouteOptions struct {
+	Replicas      []string // --replica: URL, or URL#max_num_seqs=N
+	ReplicasFile  string   // one replica a line; re-read on SIGHUP
+	MaxNumSeqs    int      // for a replica that says none
+	ServedName    string   // "": what the replicas answer on /v1/models
+	StateFile     string   // "": the default path; "none": not saved
+	StateInterval time.Duration
+	Router        Router
+}
+
+// RouteConfig is everything `warden route` needs, validated once.
+type RouteConfig struct {
+	Replicas      []proxy.Backend
+	Addr          string
+	StateFile     string // "" = the session table is not saved
+	StateInterval time.Duration
+	DrainTimeout  time.Duration
+	Proxy         proxy.Config
+}
+
+// Config validates the options into a RouteConfig (reading the replicas
+// file).
+func (o RouteOptions) Config() (RouteConfig, error) {
+	cfg := RouteConfig{StateInterval: o.StateInterval, DrainTimeout: o.Router.DrainTimeout}
+	var err error
+	if cfg.Proxy, cfg.Addr, err = o.Router.proxyConfig(o.ServedName); err != nil {
+		return cfg, err
+	}
+	if o.MaxNumSeqs < 1 {
+		return cfg, fmt.Errorf("--max-num-seqs must be at least 1 (got %d)", o.MaxNumSeqs)
+	}
+	if cfg.StateInterval <= 0 {
+		return cfg, fmt.Errorf("--state-interval must be positive (got %v)", cfg.StateInterval)
+	}
+	specs := o.Replicas
+	if f := o.ReplicasFile; f != "" {
+		more, err := readReplicasFile(f)
+		if err != nil {
+			return cfg, err
+		}
+		specs = append(specs, more...)
+	}
+	if cfg.Replicas, err = parseReplicas(specs, o.MaxNumSeqs); err != nil {
+		return cfg, err
+	}
+	switch cfg.StateFile = o.StateFile; cfg.StateFile {
+	case "none":
+		cfg.StateFile = ""
+	case "":
+		port := cfg.Addr[strings.LastIndex(cfg.Addr, ":")+1:]
+		cfg.StateFile = filepath.Join(wardenproc.StateDir(), "route-"+port+".sessions.json")
+	}
+	return cfg, nil
+}
+
+// parseReplicas turns replica specs into probed backends, ranks in the
+// order given.
+func parseReplicas(specs []string, fallbackSeqs int) ([]proxy.Backend, error) {
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("name at least one running server: --replica URL (or --replicas-file FILE)")
+	}
+	seen := map[string]bool{}
+	var bs []proxy.Backend
+	for _, s := range specs {
+		b, err := proxy.ParseReplica(s)
+		if err != nil {
+			return nil, err
+		}
+		if seen[b.URL] {
+			return nil, fmt.Errorf("replica %s is listed twice", b.URL)
+		}
+		seen[b.URL] = true
+		b.Rank, b.Probe, b.FallbackMaxNumSeqs = len(bs), true, fallbackSeqs
+		bs = append(bs, b)
+	}
+	return bs, nil
+}
+
+// readReplicasFile reads one replica per line; blank lines and lines that
+// start with # are skipped.
+func readReplicasFile(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--replicas-file: %w", err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line != "" && !strings.HasPrefix(line, "#") {
+			out = append(out, line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("--replicas-file %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// servedNameOf asks the replicas' /v1/models (concurrently, briefly) and
+// returns the first model name in replica order; "" when none answers.
+func servedNameOf(ctx context.Context, bs []proxy.Backend, log *slog.Logger) string {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	names := make([]string, len(bs))
+	var wg sync.WaitGroup
+	for i, b := range bs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.URL+"/v1/models", nil)
+			if err != nil {
+				return
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			if resp.StatusCode == http.StatusOK {
+				names[i] = gjson.GetBytes(body, "data.0.id").String()
+			}
+		}()
+	}
+	wg.Wait()
+	name := ""
+	for i, n := range names {
+		switch {
+		case n == "":
+		case name == "":
+			name = n
+		case n != name:
+			log.Warn("replicas serve different model names; routing to all as one", "model", name,
+				"replica", bs[i].URL, "its_model", n)
+		}
+	}
+	return name
+}
+
+// Route is `warden route`, until SIGINT/SIGTERM or ctx ends. Its actors, in start order: the public
+// listener (bound first), the proxy with the reloaded session table, one
+// health check of every replica (those that answer are in rotation before
+// the first request), the HTTP server, the scrape loop and the periodic
+// save. Stop order on SIGINT/SIGTERM: stop accepting and drain in-flight
+// requests (up to --drain-timeout), take the final status, save the session
+// table, print the summary. The replicas are never stopped.
+func Route(ctx context.Context, o RouteOptions, stdout io.Writer) error {
+	cfg, err := o.Config()
+	if err != nil {
+		return exit.New(2, "warden route: "+err.Error())
+	}
+	log := newLogger()
+	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return exit.Newf(1, "warden route: cannot listen on %s: %v (choose another --port)", cfg.Addr, err)
+	}
+	px, err := newRouteProxy(ctx, cfg, log)
+	if err != nil {
+		ln.Close()
+		return exit.New(1, "warden route: "+err.Error())
+	}
+	srv, served := startHTTP(ln, px.Handler(), log)
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	go px.Run(runCtx)
+	if cfg.StateFile != "" {
+		go px.PersistSessions(runCtx, cfg.StateFile, cfg.StateInterval)
+	}
+	go reloadOnHangup(runCtx, o, px, log)
+	printRouteReady(stdout, cfg, px.Status())
+
+	final := drain(ctx, stopSignals, srv, served, px, cfg.DrainTimeout, log)
+	stopRun()
+	if cfg.StateFile != "" {
+		if n, err := px.SaveSessions(cfg.StateFile); err != nil {
+			log.Error("the session table was not saved", "path", cfg.StateFile, "error", err)
+		} else {
+			log.Info("session table saved", "path", cfg.StateFile, "sessions", n)
+		}
+	}
+	panel.WriteSummary(os.Stderr, final)
+	return nil
+}
+
+// newRouteProxy builds the proxy over the replicas, reloads the session
+// table and checks every replica once.
+func newRouteProxy(ctx context.Context, cfg RouteConfig, log *slog.Logger) (*proxy.Proxy, error) {
+	if cfg.Proxy.ServedModel == "" {
+		cfg.Proxy.ServedModel = servedNameOf(ctx, cfg.Replicas, log)
+	}
+	cfg.Proxy.Registry, cfg.Proxy.Logger = newRegistry(), log
+	px, err := proxy.New(cfg.Proxy, cfg.Replicas)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.StateFile != "" {
+		res, err := px.LoadSessions(cfg.StateFile)
+		if err != nil {
+			return nil, err
+		}
+		if !res.SavedAt.IsZero() {
+			log.Info("session table reloaded", "path", cfg.StateFile, "saved_at", res.SavedAt.Format(time.RFC3339),
+				"restored", res.Restored, "expired", res.Expired, "on_unknown_replicas", res.Unknown)
+		}
+	}
+	px.CheckNow(ctx)
+	for _, r := range px.Status().Replicas {
+		if !r.Up {
+			log.Warn("replica not answering; routed around and retried every second", "replica", r.Rank,
+				"url", r.URL, "error", r.ScrapeError)
+		}
+	}
+	return px, nil
+}
+
+// printRouteReady prints the one line that says the router is serving.
+func printRouteReady(w io.Writer, cfg RouteConfig, st panel.Status) {
+	up := 0
+	for _, r := range st.Replicas {
+		if r.Up {
+			up++
+		}
+	}
+	host, port, _ := net.SplitHostPort(cfg.Addr)
+	url := wardenproc.URL(host, port)
+	state := cfg.StateFile
+	if state == "" {
+		state = "not saved"
+	}
+	model := st.Model
+	if model == "" {
+		model = "model names passed through"
+	}
+	fmt.Fprintf(w, "warden: ready at %s (%s of %s replicas up, %s, policy %s; status page %s/, sessions %s)\n",
+		url, strconv.Itoa(up), strconv.Itoa(len(st.Replicas)), model, st.Policy, url, state)
+}
+
+// reloadOnHangup re-reads the replica list (--replica and --replicas-file)
+// on each SIGHUP until ctx is done and makes the proxy's replicas match it.
+func reloadOnHangup(ctx context.Context, o RouteOptions, px *proxy.Proxy, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		cfg, err := o.Config()
+		if err != nil {
+			log.Error("SIGHUP: replica list not reloaded", "error", err)
+			continue
+		}
+		added, removed := syncReplicas(px, cfg.Replicas, log)
+		log.Info("SIGHUP: replica list reloaded", "added", added, "removed", removed, "replicas", len(cfg.Replicas))
+	}
+}
+
+// syncReplicas adds the wanted replicas the proxy lacks and removes those
+// not wanted (replicas added over HTTP included: after a reload the list
+// is the truth). Sessions homed on a removed replica fail over on their
+// next turn.
+func syncReplicas(px *proxy.Proxy, want []proxy.Backend, log *slog.Logger) (added, removed int) {
+	wanted := map[string]bool{}
+	for _, b := range want {
+		wanted[b.URL] = true
+	}
+	have := map[string]bool{}
+	for _, r := range px.Status().Replicas {
+		b, err := proxy.ParseReplica(r.URL)
+		if err != nil {
+			continue
+		}
+		have[b.URL] = true
+		if !wanted[b.URL] {
+			if _, err := px.RemoveReplica(b.URL, -1); err == nil {
+				removed++
+			}
+		}
+	}
+	for _, b := range want {
+		if have[b.URL] {
+			continue
+		}
+		if _, err := px.AddReplica(b); err != nil {
+			log.Warn("replica not added", "url", b.URL, "error", err)
+			continue
+		}
+		added++
+	}
+	return added, removed
+}

@@ -1,0 +1,155 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/launch"
+)
+
+func TestCheckKVOffloadRefusals(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Options
+		want string // part of the error; "" none
+	}{
+		{"off", Options{KVOffload: "off", Device: "cpu"}, ""},
+		{"auto on GPUs", Options{KVOffload: "auto", Device: "gpu", Engine: "vllm"}, ""},
+		{"a size with the simulator", Options{KVOffload: "8GiB", Device: "gpu", Engine: "sim"}, ""},
+		{"vLLM's CPU platform", Options{KVOffload: "auto", Device: "cpu", Engine: "vllm"},
+			"--kv-offload auto with --device cpu: vLLM's native KV offloading runs on CUDA, ROCm and XPU GPUs only"},
+		{"a connector of the user's", Options{KVOffload: "16GiB", Device: "gpu", Engine: "vllm",
+			Extra: []string{"--kv-transfer-config", `{"kv_connector":"NixlConnector","kv_role":"kv_both"}`}},
+			"would replace that connector"},
+		{"a connector of the user's, underscores", Options{KVOffload: "16GiB", Device: "gpu", Engine: "vllm",
+			Extra: []string{`--kv_transfer_config={"kv_connector":"NixlConnector"}`}}, "would replace that connector"},
+		{"their connector without the tier is theirs", Options{KVOffload: "off", Device: "gpu", Engine: "vllm",
+			Extra: []string{"--kv-transfer-config", "{}"}}, ""},
+		{"not a size", Options{KVOffload: "big", Device: "gpu"}, `--kv-offload: "big" is not a size`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := checkKVOffload(tt.cfg)
+			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+				t.Errorf("checkKVOffload = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// fakeHostMemory makes hostMemory return mem for the test, recording
+// whether /dev/shm was asked for.
+func fakeHostMemory(t *testing.T, mem launch.HostMemory) *bool {
+	t.Helper()
+	asked := new(bool)
+	old := hostMemory
+	hostMemory = func(shm bool) (launch.HostMemory, error) {
+		*asked = shm
+		m := mem
+		if !shm {
+			m.ShmFree, m.ShmChecked = 0, false
+		}
+		return m, nil
+	}
+	t.Cleanup(func() { hostMemory = old })
+	return asked
+}
+
+func TestOffloadDevicesSizesEveryRank(t *testing.T) {
+	const G = 1 << 30
+	fakeHostMemory(t, launch.HostMemory{Available: 256 * G, ShmFree: 128 * G, ShmChecked: true})
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	for _, c := range []struct {
+		engine, setting string
+		dp              int
+		want            uint64
+	}{
+		{"vllm", "off", 4, 0},
+		{"vllm", "auto", 4, 28*G + 768<<20}, // /dev/shm caps: 0.9 x 128 GiB / 4, in whole 256 MiB
+		{"sim", "auto", 4, 48 * G},          // the simulator maps nothing: (256 - 64) / 4
+		{"vllm", "20GiB", 4, 20 * G},
+	} {
+		d := rankDevices{}
+		cfg := Options{Engine: c.engine, KVOffload: c.setting, DP: c.dp}
+		if err := offloadDevices(cfg, &d, log); err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		if d.offload != c.want {
+			t.Errorf("%s %s: per rank %.3f GiB, want %.3f", c.engine, c.setting, float64(d.offload)/G, float64(c.want)/G)
+		}
+	}
+	if !strings.Contains(logs.String(), "host KV tier") || !strings.Contains(logs.String(), "per_rank=") {
+		t.Errorf("no log line of the tier:\n%s", logs.String())
+	}
+	cfg := Options{Engine: "vllm", KVOffload: "64GiB", DP: 4}
+	if err := offloadDevices(cfg, &rankDevices{}, log); err == nil || !strings.Contains(err.Error(), "/dev/shm") {
+		t.Errorf("4 x 64 GiB into a 128 GiB /dev/shm: %v", err)
+	}
+}
+
+func TestEngineSpecsPassTheTierToEveryRank(t *testing.T) {
+	cfg := Options{Model: "m", ServedName: "m", DP: 3, TP: 2, Engine: "vllm", VLLMPath: "vllm", LogDir: t.TempDir()}
+	d := rankDevices{gpus: [][]string{{"GPU-a", "GPU-b"}, {"GPU-c", "GPU-d"}, {"GPU-e", "GPU-f"}}, seqs: 256, offload: 40 << 30}
+	specs, _, err := engineSpecs(cfg, d, launch.ToolsChoice{}, launch.ContextChoice{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range specs {
+		argv := strings.Join(s.Argv, " ")
+		if !strings.Contains(argv, "--tensor-parallel-size 2 --enable-prompt-tokens-details --kv-offloading-backend native --kv-offloading-size 40") {
+			t.Errorf("rank %d: %s", s.Rank, argv)
+		}
+	}
+}
+
+// TestServeRefusesKVOffloadOnCPUs runs the binary: the refusal comes before
+// any engine or vLLM lookup, with exit status 2 (a usage error).
+func TestServeRefusesKVOffloadOnCPUs(t *testing.T) {
+	for _, args := range [][]string{
+		{"--device", "cpu", "--kv-offload", "auto"},
+		{"--kv-offload", "off", "--", "--kv-offloading-size", "4"},
+	} {
+		argv := append([]string{"serve", "--model", "demo", "--vllm", "/nonexistent/vllm",
+			"--port", strconv.Itoa(simproc.FreePort(t)), "--log-dir", t.TempDir()}, args...)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		out, err := exec.CommandContext(ctx, simproc.Binary(t), argv...).CombinedOutput()
+		cancel()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+			t.Errorf("%q: want exit 2, got %v\n%s", args, err, out)
+		}
+		if !strings.Contains(string(out), "--kv-offload") {
+			t.Errorf("%q: the error does not name --kv-offload:\n%s", args, out)
+		}
+	}
+}
+
+// TestServeSimHostKVTier runs `warden serve --engine sim --kv-offload`: the
+// simulator's tier shows in the status and in the exit summary.
+func TestServeSimHostKVTier(t *testing.T) {
+	w := startServe(t, "--dp", "2", "--kv-offload", "2GiB")
+	st := w.status(t)
+	if !st.HasOffload() {
+		t.Fatalf("no replica shows a host KV tier: %+v\n%s", st.Replicas, w.stderr)
+	}
+	for _, r := range st.Replicas {
+		if r.OffloadBackend != "native" || r.OffloadBytes != 0 && r.OffloadBytes != 2<<30 {
+			t.Errorf("replica %d: backend %q, %d bytes; want native, 2 GiB (or unknown)", r.Rank, r.OffloadBackend, r.OffloadBytes)
+		}
+	}
+	w.stop(t)
+	for _, want := range []string{`per_rank="2.0 GiB"`, "host tier", "host KV tier (vLLM native KV offloading)"} {
+		if !strings.Contains(w.stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, w.stderr)
+		}
+	}
+}
