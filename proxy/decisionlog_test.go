@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/proxy/decision"
 	"github.com/lmwarden/warden/proxy/identity"
 	"github.com/lmwarden/warden/proxy/place"
 )
@@ -33,42 +34,10 @@ func sessionHash(key string) string {
 	return hex.EncodeToString(h[:6])
 }
 
-// line is d as DecisionLine, the reference appendJSON must match.
-func (d *decision) line() DecisionLine {
-	l := DecisionLine{Time: d.at.Format(time.RFC3339Nano), RequestID: d.requestID, Source: d.source,
-		Session: sessionHash(d.key), Subagent: d.subagent, Policy: d.policy, Route: d.route, Replica: d.replica,
-		WaitS: d.wait.Seconds(), Prompt: d.prompt, Cached: d.cached, Completion: d.completion,
-		TTFBS: -1, DurationS: d.duration.Seconds(), Status: d.status}
-	if d.ttfb >= 0 {
-		l.TTFBS = d.ttfb.Seconds()
-	}
-	return l
-}
-
-// TestDecisionLineEncoding: the hand-written encoder writes what
-// encoding/json writes for DecisionLine, byte for byte, whatever a client
-// puts in its request id.
-func TestDecisionLineEncoding(t *testing.T) {
-	ids := []string{"", "t-1", `quo"te`, `back\slash`, "tab\there", "ünïcode", "\xff\xfe bad utf-8", "<b>&amp;</b>", "\u2028", strings.Repeat("x", 128)}
-	for i, id := range ids {
-		d := testDecision(i)
-		d.requestID = id
-		d.at = time.Date(2030, 1, 2, 3, 4, 5, i*1000, time.FixedZone("x", 3600*i))
-		d.wait = []time.Duration{0, time.Nanosecond, 999 * time.Nanosecond, time.Microsecond, 1234567 * time.Microsecond, 100 * time.Hour}[i%6]
-		d.ttfb = []time.Duration{-1, 0, 7 * time.Nanosecond, 250 * time.Millisecond}[i%4]
-		d.key = []string{"", "k", "alice@example.com"}[i%3]
-		d.subagent = i%2 == 1
-		want, _ := json.Marshal(d.line())
-		if got := d.appendJSON(nil); !bytes.Equal(got, want) {
-			t.Errorf("id %q:\n got %s\nwant %s", id, got, want)
-		}
-	}
-}
-
 // readDecisions parses every line of the decision log files.
-func readDecisions(t *testing.T, paths ...string) []DecisionLine {
+func readDecisions(t *testing.T, paths ...string) []decision.Line {
 	t.Helper()
-	var out []DecisionLine
+	var out []decision.Line
 	for _, path := range paths {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -76,7 +45,7 @@ func readDecisions(t *testing.T, paths ...string) []DecisionLine {
 		}
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		for sc.Scan() {
-			var l DecisionLine
+			var l decision.Line
 			dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&l); err != nil {
@@ -88,9 +57,9 @@ func readDecisions(t *testing.T, paths ...string) []DecisionLine {
 	return out
 }
 
-func byRequestID(t *testing.T, lines []DecisionLine) map[string]DecisionLine {
+func byRequestID(t *testing.T, lines []decision.Line) map[string]decision.Line {
 	t.Helper()
-	m := map[string]DecisionLine{}
+	m := map[string]decision.Line{}
 	for _, l := range lines {
 		if _, dup := m[l.RequestID]; dup {
 			t.Errorf("request id %q logged twice", l.RequestID)
@@ -144,7 +113,7 @@ func TestDecisionLogLines(t *testing.T) {
 	if first.Route != string(place.ReasonNew) || second.Route != string(place.ReasonSticky) || first.Replica != second.Replica {
 		t.Errorf("turns: %+v then %+v, want new then sticky on the same replica", first, second)
 	}
-	for _, l := range []DecisionLine{first, second, none} {
+	for _, l := range []decision.Line{first, second, none} {
 		if l.Source != identity.SourcePromptCacheKey || l.Policy != place.PolicySticky || l.Status != 200 || l.Subagent ||
 			l.Prompt != 100 || l.Cached != 64 || l.Completion != 3 || l.WaitS != 0 {
 			t.Errorf("line %+v", l)
@@ -209,10 +178,10 @@ func TestDecisionLogRecordsWait(t *testing.T) {
 	}
 }
 
-func testDecision(i int) decision {
-	return decision{at: time.Unix(int64(i), 0), requestID: fmt.Sprintf("req-%d", i), source: identity.SourceClaudeHeader,
-		key: fmt.Sprintf("session-%d", i%50), policy: place.PolicyAdaptive, route: string(place.ReasonSticky), replica: i % 4,
-		prompt: 12_000, cached: 11_000, completion: 256, ttfb: 300 * time.Millisecond, duration: 4 * time.Second, status: 200}
+func testDecision(i int) decision.Record {
+	return decision.Record{At: time.Unix(int64(i), 0), RequestID: fmt.Sprintf("req-%d", i), Source: identity.SourceClaudeHeader,
+		Key: fmt.Sprintf("session-%d", i%50), Policy: place.PolicyAdaptive, Route: string(place.ReasonSticky), Replica: i % 4,
+		Prompt: 12_000, Cached: 11_000, Completion: 256, TTFB: 300 * time.Millisecond, Duration: 4 * time.Second, Status: 200}
 }
 
 // TestDecisionLogRotates: at the size limit the file is rotated into
@@ -468,10 +437,10 @@ func BenchmarkOverheadDecisionLog(b *testing.B) {
 
 // BenchmarkDecisionLogAdd is the request path's share of the decision log:
 // handing one decision to the writer (the buffer is emptied with the timer
-// stopped, so every add is taken); BenchmarkDecisionLogEncode is the
+// stopped, so every add is taken); proxy/decision's BenchmarkDecisionLogEncode is the
 // writer's work per line, off the request path.
 func BenchmarkDecisionLogAdd(b *testing.B) {
-	l := &decisionLog{ch: make(chan decision, decisionBuffer), log: slog.New(slog.DiscardHandler), clock: time.Now}
+	l := &decisionLog{ch: make(chan decision.Record, decisionBuffer), log: slog.New(slog.DiscardHandler), clock: time.Now}
 	d := testDecision(1)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
@@ -486,14 +455,5 @@ func BenchmarkDecisionLogAdd(b *testing.B) {
 	}
 	if n := l.dropped.Load(); n > 0 {
 		b.Fatalf("%d dropped", n)
-	}
-}
-
-func BenchmarkDecisionLogEncode(b *testing.B) {
-	d := testDecision(1)
-	var buf []byte
-	b.ReportAllocs()
-	for b.Loop() {
-		buf = d.appendJSON(buf[:0])
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/lmwarden/warden/proxy/compat"
+	"github.com/lmwarden/warden/proxy/decision"
 	"github.com/lmwarden/warden/proxy/identity"
 	"github.com/lmwarden/warden/proxy/place"
 	"github.com/lmwarden/warden/proxy/tap"
@@ -46,8 +47,8 @@ type request struct {
 func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 	req := &request{body: body, kind: tap.KindOf(r.URL.Path)}
 	if p.decisions != nil {
-		req.id = r.Header.Get(RequestIDHeader)
-		req.id = req.id[:min(len(req.id), maxRequestID)]
+		req.id = r.Header.Get(decision.RequestIDHeader)
+		req.id = req.id[:min(len(req.id), decision.MaxRequestID)]
 	}
 	f := identity.Scan(body) // one pass over the top-level keys
 	if req.kind != tap.None {
@@ -284,4 +285,20 @@ func (p *Proxy) account(at *attempt, req *request, pl placement, start time.Time
 func closedBeforeAnswer(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// logDecision books one accounted request in the decision log (account
+// calls it; nothing when the log is off).
+func (p *Proxy) logDecision(at *attempt, req *request, pl placement, start time.Time, prompt, cached, completion uint64) {
+	if p.decisions == nil {
+		return
+	}
+	now := p.clock()
+	d := decision.Record{At: now, RequestID: req.id, Source: req.key.Source, Key: req.key.Key, Subagent: req.key.Subagent,
+		Policy: pl.policy, Route: string(pl.d.Reason), Replica: at.rep.rank, Wait: pl.waited,
+		Prompt: prompt, Cached: cached, Completion: completion, TTFB: -1, Duration: now.Sub(start), Status: at.status}
+	if at.tap != nil && !at.tap.FirstByte().IsZero() {
+		d.TTFB = at.tap.FirstByte().Sub(start)
+	}
+	p.decisions.add(d)
 }
