@@ -162,7 +162,7 @@ func TestDecisionLogRecordsWait(t *testing.T) {
 	go send("a", "a", 120_000, doneA)
 	<-e.arrived
 	go send("b", "b", 80_000, doneB)
-	simproc.Poll(t, "b held at the proxy", func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.held == 1 })
+	simproc.Poll(t, "b held at the proxy", func() bool { return held(p) == 1 })
 	clk.add(2500 * time.Millisecond)
 	close(e.hold)
 	if a, b := <-doneA, <-doneB; a != 200 || b != 200 {

@@ -46,7 +46,7 @@ func (s *Session) Usage() (prompt, cached, completion uint64) {
 // after ttl and evicts the least recently used beyond max. Entries form an
 // intrusive doubly linked list in order of last use (head = most recent),
 // so that expiry and eviction pop from the tail without allocating. It is
-// not safe for concurrent use: the proxy guards it with its own mutex.
+// not safe for concurrent use: its Placer guards it.
 //
 // A session is active while it plausibly comes back soon: seen within the
 // active window, derived from the gaps observed between a session's

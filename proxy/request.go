@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -26,8 +27,116 @@ import (
 	"github.com/lmwarden/warden/proxy/tap"
 )
 
+// The request path, top down: read the body, identify (and adapt) the
+// request, place it or hold it (the Placer), forward it to the replica
+// with the answer streamed back through the usage tap, account for it and
+// log the decision. serveProxied is the straight line; the steps follow
+// in its order.
+
 // routeHeader names the placement reason on every proxied response.
 const routeHeader = "X-Warden-Route"
+
+// serveProxied places and forwards one /v1/* request, retrying on another
+// replica only when it provably never reached an engine.
+func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
+	start := p.clock()
+	// Read.
+	if msg := badContentType(r); msg != "" {
+		writeError(w, http.StatusUnsupportedMediaType, msg)
+		return
+	}
+	body, ok := p.readBody(w, r)
+	if !ok {
+		return
+	}
+	// Identify.
+	req := p.prepare(r, body)
+	if req.refuse != "" {
+		compat.WriteModelNotFound(w, r.URL.Path, req.refuse)
+		return
+	}
+	pin, pinned, err := identity.ParsePin(r.Header)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	// Place or hold, then forward (and account); again elsewhere while the
+	// request never reached an engine.
+	pr := place.Request{Key: req.key.Key, Subagent: req.key.Subagent && (req.key.Agent == "" || !p.cfg.SubagentsWithParent),
+		Pinned: pinned, Pin: pin, BodyBytes: len(req.body)}
+	for range p.replicaList() {
+		pl := p.placer.Place(r.Context(), pr)
+		if pl.Rank < 0 {
+			if pl.Reason == place.ReasonWait { // client went away while held
+				w.WriteHeader(499)
+				return
+			}
+			break
+		}
+		if !p.forward(w, r, req, &pl, start) {
+			return
+		}
+		pr.Skip = append(pr.Skip, pl.Rank)
+	}
+	msg := "no replica is available"
+	if pinned {
+		msg = fmt.Sprintf("replica %d (X-Warden-Replica) does not exist or is not available", pin)
+	}
+	writeError(w, http.StatusServiceUnavailable, msg)
+}
+
+// jsonOnly reports whether the path takes a JSON body (vLLM answers other
+// content types with 415 there).
+func jsonOnly(path string) bool {
+	return tap.KindOf(path) != tap.None || path == "/v1/messages/count_tokens" || path == "/v1/embeddings"
+}
+
+// badContentType returns a message when r posts a body with a content type
+// that is not JSON to an endpoint that only takes JSON; "" when fine. A
+// missing content type is let through.
+func badContentType(r *http.Request) string {
+	ct := r.Header.Get("Content-Type")
+	if r.Method != http.MethodPost || ct == "" || !jsonOnly(r.URL.Path) {
+		return ""
+	}
+	media, _, err := mime.ParseMediaType(ct)
+	if err == nil && (media == "application/json" || strings.HasSuffix(media, "+json")) {
+		return ""
+	}
+	return fmt.Sprintf("unsupported content type %q: %s takes application/json", ct, r.URL.Path)
+}
+
+// Bounds on reading what is left of an over-limit body before the 413.
+const (
+	drainMaxBytes = 64 << 20
+	drainMaxTime  = 10 * time.Second
+)
+
+// readBody reads the request body up to the limit, answering 413 itself
+// when it is over. Before the 413 it reads and drops the rest of the body
+// (up to drainMaxBytes, for drainMaxTime): a client that sends its whole
+// body before reading (no Expect: 100-continue, as Python's urllib and
+// httpx) would otherwise get a broken pipe instead of the answer.
+func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, true
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, p.cfg.MaxBodyBytes+1))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "reading request body: "+err.Error())
+		return nil, false
+	}
+	if int64(len(body)) > p.cfg.MaxBodyBytes {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(drainMaxTime))
+		if n, _ := io.CopyN(io.Discard, r.Body, drainMaxBytes); n == drainMaxBytes {
+			w.Header().Set("Connection", "close") // more is coming: this connection cannot be reused
+		}
+		writeError(w, http.StatusRequestEntityTooLarge,
+			fmt.Sprintf("request body exceeds the warden's limit of %d bytes (--max-body-bytes)", p.cfg.MaxBodyBytes))
+		return nil, false
+	}
+	return body, true
+}
 
 // request is a client request read and prepared for forwarding.
 type request struct {
@@ -99,10 +208,11 @@ type attempt struct {
 
 type attemptKey struct{}
 
-// forward sends the request to the placed replica. It reports true when the
-// request never reached the engine and may be retried elsewhere.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl placement, start time.Time) bool {
-	rep := pl.rep
+// forward sends the request to the placed replica and accounts for it. It
+// reports true when the request never reached the engine and may be
+// retried elsewhere.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl *placement, start time.Time) bool {
+	rep := pl.Replica
 	at := &attempt{rep: rep, req: req}
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
@@ -110,10 +220,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 	defer at.timer.Stop()
 	p.metrics.inFlight.Inc()
 	defer func() {
-		if !at.retry {
-			p.account(at, req, pl, start)
-		}
-		p.routeEnd(pl, at, start)
+		p.account(at, req, pl, start)
 		rep.inflight.Add(-1) // after accounting: in-flight 0 means counted
 		p.metrics.inFlight.Dec()
 	}()
@@ -129,7 +236,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 	out.GetBody = nil
 	h := w.Header()
 	h.Set(identity.PinHeader, strconv.Itoa(rep.rank))
-	h.Set(routeHeader, string(pl.d.Reason))
+	h.Set(routeHeader, string(pl.Reason))
 	rep.rp.ServeHTTP(w, out)
 	if at.retry {
 		h.Del(identity.PinHeader)
@@ -138,6 +245,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 	return at.retry
 }
 
+// reverseProxy is replica r's hop: the engine's URL, no client API key or
+// pin header, plain bytes for the tap, and the hooks below.
 func (p *Proxy) reverseProxy(r *replica, tr http.RoundTripper) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -230,9 +339,23 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, http.StatusBadGateway, "replica "+strconv.Itoa(at.rep.rank)+": "+err.Error())
 }
 
-// account counts a finished attempt: its route, stickiness, usage and time
-// to first byte.
-func (p *Proxy) account(at *attempt, req *request, pl placement, start time.Time) {
+// closedBeforeAnswer reports an error of a connection the engine closed or
+// reset before sending any response byte. net.ErrClosed is the same reset
+// seen from the request body's write: the transport's read side saw the
+// RST first and closed the connection under it.
+func closedBeforeAnswer(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// account counts a finished attempt (its route, stickiness, usage and time
+// to first byte), logs its decision, and tells the Placer the request
+// ended. An attempt that never reached its engine (a retry) only ends.
+func (p *Proxy) account(at *attempt, req *request, pl *placement, start time.Time) {
+	if at.retry {
+		p.placer.End(pl, false, place.Report{}, -1)
+		return
+	}
 	rep := at.rep
 	rank := strconv.Itoa(rep.rank)
 	if at.tap != nil && at.tap.Failed() != nil {
@@ -242,16 +365,19 @@ func (p *Proxy) account(at *attempt, req *request, pl placement, start time.Time
 	}
 	if at.status != 499 {
 		rep.health.Request(at.status >= 500, at.cause, p.clock(), p.cfg.FailCooldown, p.othersUp(rep))
-		rep.count(pl.d.Reason)
-		p.metrics.requests.WithLabelValues(rank, string(pl.d.Reason)).Inc()
+		countTurn(rep, pl.Reason)
+		p.metrics.requests.WithLabelValues(rank, string(pl.Reason)).Inc()
 	}
-	var u tap.Usage
+	var raw tap.Usage
+	ttfb := -1.0
 	if at.tap != nil {
-		u = at.tap.Usage()
-		if !at.tap.FirstByte().IsZero() {
-			p.metrics.ttfb.WithLabelValues(rank).Observe(at.tap.FirstByte().Sub(start).Seconds())
+		raw = at.tap.Usage()
+		if first := at.tap.FirstByte(); !first.IsZero() {
+			ttfb = first.Sub(start).Seconds()
+			p.metrics.ttfb.WithLabelValues(rank).Observe(ttfb)
 		}
 	}
+	u := raw
 	if u.Known {
 		u.Cached = min(u.Cached, u.Prompt)
 		rep.prompt.Add(u.Prompt)
@@ -262,41 +388,51 @@ func (p *Proxy) account(at *attempt, req *request, pl placement, start time.Time
 		p.metrics.completion.WithLabelValues(rank).Add(float64(u.Completion))
 		p.series.add(p.clock(), u)
 	}
-	p.logDecision(at, req, pl, start, u.Prompt, u.Cached, u.Completion)
-	p.log.Debug("routed", "replica", rep.rank, "route", pl.d.Reason, "session_source", req.key.Source,
+	p.logDecision(at, req, pl, start, u)
+	p.log.Debug("routed", "replica", rep.rank, "route", pl.Reason, "session_source", req.key.Source,
 		"status", at.status, "prompt_tokens", u.Prompt, "cached_tokens", u.Cached)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if pl.known && at.status != 499 {
-		p.knownTurns++
-		if pl.d.Reason == place.ReasonSticky {
-			p.homeTurns++
+	p.placer.End(pl, at.status != 499, place.Report(raw), ttfb)
+}
+
+// countTurn adds one served turn to the replica's counter of its reason.
+func countTurn(r *replica, reason place.Reason) {
+	r.requests.Add(1)
+	switch reason {
+	case place.ReasonNew:
+		r.newTurns.Add(1)
+	case place.ReasonSticky:
+		r.sticky.Add(1)
+	case place.ReasonSpill:
+		r.spilledIn.Add(1)
+	case place.ReasonPinned:
+		r.pinned.Add(1)
+	case place.ReasonFailover:
+		r.failover.Add(1)
+	case place.ReasonOff, place.ReasonHash:
+		r.balanced.Add(1)
+	}
+}
+
+// othersUp reports whether a replica other than r is in rotation.
+func (p *Proxy) othersUp(r *replica) bool {
+	for _, o := range p.replicaList() {
+		if o != r && o.healthy() {
+			return true
 		}
 	}
-	if s := p.sessions.Peek(req.key.Key); req.key.Key != "" && s != nil && u.Known {
-		p.sessions.AddUsage(s, u.Prompt, u.Cached, u.Completion)
-	}
+	return false
 }
 
-// closedBeforeAnswer reports an error of a connection the engine closed or
-// reset before sending any response byte. net.ErrClosed is the same reset
-// seen from the request body's write: the transport's read side saw the
-// RST first and closed the connection under it.
-func closedBeforeAnswer(err error) bool {
-	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
-}
-
-// logDecision books one accounted request in the decision log (account
-// calls it; nothing when the log is off).
-func (p *Proxy) logDecision(at *attempt, req *request, pl placement, start time.Time, prompt, cached, completion uint64) {
+// logDecision hands one accounted request to the decision log (nothing
+// when the log is off).
+func (p *Proxy) logDecision(at *attempt, req *request, pl *placement, start time.Time, u tap.Usage) {
 	if p.decisions == nil {
 		return
 	}
 	now := p.clock()
 	d := decision.Record{At: now, RequestID: req.id, Source: req.key.Source, Key: req.key.Key, Subagent: req.key.Subagent,
-		Policy: pl.policy, Route: string(pl.d.Reason), Replica: at.rep.rank, Wait: pl.waited,
-		Prompt: prompt, Cached: cached, Completion: completion, TTFB: -1, Duration: now.Sub(start), Status: at.status}
+		Policy: pl.Policy, Route: string(pl.Reason), Replica: at.rep.rank, Wait: pl.Waited,
+		Prompt: u.Prompt, Cached: u.Cached, Completion: u.Completion, TTFB: -1, Duration: now.Sub(start), Status: at.status}
 	if at.tap != nil && !at.tap.FirstByte().IsZero() {
 		d.TTFB = at.tap.FirstByte().Sub(start)
 	}
