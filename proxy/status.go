@@ -70,7 +70,7 @@ func (r *replica) status(active int) panel.Replica {
 	row := panel.Replica{
 		Rank: r.rank, GPUs: r.gpus, URL: r.target.String(), Port: r.port(), MaxNumSeqs: r.seqs(),
 		MaxModelLen: int(r.maxModelLen.Load()),
-		InFlight: int(r.inflight.Load()), Requests: r.requests.Load(), New: r.newTurns.Load(),
+		InFlight:    int(r.inflight.Load()), Requests: r.requests.Load(), New: r.newTurns.Load(),
 		Sticky: r.sticky.Load(), SpilledIn: r.spilledIn.Load(), Pinned: r.pinned.Load(),
 		Failover: r.failover.Load(), Balanced: r.balanced.Load(), Errors: r.errors.Load(),
 		ActiveSessions: active, PromptTokens: r.prompt.Load(), CachedTokens: r.cached.Load(),

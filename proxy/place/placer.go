@@ -67,6 +67,7 @@ type PlacerConfig struct {
 	MaxSessions      int           // bound of the session table and of Memory; <= 0: no table bound, Memory's default
 	BalancerInterval time.Duration // a decision refreshes the balancer view older than this unless TickBalancers runs; 0 = only on RefreshBalancers or the tick
 	Grace            float64       // Memory.Grace; 0 = its default, < 0 = none
+	ActiveWindow     time.Duration // a fixed active window for the table (Table.FixWindow); 0 = follow the gaps between turns
 	Clock            func() time.Time
 	Rand             Rand // tie breaks
 	// Override is an experiment's change to the policy's decision, called
@@ -86,6 +87,9 @@ func NewPlacer[R Replica](c PlacerConfig) *Placer[R] {
 	}
 	if c.Grace != 0 {
 		p.mem.Grace = max(c.Grace, 0)
+	}
+	if c.ActiveWindow > 0 {
+		p.sessions.FixWindow(c.ActiveWindow)
 	}
 	return p
 }

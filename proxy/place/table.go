@@ -64,6 +64,7 @@ type Table struct {
 	ctxN   int
 
 	window       time.Duration
+	fixed        bool // FixWindow: the window does not follow the gaps
 	oldestActive *Session
 	active       map[int]int // rank -> active sessions homed there
 	nActive      int
@@ -103,9 +104,17 @@ func (t *Table) clampWindow(w time.Duration) time.Duration {
 // ActiveWindow is how long after its last request a session counts as active.
 func (t *Table) ActiveWindow() time.Duration { return t.window }
 
+// FixWindow makes the active window w for good, whatever the gaps (the
+// replay's: there every conversation placed counts as active). Call it
+// before the first request.
+func (t *Table) FixWindow(w time.Duration) { t.window, t.fixed = w, true }
+
 // observeGap records the time between two requests of one session and,
 // every gapsPerRecompute gaps, sets the window to twice their p90.
 func (t *Table) observeGap(d time.Duration) {
+	if t.fixed {
+		return
+	}
 	t.gaps[t.nGaps%gapSamples] = d.Seconds()
 	t.nGaps++
 	if t.nGaps < gapsBeforeWindow || t.nGaps%gapsPerRecompute != 0 && t.nGaps != gapsBeforeWindow {
