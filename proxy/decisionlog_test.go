@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,15 +22,6 @@ import (
 	"github.com/lmwarden/warden/proxy/identity"
 	"github.com/lmwarden/warden/proxy/place"
 )
-
-// sessionHash is the first 12 hex digits of the key's SHA-256 ("" for no key).
-func sessionHash(key string) string {
-	if key == "" {
-		return ""
-	}
-	h := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(h[:6])
-}
 
 // readDecisions parses every line of the decision log files.
 func readDecisions(t *testing.T, paths ...string) []decision.Line {
@@ -122,7 +111,7 @@ func TestDecisionLogLines(t *testing.T) {
 			t.Errorf("%q: ttfb %v, duration %v", l.RequestID, l.TTFBS, l.DurationS)
 		}
 	}
-	if first.Session != sessionHash(secret) || second.Session != first.Session || len(first.Session) != 12 || none.Session == first.Session {
+	if first.Session != decision.Session(secret) || second.Session != first.Session || len(first.Session) != 12 || none.Session == first.Session {
 		t.Errorf("session hashes %q %q %q", first.Session, second.Session, none.Session)
 	}
 	if at, err := time.Parse(time.RFC3339Nano, first.Time); err != nil || !at.Equal(time.Date(2030, 1, 2, 3, 4, 5, 600, time.UTC)) {
@@ -133,7 +122,7 @@ func TestDecisionLogLines(t *testing.T) {
 	}
 	if !subagent.Subagent || subagent.Source != identity.SourceClaudeHeader || subagent.Route != string(place.ReasonNew) ||
 		subagent.Prompt != 200 || subagent.Cached != 160 || subagent.Completion != 7 ||
-		subagent.Session != sessionHash("cc-parent"+identity.AgentSeparator+"agent-7") {
+		subagent.Session != decision.Session("cc-parent"+identity.AgentSeparator+"agent-7") {
 		t.Errorf("subagent line %+v", subagent)
 	}
 }

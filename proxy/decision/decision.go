@@ -75,10 +75,7 @@ func (d *Record) AppendJSON(b []byte) []byte {
 	b = append(b, `,"session_source":`...)
 	b = appendJSONString(b, d.Source)
 	b = append(b, `,"session":"`...)
-	if d.Key != "" {
-		h := sha256.Sum256([]byte(d.Key))
-		b = hex.AppendEncode(b, h[:6])
-	}
+	b = appendSession(b, d.Key)
 	b = append(b, `","subagent":`...)
 	b = strconv.AppendBool(b, d.Subagent)
 	b = append(b, `,"policy":`...)
@@ -106,6 +103,18 @@ func (d *Record) AppendJSON(b []byte) []byte {
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(d.Status), 10)
 	return append(b, '}')
+}
+
+// Session is the line's session field for a placement key: the first 12
+// hex digits of its SHA-256, "" for no key.
+func Session(key string) string { return string(appendSession(nil, key)) }
+
+func appendSession(b []byte, key string) []byte {
+	if key == "" {
+		return b
+	}
+	h := sha256.Sum256([]byte(key))
+	return hex.AppendEncode(b, h[:6])
 }
 
 // appendJSONString appends s quoted: plain printable ASCII as it is, any

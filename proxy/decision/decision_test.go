@@ -11,7 +11,8 @@ import (
 	"time"
 )
 
-// sessionHash is the first 12 hex digits of the key's SHA-256 ("" for no key).
+// sessionHash is the first 12 hex digits of the key's SHA-256 ("" for no
+// key): Session's reference.
 func sessionHash(key string) string {
 	if key == "" {
 		return ""
@@ -30,6 +31,14 @@ func (d *Record) line() Line {
 		l.TTFBS = d.TTFB.Seconds()
 	}
 	return l
+}
+
+func TestSession(t *testing.T) {
+	for _, k := range []string{"", "k", "alice@example.com"} {
+		if got := Session(k); got != sessionHash(k) {
+			t.Errorf("Session(%q) = %q, want %q", k, got, sessionHash(k))
+		}
+	}
 }
 
 // testRecord is a typical line's record (the router's tests and benchmarks
