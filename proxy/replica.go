@@ -46,6 +46,7 @@ type replica struct {
 	rampUp       time.Duration // Config.RampUp
 	rp           *httputil.ReverseProxy
 	log          *slog.Logger
+	pinHeader    []string // identity.PinHeader's value on its responses: the rank
 
 	inflight                                                                  atomic.Int64 // raised in the Placer's decision (Sent), lowered when the request has been accounted
 	requests, newTurns, sticky, spilledIn, pinned, failover, balanced, errors atomic.Uint64
@@ -64,7 +65,7 @@ func newReplica(b Backend, cfg *Config) (*replica, error) {
 		return nil, fmt.Errorf("replica %d: bad URL %q: want http://host:port", b.Rank, b.URL)
 	}
 	r := &replica{rank: b.Rank, target: u, gpus: b.GPUs, fallbackSeqs: b.FallbackMaxNumSeqs,
-		fresh: staleAfter * cfg.ScrapeInterval, rampUp: cfg.RampUp}
+		fresh: staleAfter * cfg.ScrapeInterval, rampUp: cfg.RampUp, pinHeader: []string{strconv.Itoa(b.Rank)}}
 	log := cfg.Logger
 	r.log = log.With("replica", b.Rank)
 	r.health = engine.NewHealth(b.Probe, r.log) // a probed server: out until it answers

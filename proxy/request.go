@@ -14,11 +14,10 @@ import (
 	"net/http/httputil"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/tidwall/sjson"
 
 	"github.com/lmwarden/warden/proxy/compat"
 	"github.com/lmwarden/warden/proxy/decision"
@@ -35,6 +34,23 @@ import (
 
 // routeHeader names the placement reason on every proxied response.
 const routeHeader = "X-Warden-Route"
+
+// routeValues are routeHeader's values, one shared slice per reason.
+var routeValues = func() map[place.Reason][]string {
+	m := map[place.Reason][]string{}
+	for _, r := range []place.Reason{place.ReasonNew, place.ReasonSticky, place.ReasonSpill, place.ReasonPinned,
+		place.ReasonFailover, place.ReasonOff, place.ReasonHash, place.ReasonMove} {
+		m[r] = []string{string(r)}
+	}
+	return m
+}()
+
+func routeValue(r place.Reason) []string {
+	if v, ok := routeValues[r]; ok {
+		return v
+	}
+	return []string{string(r)}
+}
 
 // serveProxied places and forwards one /v1/* request, retrying on another
 // replica only when it provably never reached an engine.
@@ -96,8 +112,8 @@ func jsonOnly(path string) bool {
 // missing content type is let through.
 func badContentType(r *http.Request) string {
 	ct := r.Header.Get("Content-Type")
-	if r.Method != http.MethodPost || ct == "" || !jsonOnly(r.URL.Path) {
-		return ""
+	if r.Method != http.MethodPost || ct == "" || ct == "application/json" || !jsonOnly(r.URL.Path) {
+		return "" // (the common type itself needs no parse)
 	}
 	media, _, err := mime.ParseMediaType(ct)
 	if err == nil && (media == "application/json" || strings.HasSuffix(media, "+json")) {
@@ -182,7 +198,7 @@ func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 		req.body = compat.StripBilling(req.body, f.System)
 	}
 	if req.stream && req.kind == tap.OpenAI && !f.StreamOptions.Get("include_usage").Bool() {
-		if b, err := sjson.SetBytes(req.body, "stream_options.include_usage", true); err == nil {
+		if b, ok := compat.IncludeUsage(req.body, f.StreamOptions); ok {
 			req.body, req.strip = b, true
 		}
 	}
@@ -204,7 +220,14 @@ type attempt struct {
 	tap    *tap.Tap
 	timer  *time.Timer // the response-header timeout; stopped when headers arrive
 	cause  string      // why the attempt failed, for the failure streak
+	body   bodyReader  // the body sent (in the attempt: no allocation of its own)
+	trace  httptrace.ClientTrace
 }
+
+// bodyReader is the request body of one attempt.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
 
 type attemptKey struct{}
 
@@ -224,19 +247,19 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 		rep.inflight.Add(-1) // after accounting: in-flight 0 means counted
 		p.metrics.inFlight.Dec()
 	}()
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotConn: func(c httptrace.GotConnInfo) { at.reused.Store(c.Reused) },
-	})
+	at.trace.GotConn = func(c httptrace.GotConnInfo) { at.reused.Store(c.Reused) }
+	ctx = httptrace.WithClientTrace(ctx, &at.trace)
 	// A shallow copy: the ReverseProxy clones it, header included, for the
 	// engine, and Rewrite edits that clone, so r stays as the client sent
 	// it for a retry.
 	out := r.WithContext(compat.WithRequest(context.WithValue(ctx, attemptKey{}, at), req.body, req.kind))
-	out.Body = io.NopCloser(bytes.NewReader(req.body))
+	at.body.Reset(req.body)
+	out.Body = &at.body
 	out.ContentLength = int64(len(req.body))
 	out.GetBody = nil
 	h := w.Header()
-	h.Set(identity.PinHeader, strconv.Itoa(rep.rank))
-	h.Set(routeHeader, string(pl.Reason))
+	h[identity.PinHeader] = rep.pinHeader // shared, never changed: Set would allocate per request
+	h[routeHeader] = routeValue(pl.Reason)
 	rep.rp.ServeHTTP(w, out)
 	if at.retry {
 		h.Del(identity.PinHeader)
@@ -262,9 +285,26 @@ func (p *Proxy) reverseProxy(r *replica, tr http.RoundTripper) *httputil.Reverse
 		},
 		Transport:      tr,
 		FlushInterval:  -1,
+		BufferPool:     copyBuffers,
 		ErrorLog:       slog.NewLogLogger(r.log.Handler(), slog.LevelWarn),
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.proxyError,
+	}
+}
+
+// copyBuffers are the reverse proxies' response copy buffers (32 KiB, as
+// httputil allocates per response without a pool).
+var copyBuffers = &bufferPool{sync.Pool{New: func() any { return new([copyBuffer]byte) }}}
+
+const copyBuffer = 32 << 10
+
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte { return b.p.Get().(*[copyBuffer]byte)[:] }
+
+func (b *bufferPool) Put(x []byte) {
+	if len(x) == copyBuffer {
+		b.p.Put((*[copyBuffer]byte)(x))
 	}
 }
 
@@ -389,8 +429,10 @@ func (p *Proxy) account(at *attempt, req *request, pl *placement, start time.Tim
 		p.series.add(p.clock(), u)
 	}
 	p.logDecision(at, req, pl, start, u)
-	p.log.Debug("routed", "replica", rep.rank, "route", pl.Reason, "session_source", req.key.Source,
-		"status", at.status, "prompt_tokens", u.Prompt, "cached_tokens", u.Cached)
+	if p.log.Enabled(context.Background(), slog.LevelDebug) { // the arguments would allocate when it is off
+		p.log.Debug("routed", "replica", rep.rank, "route", pl.Reason, "session_source", req.key.Source,
+			"status", at.status, "prompt_tokens", u.Prompt, "cached_tokens", u.Cached)
+	}
 	p.placer.End(pl, at.status != 499, place.Report(raw), ttfb)
 }
 

@@ -72,6 +72,7 @@ type Table struct {
 	nSubActive   int
 	subSeen      uint64
 	gaps         [gapSamples]float64 // recent gaps between a session's requests, seconds (a ring)
+	sorted       []float64           // observeGap's scratch
 	nGaps        int
 }
 
@@ -120,7 +121,8 @@ func (t *Table) observeGap(d time.Duration) {
 	if t.nGaps < gapsBeforeWindow || t.nGaps%gapsPerRecompute != 0 && t.nGaps != gapsBeforeWindow {
 		return
 	}
-	g := slices.Clone(t.gaps[:min(t.nGaps, gapSamples)])
+	g := append(t.sorted[:0], t.gaps[:min(t.nGaps, gapSamples)]...) // reused: no allocation per recompute
+	t.sorted = g
 	slices.Sort(g)
 	p90 := g[len(g)*9/10]
 	t.window = t.clampWindow(time.Duration(2 * p90 * float64(time.Second)))

@@ -115,8 +115,17 @@ func New(rc io.ReadCloser, kind Kind, o Options) *Tap {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Tap{rc: rc, kind: kind, stream: o.Stream, strip: o.Strip && o.Stream, now: o.Now, alive: o.Alive, fail: o.Fail}
+	t := &Tap{rc: rc, kind: kind, stream: o.Stream, strip: o.Strip && o.Stream, now: o.Now, alive: o.Alive, fail: o.Fail}
+	if t.strip { // the line, the event and the bytes ready: one allocation that holds typical events
+		slab := make([]byte, 3*stripSlab)
+		t.buf, t.event, t.out = slab[:0:stripSlab], slab[stripSlab:stripSlab:2*stripSlab], slab[2*stripSlab:2*stripSlab]
+	}
+	return t
 }
+
+// stripSlab is the room strip mode starts with for each of a line, an event
+// and the bytes ready for the client (they grow past it as needed).
+const stripSlab = 512
 
 // Usage is what the answer reported so far (all of it once read to EOF).
 func (t *Tap) Usage() Usage { return t.usage }
@@ -260,6 +269,9 @@ func (t *Tap) line(l []byte) bool {
 // message_delta carries the final output_tokens). It reports whether d had
 // a usage object.
 func (t *Tap) parseJSON(d []byte) bool {
+	if !mayHaveUsage(d) {
+		return false // most stream events: no parse at all
+	}
 	var u gjson.Result
 	for _, path := range []string{"usage", "message.usage", "response.usage"} {
 		if u = gjson.GetBytes(d, path); u.IsObject() {
@@ -294,6 +306,13 @@ func (t *Tap) parseJSON(d []byte) bool {
 	return true
 }
 
+// mayHaveUsage reports whether d can hold a "usage" key: it spells the
+// word, or has a \u escape that could spell it in a key. False means no
+// path of parseJSON can match.
+func mayHaveUsage(d []byte) bool {
+	return bytes.Contains(d, []byte("usage")) || bytes.Contains(d, []byte(`\u`))
+}
+
 func set(dst *uint64, v gjson.Result) {
 	if v.Exists() {
 		*dst = v.Uint()
@@ -318,7 +337,7 @@ func (t *Tap) readStripped(p []byte) (int, error) {
 		}
 	}
 	n := copy(p, t.out)
-	t.out = t.out[n:]
+	t.out = t.out[:copy(t.out, t.out[n:])] // what p had no room for moves to the front: the buffer is reused
 	if len(t.out) == 0 && t.eof != nil {
 		return n, t.eof
 	}
