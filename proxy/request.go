@@ -77,10 +77,11 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Place or hold, then forward (and account); again elsewhere while the
-	// request never reached an engine.
+	// request never reached an engine. Each try skips the replicas tried
+	// before (they are unavailable to the policies), so the tries end.
 	pr := place.Request{Key: req.key.Key, Subagent: req.key.Subagent && (req.key.Agent == "" || !p.cfg.SubagentsWithParent),
 		Pinned: pinned, Pin: pin, BodyBytes: len(req.body)}
-	for range p.replicaList() {
+	for {
 		pl := p.placer.Place(r.Context(), pr)
 		if pl.Rank < 0 {
 			if pl.Reason == place.ReasonWait { // client went away while held
@@ -457,7 +458,7 @@ func countTurn(r *replica, reason place.Reason) {
 
 // othersUp reports whether a replica other than r is in rotation.
 func (p *Proxy) othersUp(r *replica) bool {
-	for _, o := range p.replicaList() {
+	for _, o := range p.set.Load().list {
 		if o != r && o.healthy() {
 			return true
 		}
