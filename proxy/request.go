@@ -32,26 +32,6 @@ import (
 // log the decision. serveProxied is the straight line; the steps follow
 // in its order.
 
-// routeHeader names the placement reason on every proxied response.
-const routeHeader = "X-Warden-Route"
-
-// routeValues are routeHeader's values, one shared slice per reason.
-var routeValues = func() map[place.Reason][]string {
-	m := map[place.Reason][]string{}
-	for _, r := range []place.Reason{place.ReasonNew, place.ReasonSticky, place.ReasonSpill, place.ReasonPinned,
-		place.ReasonFailover, place.ReasonOff, place.ReasonHash, place.ReasonMove} {
-		m[r] = []string{string(r)}
-	}
-	return m
-}()
-
-func routeValue(r place.Reason) []string {
-	if v, ok := routeValues[r]; ok {
-		return v
-	}
-	return []string{string(r)}
-}
-
 // serveProxied places and forwards one /v1/* request, retrying on another
 // replica only when it provably never reached an engine.
 func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
@@ -102,12 +82,6 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 	writeError(w, http.StatusServiceUnavailable, msg)
 }
 
-// jsonOnly reports whether the path takes a JSON body (vLLM answers other
-// content types with 415 there).
-func jsonOnly(path string) bool {
-	return tap.KindOf(path) != tap.None || path == "/v1/messages/count_tokens" || path == "/v1/embeddings"
-}
-
 // badContentType returns a message when r posts a body with a content type
 // that is not JSON to an endpoint that only takes JSON; "" when fine. A
 // missing content type is let through.
@@ -121,6 +95,12 @@ func badContentType(r *http.Request) string {
 		return ""
 	}
 	return fmt.Sprintf("unsupported content type %q: %s takes application/json", ct, r.URL.Path)
+}
+
+// jsonOnly reports whether the path takes a JSON body (vLLM answers other
+// content types with 415 there).
+func jsonOnly(path string) bool {
+	return tap.KindOf(path) != tap.None || path == "/v1/messages/count_tokens" || path == "/v1/embeddings"
 }
 
 // Bounds on reading what is left of an over-limit body before the 413.
@@ -231,6 +211,26 @@ type bodyReader struct{ bytes.Reader }
 func (*bodyReader) Close() error { return nil }
 
 type attemptKey struct{}
+
+// routeHeader names the placement reason on every proxied response.
+const routeHeader = "X-Warden-Route"
+
+// routeValues are routeHeader's values, one shared slice per reason.
+var routeValues = func() map[place.Reason][]string {
+	m := map[place.Reason][]string{}
+	for _, r := range []place.Reason{place.ReasonNew, place.ReasonSticky, place.ReasonSpill, place.ReasonPinned,
+		place.ReasonFailover, place.ReasonOff, place.ReasonHash, place.ReasonMove} {
+		m[r] = []string{string(r)}
+	}
+	return m
+}()
+
+func routeValue(r place.Reason) []string {
+	if v, ok := routeValues[r]; ok {
+		return v
+	}
+	return []string{string(r)}
+}
 
 // forward sends the request to the placed replica and accounts for it. It
 // reports true when the request never reached the engine and may be

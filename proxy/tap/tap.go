@@ -273,8 +273,11 @@ func (t *Tap) parseJSON(d []byte) bool {
 		return false // most stream events: no parse at all
 	}
 	var u gjson.Result
-	for _, path := range []string{"usage", "message.usage", "response.usage"} {
-		if u = gjson.GetBytes(d, path); u.IsObject() {
+	for _, path := range usagePaths {
+		if !mayHold(d, path.first) {
+			continue // the path's first key is not in d: no scan for it
+		}
+		if u = gjson.GetBytes(d, path.path); u.IsObject() {
 			break
 		}
 	}
@@ -282,6 +285,12 @@ func (t *Tap) parseJSON(d []byte) bool {
 		return false
 	}
 	t.usage.Known = true
+	t.parseUsage(u)
+	return true
+}
+
+// parseUsage reads a usage object in the tap's API's shape.
+func (t *Tap) parseUsage(u gjson.Result) {
 	switch t.kind {
 	case OpenAI:
 		set(&t.usage.Prompt, u.Get("prompt_tokens"))
@@ -303,14 +312,24 @@ func (t *Tap) parseJSON(d []byte) bool {
 			t.usage.Completion = a.Output
 		}
 	}
-	return true
 }
 
-// mayHaveUsage reports whether d can hold a "usage" key: it spells the
-// word, or has a \u escape that could spell it in a key. False means no
-// path of parseJSON can match.
-func mayHaveUsage(d []byte) bool {
-	return bytes.Contains(d, []byte("usage")) || bytes.Contains(d, []byte(`\u`))
+// usagePaths are where the APIs put usage, in the order they are tried:
+// OpenAI's and Anthropic's message_delta at the top, Anthropic's
+// message_start in its message, Responses' response.completed in its
+// response; first is the path's first key.
+var usagePaths = []struct{ path, first string }{
+	{"usage", "usage"}, {"message.usage", "message"}, {"response.usage", "response"},
+}
+
+// mayHaveUsage reports whether d can hold a "usage" key (mayHold).
+func mayHaveUsage(d []byte) bool { return mayHold(d, "usage") }
+
+// mayHold reports whether d can hold the key: it spells it, or has a \u
+// escape that could spell it. False means no gjson path through that key
+// can match, so the lookup is skipped.
+func mayHold(d []byte, key string) bool {
+	return bytes.Contains(d, []byte(key)) || bytes.Contains(d, []byte(`\u`))
 }
 
 func set(dst *uint64, v gjson.Result) {
