@@ -16,7 +16,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/report"
-	"github.com/lmwarden/warden/proxy"
+	"github.com/lmwarden/warden/proxy/decision"
 )
 
 // Joining the warden's decision log (warden serve/route --decision-log)
@@ -26,7 +26,7 @@ import (
 // same order, with the warden's side of each turn.
 
 // RequestIDHeader carries each turn's request id (requestID).
-const RequestIDHeader = proxy.RequestIDHeader
+const RequestIDHeader = decision.RequestIDHeader
 
 // FileTurnDecisions is the joined table's name in the results folder.
 const FileTurnDecisions = "turns-decisions.csv"
@@ -58,12 +58,12 @@ func decisionFiles(path string) ([]string, error) {
 
 // readDecisions returns the log lines of the wanted request ids (a later
 // line of one id wins).
-func readDecisions(path string, want map[string]bool) (map[string]proxy.DecisionLine, error) {
+func readDecisions(path string, want map[string]bool) (map[string]decision.Line, error) {
 	files, err := decisionFiles(path)
 	if err != nil {
 		return nil, err
 	}
-	got := map[string]proxy.DecisionLine{}
+	got := map[string]decision.Line{}
 	for _, name := range files {
 		if err := readDecisionFile(name, want, got); err != nil {
 			return nil, err
@@ -72,7 +72,7 @@ func readDecisions(path string, want map[string]bool) (map[string]proxy.Decision
 	return got, nil
 }
 
-func readDecisionFile(name string, want map[string]bool, got map[string]proxy.DecisionLine) error {
+func readDecisionFile(name string, want map[string]bool, got map[string]decision.Line) error {
 	f, err := os.Open(name)
 	if err != nil {
 		if os.IsNotExist(err) {
@@ -89,7 +89,7 @@ func readDecisionFile(name string, want map[string]bool, got map[string]proxy.De
 		if !want[id] {
 			continue // another client's, or another run's
 		}
-		var d proxy.DecisionLine
+		var d decision.Line
 		if err := json.Unmarshal(line, &d); err != nil {
 			continue // a line cut by a crash
 		}
@@ -112,7 +112,7 @@ func JoinDecisions(dir, path string, res *Results, wait time.Duration) (matched 
 		want[t.RequestID()] = true
 	}
 	deadline := time.Now().Add(wait)
-	var got map[string]proxy.DecisionLine
+	var got map[string]decision.Line
 	for {
 		if got, err = readDecisions(path, want); err != nil {
 			return 0, fmt.Errorf("--decision-log: %w", err)
@@ -147,7 +147,7 @@ func fsec(s float64) string { return report.Float(math.Round(s*1e6) / 1e6) }
 // warden's times are converted to simulated seconds (x --time-scale), as
 // every time in turns.csv; logged is false when the turn has no line (it
 // never reached the warden, or the log dropped it).
-func writeTurnDecisions(w io.Writer, res *Results, got map[string]proxy.DecisionLine) (int, error) {
+func writeTurnDecisions(w io.Writer, res *Results, got map[string]decision.Line) (int, error) {
 	scale := res.Config.TimeScale
 	if scale <= 0 {
 		scale = 1

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/proxy"
+	"github.com/lmwarden/warden/proxy/decision"
 	"github.com/lmwarden/warden/proxy/place"
 )
 
@@ -151,7 +152,7 @@ func TestJoinDecisionsReadsRotatedFiles(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "d.jsonl")
 	line := func(id string, replica int, wait float64) string {
-		b, _ := json.Marshal(proxy.DecisionLine{RequestID: id, Policy: "adaptive", Route: "new", Replica: replica,
+		b, _ := json.Marshal(decision.Line{RequestID: id, Policy: "adaptive", Route: "new", Replica: replica,
 			WaitS: wait, TTFBS: 0.25, DurationS: 2, Status: 200, Source: "claude-code-header"})
 		return string(b) + "\n"
 	}

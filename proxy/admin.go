@@ -155,9 +155,7 @@ func (p *Proxy) isAdmin(r *http.Request) bool {
 }
 
 func (p *Proxy) servePolicy(w http.ResponseWriter, _ *http.Request) {
-	p.mu.Lock()
-	pol := p.policy
-	p.mu.Unlock()
+	pol := p.placer.Config().Policy
 	writeJSON(w, http.StatusOK, map[string]any{"policy": pol, "policies": place.Policies(),
 		"spill_threshold": p.cfg.SpillThreshold, "spill_threshold_auto": p.cfg.SpillThreshold == 0,
 		"admit_wait_s": p.cfg.AdmitWait.Seconds(), "admit_wait_auto": p.cfg.AdmitWait == 0,
@@ -170,9 +168,7 @@ func (p *Proxy) SetPolicy(name string) (previous string, err error) {
 	if err := place.ValidPolicy(name); err != nil {
 		return "", err
 	}
-	p.mu.Lock()
-	previous, p.policy = p.policy, name
-	p.mu.Unlock()
+	previous = p.placer.SetPolicy(name)
 	if previous != name {
 		p.log.Info("policy switched", "policy", name, "previous", previous)
 	}

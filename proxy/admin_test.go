@@ -133,9 +133,7 @@ func TestMetricsAreLintCleanAndCount(t *testing.T) {
 func TestAdaptiveKnobs(t *testing.T) {
 	e := newFakeEngine(t)
 	p, front := testProxy(t, Config{AdmitWait: -time.Second, MoveCooldown: 5, KVFill: 0.8}, e)
-	p.mu.Lock()
-	pc := p.placeConfig()
-	p.mu.Unlock()
+	pc := p.placer.Config()
 	if pc.AdmitWait >= 0 || pc.MoveCooldown != 5 || pc.Fill != 0.8 || pc.Policy != place.PolicyAdaptive {
 		t.Errorf("placeConfig = %+v, want never-wait, cooldown 5, fill 0.8, adaptive", pc)
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/simproc"
-	"github.com/lmwarden/warden/proxy/identity"
 	"github.com/lmwarden/warden/proxy/place"
 )
 
@@ -33,22 +32,23 @@ func TestOffSeesTheLoadOfTheLastTick(t *testing.T) {
 				bs = append(bs, Backend{Rank: i, URL: fmt.Sprintf("http://127.0.0.1:%d", 9000+i), MaxNumSeqs: 32})
 			}
 			p, _ := testProxyBackends(t, Config{Policy: place.PolicyOff, Clock: clk.now, BalancerInterval: 100 * time.Millisecond}, bs)
-			p.mu.Lock()
-			p.ticking = tc.ticking
-			p.mu.Unlock()
-
-			first := p.place(identity.SessionKey{Key: "a"}, false, 0, nil, 0, 0)
-			if first.d.Rank != 0 {
-				t.Fatalf("first turn on an idle pair went to %d, want 0 (ties to the lowest rank)", first.d.Rank)
+			if tc.ticking { // Run's tick, which never fires on its own here: the test ticks
+				ctx, cancel := context.WithCancel(context.Background())
+				t.Cleanup(cancel)
+				go p.placer.TickBalancers(ctx, time.Hour)
+				simproc.Poll(t, "the tick to start", func() bool { return p.placer.Counts(clk.now(), nil).Ticking })
 			}
-			p.mu.Lock() // a tick while the first turn runs
-			p.refreshBalancers(clk.now())
-			p.mu.Unlock()
-			first.rep.inflight.Add(-1) // the turn ends
-			clk.add(time.Second)       // long past the interval, but no tick since
-			second := p.place(identity.SessionKey{Key: "a"}, false, 0, nil, 0, 0)
-			if second.d.Rank != tc.want {
-				t.Errorf("second turn went to replica %d, want %d", second.d.Rank, tc.want)
+
+			first := p.placer.Decide(place.Request{Key: "a"})
+			if first.Rank != 0 {
+				t.Fatalf("first turn on an idle pair went to %d, want 0 (ties to the lowest rank)", first.Rank)
+			}
+			p.placer.RefreshBalancers()    // a tick while the first turn runs
+			first.Replica.inflight.Add(-1) // the turn ends
+			clk.add(time.Second)           // long past the interval, but no tick since
+			second := p.placer.Decide(place.Request{Key: "a"})
+			if second.Rank != tc.want {
+				t.Errorf("second turn went to replica %d, want %d", second.Rank, tc.want)
 			}
 		})
 	}
@@ -63,15 +63,10 @@ func TestRunTicksTheBalancer(t *testing.T) {
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()
 	simproc.Poll(t, "Run to tick the balancer", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.ticking && !p.lastRefresh.IsZero()
+		c := p.placer.Counts(p.clock(), nil)
+		return c.Ticking && !c.LastRefresh.IsZero()
 	})
 	cancel()
 	<-done
-	simproc.Poll(t, "the tick to stop", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return !p.ticking
-	})
+	simproc.Poll(t, "the tick to stop", func() bool { return !p.placer.Counts(p.clock(), nil).Ticking })
 }

@@ -111,24 +111,25 @@ func BenchmarkPick(b *testing.B) {
 }
 
 // BenchmarkPlace is the whole critical section at 8 replicas (snapshot,
-// session lookup in a 10k table, decision, in-flight increment).
+// session lookup in a 10k table, decision, in-flight increment) and the
+// end of the request (the Placer's Decide and End).
 func BenchmarkPlace(b *testing.B) {
 	var bs []Backend
 	for i := range 8 {
 		bs = append(bs, Backend{Rank: i, URL: fmt.Sprintf("http://127.0.0.1:%d", 9000+i), MaxNumSeqs: 256})
 	}
-	keys := make([]identity.SessionKey, 10_000)
+	keys := make([]place.Request, 10_000)
 	for i := range keys {
-		keys[i] = identity.SessionKey{Key: fmt.Sprintf("session-%d", i), Source: identity.SourceClaudeHeader}
+		keys[i] = place.Request{Key: fmt.Sprintf("session-%d", i)}
 	}
 	for _, pol := range []string{place.PolicyAdaptive, place.PolicySticky} {
 		b.Run(pol, func(b *testing.B) {
 			p, _ := testProxyBackends(b, Config{Policy: pol}, bs)
 			i := 0
 			for b.Loop() {
-				pl := p.place(keys[i%len(keys)], false, 0, nil, 0, 0)
-				p.routeEnd(pl, nil, time.Now()) // the request ends, as forward's accounting does
-				pl.rep.inflight.Add(-1)
+				pl := p.placer.Decide(keys[i%len(keys)])
+				p.placer.End(&pl, false, place.Report{}, -1) // the request ends, as forward's accounting does
+				pl.Replica.inflight.Add(-1)
 				i++
 			}
 		})

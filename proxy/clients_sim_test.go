@@ -28,6 +28,14 @@ func claudeHeaders(session string) []string {
 	}
 }
 
+// Claude Code's tool list shape and an Anthropic server tool (as the compat
+// tests' fixture has them).
+const (
+	bashTool      = `{"name":"Bash","description":"Run a command","input_schema":{"type":"object","properties":{"command":{"type":"string"}}},"cache_control":{"type":"ephemeral"}}`
+	readTool      = `{"name":"Read","description":"Read a file","input_schema":{"type":"object","properties":{"path":{"type":"string"}}},"defer_loading":false}`
+	webSearchTool = `{"type":"web_search_20250305","name":"web_search","max_uses":5}`
+)
+
 // claudeCodeTurn1 is Claude Code's main-loop body (docs/clients.md): its own
 // model name, billing block, the static system prompt, a mid-conversation
 // system message, tools (one an Anthropic server tool), metadata.user_id as

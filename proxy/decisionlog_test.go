@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,55 +18,15 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/proxy/decision"
 	"github.com/lmwarden/warden/proxy/identity"
 	"github.com/lmwarden/warden/proxy/place"
 )
 
-// sessionHash is the first 12 hex digits of the key's SHA-256 ("" for no key).
-func sessionHash(key string) string {
-	if key == "" {
-		return ""
-	}
-	h := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(h[:6])
-}
-
-// line is d as DecisionLine, the reference appendJSON must match.
-func (d *decision) line() DecisionLine {
-	l := DecisionLine{Time: d.at.Format(time.RFC3339Nano), RequestID: d.requestID, Source: d.source,
-		Session: sessionHash(d.key), Subagent: d.subagent, Policy: d.policy, Route: d.route, Replica: d.replica,
-		WaitS: d.wait.Seconds(), Prompt: d.prompt, Cached: d.cached, Completion: d.completion,
-		TTFBS: -1, DurationS: d.duration.Seconds(), Status: d.status}
-	if d.ttfb >= 0 {
-		l.TTFBS = d.ttfb.Seconds()
-	}
-	return l
-}
-
-// TestDecisionLineEncoding: the hand-written encoder writes what
-// encoding/json writes for DecisionLine, byte for byte, whatever a client
-// puts in its request id.
-func TestDecisionLineEncoding(t *testing.T) {
-	ids := []string{"", "t-1", `quo"te`, `back\slash`, "tab\there", "ünïcode", "\xff\xfe bad utf-8", "<b>&amp;</b>", "\u2028", strings.Repeat("x", 128)}
-	for i, id := range ids {
-		d := testDecision(i)
-		d.requestID = id
-		d.at = time.Date(2030, 1, 2, 3, 4, 5, i*1000, time.FixedZone("x", 3600*i))
-		d.wait = []time.Duration{0, time.Nanosecond, 999 * time.Nanosecond, time.Microsecond, 1234567 * time.Microsecond, 100 * time.Hour}[i%6]
-		d.ttfb = []time.Duration{-1, 0, 7 * time.Nanosecond, 250 * time.Millisecond}[i%4]
-		d.key = []string{"", "k", "alice@example.com"}[i%3]
-		d.subagent = i%2 == 1
-		want, _ := json.Marshal(d.line())
-		if got := d.appendJSON(nil); !bytes.Equal(got, want) {
-			t.Errorf("id %q:\n got %s\nwant %s", id, got, want)
-		}
-	}
-}
-
 // readDecisions parses every line of the decision log files.
-func readDecisions(t *testing.T, paths ...string) []DecisionLine {
+func readDecisions(t *testing.T, paths ...string) []decision.Line {
 	t.Helper()
-	var out []DecisionLine
+	var out []decision.Line
 	for _, path := range paths {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -76,7 +34,7 @@ func readDecisions(t *testing.T, paths ...string) []DecisionLine {
 		}
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		for sc.Scan() {
-			var l DecisionLine
+			var l decision.Line
 			dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&l); err != nil {
@@ -88,9 +46,9 @@ func readDecisions(t *testing.T, paths ...string) []DecisionLine {
 	return out
 }
 
-func byRequestID(t *testing.T, lines []DecisionLine) map[string]DecisionLine {
+func byRequestID(t *testing.T, lines []decision.Line) map[string]decision.Line {
 	t.Helper()
-	m := map[string]DecisionLine{}
+	m := map[string]decision.Line{}
 	for _, l := range lines {
 		if _, dup := m[l.RequestID]; dup {
 			t.Errorf("request id %q logged twice", l.RequestID)
@@ -144,7 +102,7 @@ func TestDecisionLogLines(t *testing.T) {
 	if first.Route != string(place.ReasonNew) || second.Route != string(place.ReasonSticky) || first.Replica != second.Replica {
 		t.Errorf("turns: %+v then %+v, want new then sticky on the same replica", first, second)
 	}
-	for _, l := range []DecisionLine{first, second, none} {
+	for _, l := range []decision.Line{first, second, none} {
 		if l.Source != identity.SourcePromptCacheKey || l.Policy != place.PolicySticky || l.Status != 200 || l.Subagent ||
 			l.Prompt != 100 || l.Cached != 64 || l.Completion != 3 || l.WaitS != 0 {
 			t.Errorf("line %+v", l)
@@ -153,7 +111,7 @@ func TestDecisionLogLines(t *testing.T) {
 			t.Errorf("%q: ttfb %v, duration %v", l.RequestID, l.TTFBS, l.DurationS)
 		}
 	}
-	if first.Session != sessionHash(secret) || second.Session != first.Session || len(first.Session) != 12 || none.Session == first.Session {
+	if first.Session != decision.Session(secret) || second.Session != first.Session || len(first.Session) != 12 || none.Session == first.Session {
 		t.Errorf("session hashes %q %q %q", first.Session, second.Session, none.Session)
 	}
 	if at, err := time.Parse(time.RFC3339Nano, first.Time); err != nil || !at.Equal(time.Date(2030, 1, 2, 3, 4, 5, 600, time.UTC)) {
@@ -164,7 +122,7 @@ func TestDecisionLogLines(t *testing.T) {
 	}
 	if !subagent.Subagent || subagent.Source != identity.SourceClaudeHeader || subagent.Route != string(place.ReasonNew) ||
 		subagent.Prompt != 200 || subagent.Cached != 160 || subagent.Completion != 7 ||
-		subagent.Session != sessionHash("cc-parent"+identity.AgentSeparator+"agent-7") {
+		subagent.Session != decision.Session("cc-parent"+identity.AgentSeparator+"agent-7") {
 		t.Errorf("subagent line %+v", subagent)
 	}
 }
@@ -193,7 +151,7 @@ func TestDecisionLogRecordsWait(t *testing.T) {
 	go send("a", "a", 120_000, doneA)
 	<-e.arrived
 	go send("b", "b", 80_000, doneB)
-	simproc.Poll(t, "b held at the proxy", func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.held == 1 })
+	simproc.Poll(t, "b held at the proxy", func() bool { return held(p) == 1 })
 	clk.add(2500 * time.Millisecond)
 	close(e.hold)
 	if a, b := <-doneA, <-doneB; a != 200 || b != 200 {
@@ -209,10 +167,10 @@ func TestDecisionLogRecordsWait(t *testing.T) {
 	}
 }
 
-func testDecision(i int) decision {
-	return decision{at: time.Unix(int64(i), 0), requestID: fmt.Sprintf("req-%d", i), source: identity.SourceClaudeHeader,
-		key: fmt.Sprintf("session-%d", i%50), policy: place.PolicyAdaptive, route: string(place.ReasonSticky), replica: i % 4,
-		prompt: 12_000, cached: 11_000, completion: 256, ttfb: 300 * time.Millisecond, duration: 4 * time.Second, status: 200}
+func testDecision(i int) decision.Record {
+	return decision.Record{At: time.Unix(int64(i), 0), RequestID: fmt.Sprintf("req-%d", i), Source: identity.SourceClaudeHeader,
+		Key: fmt.Sprintf("session-%d", i%50), Policy: place.PolicyAdaptive, Route: string(place.ReasonSticky), Replica: i % 4,
+		Prompt: 12_000, Cached: 11_000, Completion: 256, TTFB: 300 * time.Millisecond, Duration: 4 * time.Second, Status: 200}
 }
 
 // TestDecisionLogRotates: at the size limit the file is rotated into
@@ -468,10 +426,10 @@ func BenchmarkOverheadDecisionLog(b *testing.B) {
 
 // BenchmarkDecisionLogAdd is the request path's share of the decision log:
 // handing one decision to the writer (the buffer is emptied with the timer
-// stopped, so every add is taken); BenchmarkDecisionLogEncode is the
+// stopped, so every add is taken); proxy/decision's BenchmarkDecisionLogEncode is the
 // writer's work per line, off the request path.
 func BenchmarkDecisionLogAdd(b *testing.B) {
-	l := &decisionLog{ch: make(chan decision, decisionBuffer), log: slog.New(slog.DiscardHandler), clock: time.Now}
+	l := &decisionLog{ch: make(chan decision.Record, decisionBuffer), log: slog.New(slog.DiscardHandler), clock: time.Now}
 	d := testDecision(1)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
@@ -486,14 +444,5 @@ func BenchmarkDecisionLogAdd(b *testing.B) {
 	}
 	if n := l.dropped.Load(); n > 0 {
 		b.Fatalf("%d dropped", n)
-	}
-}
-
-func BenchmarkDecisionLogEncode(b *testing.B) {
-	d := testDecision(1)
-	var buf []byte
-	b.ReportAllocs()
-	for b.Loop() {
-		buf = d.appendJSON(buf[:0])
 	}
 }

@@ -12,16 +12,18 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/proxy/engine"
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 // replicaSet is the set of replicas in rank order. It is never changed in
-// place: adding or removing a replica publishes a new set (under Proxy.mu,
-// so a placement sees one consistent set), and readers load it without a
-// lock.
+// place: adding or removing a replica publishes a new set (under dyn.mu),
+// readers load it without a lock, and the Placer is given the same list
+// (a placement sees one consistent set: the Placer's, under its lock).
 type replicaSet struct {
 	list   []*replica
 	byRank map[int]*replica
@@ -33,16 +35,17 @@ func (p *Proxy) replicaList() []*replica { return p.set.Load().list }
 // lookup returns the current replica with rank, nil if there is none.
 func (p *Proxy) lookup(rank int) *replica { return p.set.Load().byRank[rank] }
 
-// dynState is what adding and removing replicas at run time needs; guarded
-// by Proxy.mu.
+// dynState is what adding and removing replicas at run time needs; mu
+// guards it and serialises the changes (lock order: before the Placer's).
 type dynState struct {
+	mu       sync.Mutex
 	nextRank int
 	rankOf   map[string]int    // replica URL -> its rank, kept after removal so a re-added URL gets its rank back
 	rt       http.RoundTripper // the round tripper New gave the replicas' reverse proxies
 }
 
-// publish makes list (sorted by rank here) the current replica set. The
-// caller holds Proxy.mu, or is New.
+// publish makes list (sorted by rank here) the current replica set, the
+// Placer's too. The caller holds dyn.mu, or is New.
 func (p *Proxy) publish(list []*replica) {
 	slices.SortFunc(list, func(a, b *replica) int { return a.rank - b.rank })
 	s := &replicaSet{list: list, byRank: make(map[int]*replica, len(list))}
@@ -58,6 +61,7 @@ func (p *Proxy) publish(list []*replica) {
 		}
 	}
 	p.set.Store(s)
+	p.placer.SetReplicas(list)
 }
 
 // canonicalURL is the form replicas are compared and saved by: scheme and
@@ -125,8 +129,8 @@ func (p *Proxy) AddReplica(b Backend) (ReplicaInfo, error) {
 		return ReplicaInfo{}, err
 	}
 	b.URL = parsed.URL
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.dyn.mu.Lock()
+	defer p.dyn.mu.Unlock()
 	cur := p.set.Load()
 	for _, r := range cur.list {
 		if canonicalURL(r.target) == b.URL {
@@ -138,13 +142,13 @@ func (p *Proxy) AddReplica(b Backend) (ReplicaInfo, error) {
 		rank = p.dyn.nextRank
 	}
 	b.Rank = rank
-	r, err := newReplica(b, p.log)
+	r, err := newReplica(b, &p.cfg)
 	if err != nil {
 		return ReplicaInfo{}, err
 	}
 	r.rp = p.reverseProxy(r, p.dyn.rt)
 	p.publish(append(slices.Clone(cur.list), r))
-	info := ReplicaInfo{Rank: rank, URL: b.URL, MaxNumSeqs: r.seqs(), Sessions: p.sessions.Homed(rank)}
+	info := ReplicaInfo{Rank: rank, URL: b.URL, MaxNumSeqs: r.seqs(), Sessions: p.homed(rank)}
 	p.log.Info("replica added", "replica", rank, "url", b.URL, "sessions_homed", info.Sessions)
 	return info, nil
 }
@@ -162,8 +166,8 @@ func (p *Proxy) RemoveReplica(rawURL string, rank int) (ReplicaInfo, error) {
 		}
 		want = b.URL
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.dyn.mu.Lock()
+	defer p.dyn.mu.Unlock()
 	cur := p.set.Load()
 	i := slices.IndexFunc(cur.list, func(r *replica) bool {
 		return (want != "" && canonicalURL(r.target) == want) || (want == "" && r.rank == rank)
@@ -175,12 +179,17 @@ func (p *Proxy) RemoveReplica(rawURL string, rank int) (ReplicaInfo, error) {
 		return ReplicaInfo{}, fmt.Errorf("%w: %s", errUnknownReplica, want)
 	}
 	r := cur.list[i]
-	p.publish(slices.Delete(slices.Clone(cur.list), i, i+1))
-	p.route.Forget(r.rank)
-	info := ReplicaInfo{Rank: r.rank, URL: canonicalURL(r.target), MaxNumSeqs: r.seqs(), Sessions: p.sessions.Homed(r.rank)}
+	p.publish(slices.Delete(slices.Clone(cur.list), i, i+1)) // the Placer forgets it
+	info := ReplicaInfo{Rank: r.rank, URL: canonicalURL(r.target), MaxNumSeqs: r.seqs(), Sessions: p.homed(r.rank)}
 	p.log.Info("replica removed", "replica", r.rank, "url", info.URL, "sessions_to_fail_over", info.Sessions,
 		"in_flight", r.inflight.Load())
 	return info, nil
+}
+
+// homed is the number of sessions in the table whose home is rank.
+func (p *Proxy) homed(rank int) (n int) {
+	p.placer.Sessions(func(t *place.Table) { n = t.Homed(rank) })
+	return n
 }
 
 // maxNumSeqsSources are where a vLLM server says its max_num_seqs: the

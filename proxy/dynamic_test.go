@@ -17,6 +17,7 @@ import (
 	"github.com/lmwarden/warden/internal/simproc"
 	"github.com/lmwarden/warden/proxy/identity"
 	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/proxy/place/placetest"
 )
 
 func TestParseReplica(t *testing.T) {
@@ -254,7 +255,7 @@ func TestSpillUsesEachReplicasOwnCapacity(t *testing.T) {
 	}
 	cfg := place.Config{Policy: place.PolicySticky}
 	for home, want := range map[int]place.Decision{0: {Rank: 2, Reason: place.ReasonSpill}, 1: {Rank: 1, Reason: place.ReasonSticky}} {
-		got := place.Pick(snap, place.SessionView{Key: "k", Known: true, Home: home}, cfg, fixedRand(0))
+		got := place.Pick(snap, place.SessionView{Key: "k", Known: true, Home: home}, cfg, placetest.FixedRand(0))
 		if got != want {
 			t.Errorf("home %d (max_num_seqs %d, 3 in flight): %+v, want %+v", home, snap[home].MaxNumSeqs, got, want)
 		}

@@ -3,23 +3,30 @@ package proxy
 import (
 	"bytes"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
-
-	"github.com/lmwarden/warden/proxy/tap"
 )
 
 // This file holds the proxy's answers to faults and hostile input: a stream
 // that breaks off, an engine that does not answer or answers 5xx, requests
-// without the API key or with a body that is not JSON.
+// without the API key (a body that is not JSON is refused on the request
+// path: request.go's badContentType), and the warden's own error body.
+
+// writeError answers with the warden's JSON error body.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	m, _ := json.Marshal(msg)
+	fmt.Fprintf(w, `{"error":{"message":%s,"type":"warden_error","code":%d}}`+"\n", m, code)
+}
 
 // errHeaderTimeout is the cause of an attempt cancelled because the engine
 // sent no response headers within Config.ResponseHeaderTimeout.
@@ -28,16 +35,6 @@ var errHeaderTimeout = errors.New("no response headers in time")
 // maxNamedErrorBody bounds the engine error bodies the proxy rewrites to name
 // the replica; longer ones pass through unchanged.
 const maxNamedErrorBody = 64 << 10
-
-// othersUp reports whether a replica other than r is in rotation.
-func (p *Proxy) othersUp(r *replica) bool {
-	for _, o := range p.replicaList() {
-		if o != r && o.healthy() {
-			return true
-		}
-	}
-	return false
-}
 
 // streamBrokeOff is the message of a stream's closing error event.
 func streamBrokeOff(rank int, err error) string {
@@ -100,25 +97,4 @@ func (p *Proxy) requireKey(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
-}
-
-// jsonOnly reports whether the path takes a JSON body (vLLM answers other
-// content types with 415 there).
-func jsonOnly(path string) bool {
-	return tap.KindOf(path) != tap.None || path == "/v1/messages/count_tokens" || path == "/v1/embeddings"
-}
-
-// badContentType returns a message when r posts a body with a content type
-// that is not JSON to an endpoint that only takes JSON; "" when fine. A
-// missing content type is let through.
-func badContentType(r *http.Request) string {
-	ct := r.Header.Get("Content-Type")
-	if r.Method != http.MethodPost || ct == "" || !jsonOnly(r.URL.Path) {
-		return ""
-	}
-	media, _, err := mime.ParseMediaType(ct)
-	if err == nil && (media == "application/json" || strings.HasSuffix(media, "+json")) {
-		return ""
-	}
-	return fmt.Sprintf("unsupported content type %q: %s takes application/json", ct, r.URL.Path)
 }

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 // stateVersion is the format version of a saved session table.
@@ -38,26 +40,29 @@ type savedSession struct {
 // not current are saved with the URL it had (the proxy remembers URLs of
 // removed replicas), so a later run that has it again sends them home.
 func (p *Proxy) snapshotSessions() savedState {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.dyn.mu.Lock() // the URLs and the table as of one instant
+	defer p.dyn.mu.Unlock()
 	urlOf := make(map[int]string, len(p.dyn.rankOf))
 	for u, rank := range p.dyn.rankOf {
 		urlOf[rank] = u
 	}
-	st := savedState{Version: stateVersion, SavedAt: p.clock(), Sessions: make([]savedSession, 0, p.sessions.Len())}
+	st := savedState{Version: stateVersion, SavedAt: p.clock()}
 	for _, r := range p.replicaList() {
 		st.Replicas = append(st.Replicas, canonicalURL(r.target))
 	}
-	p.sessions.Expire(st.SavedAt)
-	for s := range p.sessions.Oldest() {
-		u, ok := urlOf[s.Home()]
-		if !ok {
-			continue
+	p.placer.Sessions(func(t *place.Table) {
+		st.Sessions = make([]savedSession, 0, t.Len())
+		t.Expire(st.SavedAt)
+		for s := range t.Oldest() {
+			u, ok := urlOf[s.Home()]
+			if !ok {
+				continue
+			}
+			prompt, cached, completion := s.Usage()
+			st.Sessions = append(st.Sessions, savedSession{Key: s.Key(), Replica: u, LastSeen: s.LastSeen().UTC(),
+				Context: s.Context(), Prompt: prompt, Cached: cached, Completion: completion})
 		}
-		prompt, cached, completion := s.Usage()
-		st.Sessions = append(st.Sessions, savedSession{Key: s.Key(), Replica: u, LastSeen: s.LastSeen().UTC(),
-			Context: s.Context(), Prompt: prompt, Cached: cached, Completion: completion})
-	}
+	})
 	return st
 }
 
@@ -132,26 +137,28 @@ func (p *Proxy) LoadSessions(path string) (LoadResult, error) {
 		return res, fmt.Errorf("session table %s has format version %d, this warden reads %d", path, st.Version, stateVersion)
 	}
 	res.SavedAt = st.SavedAt
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.dyn.mu.Lock() // the replicas and the table as of one instant
+	defer p.dyn.mu.Unlock()
 	rankOf := map[string]int{}
 	for _, r := range p.replicaList() {
 		rankOf[canonicalURL(r.target)] = r.rank
 	}
 	cutoff := p.clock().Add(-p.cfg.SessionTTL)
-	for _, s := range st.Sessions {
-		rank, ok := rankOf[s.Replica]
-		switch {
-		case s.Key == "" || p.sessions.Peek(s.Key) != nil:
-		case s.LastSeen.Before(cutoff):
-			res.Expired++
-		case !ok:
-			res.Unknown++
-		default:
-			p.sessions.Restore(s.Key, rank, s.LastSeen, s.Context, s.Prompt, s.Cached, s.Completion)
-			res.Restored++
+	p.placer.Sessions(func(t *place.Table) {
+		for _, s := range st.Sessions {
+			rank, ok := rankOf[s.Replica]
+			switch {
+			case s.Key == "" || t.Peek(s.Key) != nil:
+			case s.LastSeen.Before(cutoff):
+				res.Expired++
+			case !ok:
+				res.Unknown++
+			default:
+				t.Restore(s.Key, rank, s.LastSeen, s.Context, s.Prompt, s.Cached, s.Completion)
+				res.Restored++
+			}
 		}
-	}
+	})
 	return res, nil
 }
 

@@ -103,10 +103,12 @@ func TestSavedSessionsKeepOrderContextAndUsage(t *testing.T) {
 	if _, err := q.LoadSessions(path); err != nil {
 		t.Fatal(err)
 	}
-	q.mu.Lock()
-	firstKept := q.sessions.Peek(keys[0]) != nil
-	ctxSum, _ := q.sessions.Contexts()
-	q.mu.Unlock()
+	var firstKept bool
+	var ctxSum uint64
+	q.placer.Sessions(func(tab *place.Table) {
+		firstKept = tab.Peek(keys[0]) != nil
+		ctxSum, _ = tab.Contexts()
+	})
 	if firstKept || q.Status().Sessions != 2 || ctxSum != 2*103 {
 		t.Errorf("into a table of 2: first kept %v, %d sessions, context sum %d; want the 2 most recent, 206", firstKept, q.Status().Sessions, ctxSum)
 	}

@@ -1,24 +1,18 @@
 package proxy
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lmwarden/warden/proxy/compat"
-	"github.com/lmwarden/warden/proxy/identity"
 	"github.com/lmwarden/warden/proxy/panel"
 	"github.com/lmwarden/warden/proxy/place"
 )
@@ -155,40 +149,39 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// Proxy routes client requests to engine replicas. Create it with New.
-type Proxy struct {
-	cfg          Config
-	log          *slog.Logger
-	clock        func() time.Time
-	set          atomic.Pointer[replicaSet] // the replicas (dynamic.go)
-	client       *http.Client               // health and scrape
-	checkTimeout time.Duration
-	since        time.Time
-	metrics      *metrics
-	series       *series
-	handler      http.Handler
-	clients      *compat.Clients // model-name mapping and request adaptation
-	starting     atomic.Bool     // engines still starting: /health is 503 (SetStarting)
-	decisions    *decisionLog    // --decision-log; nil = off
+// checkTimeout bounds one health check or scrape request.
+const checkTimeout = 2 * time.Second
 
-	// mu guards everything below and the replicas' balancer fields. Lock
-	// order: mu before a replica's mu (placement reads every replica's view
-	// under mu); never the other way round. engine.Health has its own lock,
-	// taken under either and taking none.
-	mu          sync.Mutex
-	policy      string
-	rng         *rand.Rand
-	sessions    *place.Table
-	lastRefresh time.Time
-	ticking     bool   // Run refreshes the balancer view on its own tick
-	knownTurns  uint64 // turns of sessions that already had a home
-	homeTurns   uint64 // ... served on that home
-	peak        peakState
-	dyn         dynState      // adding and removing replicas (dynamic.go)
-	route       *place.Memory // the adaptive policy's estimates
-	held        int           // requests held at the proxy for room (place.ReasonWait)
-	wake        chan struct{} // closed and replaced when a request ends while some are held
+// Proxy routes client requests to engine replicas: its configuration, its
+// lifecycle (New, Run, the state the launcher reports) and the wiring of
+// the parts. Create it with New.
+//
+// Locks: placement is the Placer's, under its own lock; dyn.mu serialises
+// changes of the replica set. Lock order: dyn.mu before the Placer's lock
+// (adding and removing replicas, saving the session table), the Placer's
+// before a replica's mu (a decision reads every replica's view under it);
+// never the other way round. engine.Health has its own lock, taken under
+// any of them and taking none; peak.mu and series.mu take none either.
+type Proxy struct {
+	cfg       Config
+	log       *slog.Logger
+	clock     func() time.Time
+	since     time.Time
+	handler   http.Handler
+	starting  atomic.Bool                // engines still starting: /health is 503 (SetStarting)
+	set       atomic.Pointer[replicaSet] // the replicas, read without a lock (dynamic.go)
+	dyn       dynState                   // adding and removing replicas (dynamic.go)
+	placer    *place.Placer[*replica]    // placement: decisions, sessions, held requests
+	clients   *compat.Clients            // model-name mapping and request adaptation
+	client    *http.Client               // health and scrape
+	metrics   *metrics
+	series    *series
+	peak      peakState    // the worst KV overcommit (status.go)
+	decisions *decisionLog // --decision-log; nil = off
 }
+
+// placement is one decision of the Proxy's Placer.
+type placement = place.Placement[*replica]
 
 // New builds a proxy over the backends (at least one, unique ranks).
 func New(cfg Config, backends []Backend) (*Proxy, error) {
@@ -198,12 +191,11 @@ func New(cfg Config, backends []Backend) (*Proxy, error) {
 	if len(backends) == 0 {
 		return nil, errors.New("proxy: no backends")
 	}
-	p := &Proxy{cfg: cfg, log: cfg.Logger, clock: cfg.Clock,
-		checkTimeout: 2 * time.Second, policy: cfg.Policy,
-		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
-		sessions: place.NewTable(cfg.SessionTTL, cfg.MaxSessions),
-		route:    place.NewMemory(cfg.MaxSessions), wake: make(chan struct{})}
+	p := &Proxy{cfg: cfg, log: cfg.Logger, clock: cfg.Clock}
 	p.since = p.clock()
+	p.placer = place.NewPlacer[*replica](place.PlacerConfig{Config: cfg.placeConfig(),
+		SessionTTL: cfg.SessionTTL, MaxSessions: cfg.MaxSessions, BalancerInterval: cfg.BalancerInterval,
+		Clock: cfg.Clock, Rand: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))})
 	p.clients = compat.New(cfg.ServedModel, cfg.StrictModel, p.log)
 	p.series = newSeries(10*time.Second, time.Hour)
 	tr := newTransport()
@@ -219,7 +211,7 @@ func New(cfg Config, backends []Backend) (*Proxy, error) {
 		if _, dup := byRank[b.Rank]; dup {
 			return nil, fmt.Errorf("proxy: rank %d given twice", b.Rank)
 		}
-		r, err := newReplica(b, p.log)
+		r, err := newReplica(b, &p.cfg)
 		if err != nil {
 			return nil, fmt.Errorf("proxy: %w", err)
 		}
@@ -294,208 +286,23 @@ func (p *Proxy) NoteRestart(rank int) {
 // conversations lose their home there and are placed by load on their next
 // turn, and its shared-prefix and residency estimates start afresh.
 func (p *Proxy) cacheWiped(rank int, why string) {
-	p.mu.Lock()
-	n := p.sessions.Unhome(rank)
-	p.route.Wiped(rank)
-	p.mu.Unlock()
+	n := p.placer.Wiped(rank)
 	if r := p.lookup(rank); r != nil {
 		r.log.Info("prefix cache emptied: its conversations will be placed by load", "why", why, "conversations", n)
 	}
 }
 
-// Bounds on reading what is left of an over-limit body before the 413.
-const (
-	drainMaxBytes = 64 << 20
-	drainMaxTime  = 10 * time.Second
-)
-
-// readBody reads the request body up to the limit, answering 413 itself
-// when it is over. Before the 413 it reads and drops the rest of the body
-// (up to drainMaxBytes, for drainMaxTime): a client that sends its whole
-// body before reading (no Expect: 100-continue, as Python's urllib and
-// httpx) would otherwise get a broken pipe instead of the answer.
-func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, true
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, p.cfg.MaxBodyBytes+1))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "reading request body: "+err.Error())
-		return nil, false
-	}
-	if int64(len(body)) > p.cfg.MaxBodyBytes {
-		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(drainMaxTime))
-		if n, _ := io.CopyN(io.Discard, r.Body, drainMaxBytes); n == drainMaxBytes {
-			w.Header().Set("Connection", "close") // more is coming: this connection cannot be reused
-		}
-		writeError(w, http.StatusRequestEntityTooLarge,
-			fmt.Sprintf("request body exceeds the warden's limit of %d bytes (--max-body-bytes)", p.cfg.MaxBodyBytes))
-		return nil, false
-	}
-	return body, true
-}
-
-// serveProxied places and forwards one /v1/* request, retrying on another
-// replica only when it provably never reached an engine.
-func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
-	start := p.clock()
-	if msg := badContentType(r); msg != "" {
-		writeError(w, http.StatusUnsupportedMediaType, msg)
-		return
-	}
-	body, ok := p.readBody(w, r)
-	if !ok {
-		return
-	}
-	req := p.prepare(r, body)
-	if req.refuse != "" {
-		compat.WriteModelNotFound(w, r.URL.Path, req.refuse)
-		return
-	}
-	pin, pinned, err := identity.ParsePin(r.Header)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	var tried []int
-	for range p.replicaList() {
-		pl := p.placeOrHold(r, req, pinned, pin, tried)
-		if pl.d.Rank < 0 {
-			if pl.d.Reason == place.ReasonWait { // client went away while held
-				w.WriteHeader(499)
-				return
-			}
-			break
-		}
-		if !p.forward(w, r, req, pl, start) {
-			return
-		}
-		tried = append(tried, pl.d.Rank)
-	}
-	msg := "no replica is available"
-	if pinned {
-		msg = fmt.Sprintf("replica %d (X-Warden-Replica) does not exist or is not available", pin)
-	}
-	writeError(w, http.StatusServiceUnavailable, msg)
-}
-
-// placement is one decision plus what the accounting needs about it.
-type placement struct {
-	d      place.Decision
-	rep    *replica      // the chosen replica (it may be removed while the request runs)
-	known  bool          // the session had a home before this request
-	home   int           // its home after the decision
-	ticket *place.Ticket // the adaptive policy's record of this request
-	policy string        // the policy that decided
-	waited time.Duration // held at the proxy before this decision (placeOrHold)
-}
-
-// place decides and increments the chosen replica's in-flight count in one
-// critical section, so that a burst cannot herd onto one replica. Replicas
-// in skip are treated as unavailable (a retry).
-func (p *Proxy) place(key identity.SessionKey, pinned bool, pin int, skip []int, bodyBytes int, waited time.Duration) placement {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := p.clock()
-	if !p.ticking && now.Sub(p.lastRefresh) >= p.cfg.BalancerInterval {
-		p.refreshBalancers(now) // no Run loop (tests): refresh on demand
-	}
-	var s *place.Session
-	if key.Key != "" {
-		s = p.sessions.Get(key.Key, now)
-	}
-	reps := p.replicaList()
-	snap := make([]place.ReplicaView, len(reps))
-	for i, r := range reps {
-		snap[i] = r.view(p.sessions.Active(r.rank), now, staleAfter*p.cfg.ScrapeInterval, p.cfg.RampUp)
-		if slices.Contains(skip, r.rank) {
-			snap[i].Healthy = false
-		}
-	}
-	sv := place.SessionView{Key: key.Key, Pinned: pinned, Pin: pin}
-	if s != nil && s.Home() >= 0 { // a home whose cache was wiped is no home (cacheWiped)
-		sv.Known, sv.Home = true, s.Home()
-	}
-	p.adaptiveView(snap, &sv, bodyBytes, waited, now)
-	d := place.Pick(snap, sv, p.placeConfig(), p.rng)
-	pl := placement{d: d, known: s != nil, policy: p.policy}
-	if d.Rank < 0 {
-		return pl
-	}
-	r := p.lookup(d.Rank)
-	pl.rep = r
-	r.inflight.Add(1)
-	r.sentSince++
+// placeConfig is the policy and its knobs as place.Pick takes them (the
+// Placer's; the policy switches at run time: SetPolicy).
+func (c Config) placeConfig() place.Config {
+	pc := place.Config{Policy: c.Policy, SpillThreshold: c.SpillThreshold, MoveCooldown: c.MoveCooldown, Fill: c.KVFill}
 	switch {
-	case key.Key == "":
-	case s == nil:
-		s = p.sessions.Insert(key.Key, d.Rank, now)
-		if key.Subagent && (key.Agent == "" || !p.cfg.SubagentsWithParent) {
-			p.sessions.MarkSubagent(s)
-		}
-	case s.Home() < 0 || d.Reason == place.ReasonFailover || d.Reason == place.ReasonMove:
-		p.sessions.Rehome(s, d.Rank)
+	case c.AdmitWait < 0:
+		pc.AdmitWait = -1
+	case c.AdmitWait > 0:
+		pc.AdmitWait = c.AdmitWait.Seconds()
 	}
-	if s != nil {
-		pl.home = s.Home()
-	}
-	pl.ticket = p.route.Begin(key.Key, bodyBytes, d.Rank, d.Reason, now)
-	return pl
-}
-
-func writeError(w http.ResponseWriter, code int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	m, _ := json.Marshal(msg)
-	fmt.Fprintf(w, `{"error":{"message":%s,"type":"warden_error","code":%d}}`+"\n", m, code)
-}
-
-// refreshBalancers takes a new sample of every replica's load for the
-// vLLM-style balancers. The caller holds p.mu.
-func (p *Proxy) refreshBalancers(now time.Time) {
-	for _, r := range p.replicaList() {
-		r.refreshBalancer()
-	}
-	p.lastRefresh = now
-}
-
-// tickBalancers refreshes the balancer view every BalancerInterval until ctx
-// ends, as vLLM's coordinator publishes engine stats on a fixed period: a
-// decision sees the load as of the last tick plus what was sent since, never
-// the exact load of its own instant (which would make `off` accidentally
-// sticky: a closed-loop session's own replica is the one that just went idle).
-func (p *Proxy) tickBalancers(ctx context.Context) {
-	p.mu.Lock()
-	p.ticking = true
-	p.mu.Unlock()
-	t := time.NewTicker(p.cfg.BalancerInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			p.mu.Lock()
-			p.ticking = false
-			p.mu.Unlock()
-			return
-		case <-t.C:
-			p.mu.Lock()
-			p.refreshBalancers(p.clock())
-			p.mu.Unlock()
-		}
-	}
-}
-
-// placeConfig is the policy and its knobs as place.Pick takes them. Call with p.mu
-// held (the policy switches at run time).
-func (p *Proxy) placeConfig() place.Config {
-	c := place.Config{Policy: p.policy, SpillThreshold: p.cfg.SpillThreshold, MoveCooldown: p.cfg.MoveCooldown, Fill: p.cfg.KVFill}
-	switch {
-	case p.cfg.AdmitWait < 0:
-		c.AdmitWait = -1
-	case p.cfg.AdmitWait > 0:
-		c.AdmitWait = p.cfg.AdmitWait.Seconds()
-	}
-	return c
+	return pc
 }
 
 func (c Config) cooldown() int { return place.Config{MoveCooldown: c.MoveCooldown}.Cooldown() }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/simproc"
 	"github.com/lmwarden/warden/proxy/identity"
+	"github.com/lmwarden/warden/proxy/place"
 )
 
 // badInput is one hostile or broken request and what the warden must
@@ -91,13 +92,13 @@ func TestBadInputGetsAClearAnswerAndNothingLeaks(t *testing.T) {
 	if resp, body := post(t, front.URL+"/v1/chat/completions", simChat("after")); resp.StatusCode != 200 {
 		t.Fatalf("after the bad input: status %d: %s", resp.StatusCode, body)
 	}
-	p.mu.Lock()
-	for s := range p.sessions.Oldest() {
-		if len(s.Key()) > identity.MaxKeyLen {
-			t.Errorf("a session key of %d bytes is kept", len(s.Key()))
+	p.placer.Sessions(func(tab *place.Table) {
+		for s := range tab.Oldest() {
+			if len(s.Key()) > identity.MaxKeyLen {
+				t.Errorf("a session key of %d bytes is kept", len(s.Key()))
+			}
 		}
-	}
-	p.mu.Unlock()
+	})
 	client.CloseIdleConnections()
 	http.DefaultClient.CloseIdleConnections()
 	simproc.Poll(t, "goroutines to settle", func() bool { return goroutines() <= before+2 })

@@ -29,11 +29,11 @@ type Backend struct {
 	FallbackMaxNumSeqs int
 }
 
-// replica is the live state of one engine. Hot counters are atomics; the
-// balancer fields are guarded by Proxy.mu; whether it is in rotation is
+// replica is the live state of one engine, and a place.Replica to the
+// Proxy's Placer. Hot counters are atomics; whether it is in rotation is
 // health's (engine.Health: the launcher, the checks and the requests send
-// it events); the rest is guarded by mu. Lock order: Proxy.mu before mu
-// (a placement reads the replicas' views under Proxy.mu).
+// it events); the rest is guarded by mu. Lock order: the Placer's lock
+// before mu (a placement reads the replicas' views under it).
 type replica struct {
 	rank         int
 	target       *url.URL
@@ -42,16 +42,15 @@ type replica struct {
 	maxModelLen  atomic.Int64 // the engine's max_model_len from its /v1/models; 0 until learned (again after a restart)
 	learnSeqs    atomic.Bool  // still to ask the server for max_num_seqs
 	fallbackSeqs int
+	fresh        time.Duration // metrics older than this are stale (staleAfter scrape intervals)
+	rampUp       time.Duration // Config.RampUp
 	rp           *httputil.ReverseProxy
 	log          *slog.Logger
+	pinHeader    []string // identity.PinHeader's value on its responses: the rank
 
-	inflight                                                                  atomic.Int64
+	inflight                                                                  atomic.Int64 // raised in the Placer's decision (Sent), lowered when the request has been accounted
 	requests, newTurns, sticky, spilledIn, pinned, failover, balanced, errors atomic.Uint64
 	prompt, cached, completion                                                atomic.Uint64
-
-	// vLLM DP balancer view (Proxy.mu): stats as of the last refresh and
-	// requests sent since.
-	staleRunning, staleWaiting, sentSince int
 
 	health *engine.Health
 
@@ -60,12 +59,14 @@ type replica struct {
 	eng      engine.Scraped
 }
 
-func newReplica(b Backend, log *slog.Logger) (*replica, error) {
+func newReplica(b Backend, cfg *Config) (*replica, error) {
 	u, err := url.Parse(b.URL)
 	if err != nil || u.Scheme == "" || u.Host == "" {
 		return nil, fmt.Errorf("replica %d: bad URL %q: want http://host:port", b.Rank, b.URL)
 	}
-	r := &replica{rank: b.Rank, target: u, gpus: b.GPUs, fallbackSeqs: b.FallbackMaxNumSeqs}
+	r := &replica{rank: b.Rank, target: u, gpus: b.GPUs, fallbackSeqs: b.FallbackMaxNumSeqs,
+		fresh: staleAfter * cfg.ScrapeInterval, rampUp: cfg.RampUp, pinHeader: []string{strconv.Itoa(b.Rank)}}
+	log := cfg.Logger
 	r.log = log.With("replica", b.Rank)
 	r.health = engine.NewHealth(b.Probe, r.log) // a probed server: out until it answers
 	r.maxNumSeqs.Store(int64(b.MaxNumSeqs))
@@ -94,8 +95,12 @@ func (r *replica) port() int {
 	return p
 }
 
-// view copies what placement needs. The caller holds Proxy.mu.
-func (r *replica) view(active int, now time.Time, fresh, rampUp time.Duration) place.ReplicaView {
+// Rank is its rank (place.Replica).
+func (r *replica) Rank() int { return r.rank }
+
+// View copies what placement needs (place.Replica); the Placer calls it
+// under its lock.
+func (r *replica) View(now time.Time) place.ReplicaView {
 	healthy := r.health.Routable()
 	joined := r.health.Joined()
 	r.mu.Lock()
@@ -104,49 +109,20 @@ func (r *replica) view(active int, now time.Time, fresh, rampUp time.Duration) p
 	v := place.ReplicaView{
 		Rank: r.rank, Healthy: healthy,
 		InFlight: int(r.inflight.Load()), Running: e.Running, Waiting: e.Waiting,
-		KVUsed: e.KVUsed, ActiveSessions: active, MaxNumSeqs: r.seqs(),
-		KVCapacity: e.KVCapacity, StaleRunning: r.staleRunning, StaleWaiting: r.staleWaiting,
-		SentSince: r.sentSince,
-		Stale:     now.Sub(e.ScrapedAt) > fresh, // never scraped: stale too
+		KVUsed: e.KVUsed, MaxNumSeqs: r.seqs(), KVCapacity: e.KVCapacity,
+		Stale: now.Sub(e.ScrapedAt) > r.fresh, // never scraped: stale too
 	}
 	if t := e.HostKVTokens(); t < 0 {
 		v.HostKVTokens = place.HostKVUnknown
 	} else {
 		v.HostKVTokens = t
 	}
-	if since := now.Sub(joined); !joined.IsZero() && since >= 0 && since < rampUp {
-		v.Ramp = 1 - float64(since)/float64(rampUp)
+	if since := now.Sub(joined); !joined.IsZero() && since >= 0 && since < r.rampUp {
+		v.Ramp = 1 - float64(since)/float64(r.rampUp)
 	}
 	return v
 }
 
-// refreshBalancer takes a new DP-balancer stats sample from the exact
-// in-flight count (running up to max_num_seqs, the rest waiting) and
-// forgets the requests sent since the last one. The caller holds Proxy.mu.
-func (r *replica) refreshBalancer() {
-	n := int(r.inflight.Load())
-	running := n
-	if seqs := r.seqs(); seqs > 0 && n > seqs {
-		running = seqs
-	}
-	r.staleRunning, r.staleWaiting, r.sentSince = running, n-running, 0
-}
-
-// count adds one served turn to the reason's counter.
-func (r *replica) count(reason place.Reason) {
-	r.requests.Add(1)
-	switch reason {
-	case place.ReasonNew:
-		r.newTurns.Add(1)
-	case place.ReasonSticky:
-		r.sticky.Add(1)
-	case place.ReasonSpill:
-		r.spilledIn.Add(1)
-	case place.ReasonPinned:
-		r.pinned.Add(1)
-	case place.ReasonFailover:
-		r.failover.Add(1)
-	case place.ReasonOff, place.ReasonHash:
-		r.balanced.Add(1)
-	}
-}
+// Sent counts one more request in flight (place.Replica: in the Placer's
+// decision, so that a burst cannot herd onto one replica).
+func (r *replica) Sent() { r.inflight.Add(1) }

@@ -69,7 +69,7 @@ func (p *Proxy) learnMaxModelLen(ctx context.Context, r *replica) {
 
 // getOK GETs url and requires 200; read, if set, consumes the body.
 func (p *Proxy) getOK(ctx context.Context, url string, read func(io.Reader) error) error {
-	ctx, cancel := context.WithTimeout(ctx, p.checkTimeout)
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -108,7 +108,7 @@ func (p *Proxy) CheckNow(ctx context.Context) {
 // Run polls the replicas every Config.ScrapeInterval (once at once), expires
 // idle sessions and keeps the overcommit peak, until ctx is done.
 func (p *Proxy) Run(ctx context.Context) {
-	go p.tickBalancers(ctx)
+	go p.placer.TickBalancers(ctx, p.cfg.BalancerInterval)
 	t := time.NewTicker(p.cfg.ScrapeInterval)
 	defer t.Stop()
 	for {

@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"sync"
+
 	"github.com/lmwarden/warden/proxy/panel"
 	"github.com/lmwarden/warden/proxy/place"
 )
 
-// peakState is the worst KV overcommit seen so far (guarded by Proxy.mu).
+// peakState is the worst KV overcommit seen so far.
 type peakState struct {
+	mu     sync.Mutex
 	peak   *panel.OvercommitPeak
 	warned bool // the current overcommit has been logged
 }
@@ -15,27 +18,25 @@ type peakState struct {
 // status JSON, the Prometheus collector and the exit summary.
 func (p *Proxy) Status() panel.Status {
 	now := p.clock()
-	p.mu.Lock()
-	p.sessions.Expire(now)
-	ctxSum, ctxN := p.sessions.Contexts()
+	reps := p.replicaList()
+	ranks := make([]int, len(reps))
+	for i, r := range reps {
+		ranks[i] = r.rank
+	}
+	c := p.placer.Counts(now, ranks)
 	s := panel.Status{
 		Since: p.since, Now: now, UptimeSeconds: now.Sub(p.since).Seconds(), Model: p.cfg.ServedModel,
-		Policy: p.policy, Affinity: affinity(p.policy), SpillAuto: p.cfg.SpillThreshold == 0,
-		Sessions: p.sessions.Len(), SessionsSeen: p.sessions.Seen(),
-		ActiveContextTokens: ctxSum, ActiveContextSessions: ctxN,
-		ConcurrentSessions: p.sessions.ActiveTotal(), ActiveWindowSeconds: p.sessions.ActiveWindow().Seconds(),
-		SubagentSessions: p.sessions.SubagentsActiveTotal(), SubagentsSeen: p.sessions.SubagentsSeen(),
+		Policy: c.Policy, Affinity: affinity(c.Policy), SpillAuto: p.cfg.SpillThreshold == 0,
+		Sessions: c.Sessions, SessionsSeen: c.Seen,
+		ActiveContextTokens: c.ContextSum, ActiveContextSessions: c.ContextN,
+		ConcurrentSessions: c.Concurrent, ActiveWindowSeconds: c.ActiveWindow.Seconds(),
+		SubagentSessions: c.SubagentSessions, SubagentsSeen: c.SubagentsSeen,
 		Engines: p.cfg.Engines,
 	}
-	if p.knownTurns > 0 {
-		s.StickyShare = float64(p.homeTurns) / float64(p.knownTurns)
+	if c.KnownTurns > 0 {
+		s.StickyShare = float64(c.HomeTurns) / float64(c.KnownTurns)
 	}
-	reps := p.replicaList()
-	active, sub := make([]int, len(reps)), make([]int, len(reps))
-	for i, r := range reps {
-		active[i], sub[i] = p.sessions.Active(r.rank), p.sessions.SubagentsActive(r.rank)
-	}
-	p.mu.Unlock()
+	active, sub := c.Active, c.Subagents
 
 	for i, r := range reps {
 		row := r.status(active[i])
@@ -49,10 +50,10 @@ func (p *Proxy) Status() panel.Status {
 		s.SpillThreshold = place.Config{SpillThreshold: p.cfg.SpillThreshold}.SpillFor(place.ReplicaView{MaxNumSeqs: reps[0].seqs()})
 	}
 	s.Series = p.series.points(now)
-	p.mu.Lock()
+	p.peak.mu.Lock()
 	p.peak.peak = panel.UpdatePeak(p.peak.peak, s)
 	s.PeakOvercommit = p.peak.peak
-	p.mu.Unlock()
+	p.peak.mu.Unlock()
 	if msg, over := panel.Overcommit(s); over {
 		s.Warnings = append(s.Warnings, msg)
 	}
@@ -100,10 +101,10 @@ func (r *replica) status(active int) panel.Replica {
 func (p *Proxy) housekeep() {
 	s := p.Status()
 	msg, over := panel.Overcommit(s)
-	p.mu.Lock()
+	p.peak.mu.Lock()
 	warn := over && !p.peak.warned
 	p.peak.warned = over
-	p.mu.Unlock()
+	p.peak.mu.Unlock()
 	if warn {
 		p.log.Warn(msg)
 	}

@@ -8,22 +8,11 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/proxy/identity"
-	"github.com/lmwarden/warden/proxy/place"
 )
 
 // residentOn is where the adaptive memory believes key's prefix is (-1
-// nowhere), on a snapshot taken as place takes it.
-func residentOn(p *Proxy, key string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var snap []place.ReplicaView
-	for _, r := range p.replicaList() {
-		snap = append(snap, r.view(p.sessions.Active(r.rank), p.clock(), time.Hour, 0))
-	}
-	sv := place.SessionView{Key: key}
-	p.route.ViewSession(&sv, 0, snap)
-	return sv.ResidentOn
-}
+// nowhere), on a snapshot taken as a decision takes it.
+func residentOn(p *Proxy, key string) int { return p.placer.ResidentOn(key) }
 
 // TestCacheWipesForgotten: after the engine's prefix cache is emptied — a
 // restart the launcher reports, counters that went down (a restart nobody

@@ -238,3 +238,44 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
 }
+
+// includeUsage is the member IncludeUsage adds when the client sent no
+// stream_options.
+const includeUsage = `"stream_options":{"include_usage":true}`
+
+// IncludeUsage asks an OpenAI stream for its usage chunk: it sets
+// stream_options.include_usage to true, byte for byte as
+// sjson.SetBytes(body, "stream_options.include_usage", true) does.
+// streamOptions is the body's top-level stream_options as identity.Scan
+// found it: when the client sent none, the member is spliced in before the
+// object's last '}' without scanning the body again (in place when the
+// body's buffer has room); otherwise sjson edits it. ok is false when the
+// body cannot take it (not a JSON object).
+func IncludeUsage(body []byte, streamOptions gjson.Result) (out []byte, ok bool) {
+	if !streamOptions.Exists() {
+		// sjson's own rule for a key the object lacks: from the first
+		// non-space byte up to the last '}', a comma unless the object is
+		// empty, the member, and the '}'.
+		start := 0
+		for start < len(body) && body[start] <= ' ' {
+			start++
+		}
+		end := bytes.LastIndexByte(body, '}')
+		if start < len(body) && body[start] == '{' && end > start {
+			comma := false
+			for _, c := range body[start+1:] {
+				if c > ' ' {
+					comma = c != '}' && c != ']'
+					break
+				}
+			}
+			out = body[start:end]
+			if comma {
+				out = append(out, ',')
+			}
+			return append(append(out, includeUsage...), '}'), true
+		}
+	}
+	out, err := sjson.SetBytes(body, "stream_options.include_usage", true)
+	return out, err == nil
+}

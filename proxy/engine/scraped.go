@@ -8,7 +8,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/lmwarden/warden/internal/promtext"
-	"github.com/lmwarden/warden/proxy/panel"
+	mn "github.com/lmwarden/warden/proxy/metricname"
 )
 
 // MaxMetricsBytes bounds one /metrics response.
@@ -89,23 +89,6 @@ type Offload struct {
 	Bytes   uint64 // configured size, summed over the engines; 0 unknown (lmcache sizes its own server)
 }
 
-// The metric names of vLLM's host KV tier, vLLM 0.32.0 (docs/kv-offload.md
-// names the source lines). The counters are exposed with _total.
-const (
-	// Tokens of prompts that missed the GPU prefix cache and were looked
-	// up in the connector's tier, and the tokens found there (loaded
-	// back), per engine (labels model_name, engine).
-	MetricExternalQueries = "vllm:external_prefix_cache_queries"
-	MetricExternalHits    = "vllm:external_prefix_cache_hits"
-	// Bytes the native offloading connector moved host to GPU (loads) and
-	// GPU to host (stores).
-	MetricOffloadLoadBytes  = "vllm:kv_offload_load_bytes"
-	MetricOffloadStoreBytes = "vllm:kv_offload_store_bytes"
-	// The same, under the deprecated name with a transfer_type label
-	// (CPU_to_GPU, GPU_to_CPU), for vLLM releases before the flat names.
-	MetricOffloadTotalBytes = "vllm:kv_offload_total_bytes"
-)
-
 // Parse reads vLLM's Prometheus text, summing samples over labels
 // (engines). It accepts counter names with and without _total and either
 // KV usage gauge name.
@@ -114,30 +97,30 @@ func Parse(r io.Reader) (Sample, error) {
 	if err != nil {
 		return Sample{}, err
 	}
-	if ws, ok := wardenSample(fams); ok && fams["vllm:num_requests_running"] == nil {
+	if ws, ok := wardenSample(fams); ok && fams[mn.VLLMRunning] == nil {
 		return ws, nil // another warden (route in front of serve): dynamic.go
 	}
 	var s Sample
-	s.running, _ = fams.Sum("vllm:num_requests_running")
-	s.waiting, _ = fams.Sum("vllm:num_requests_waiting")
-	if v, ok := fams.Sum("vllm:kv_cache_usage_perc"); ok {
+	s.running, _ = fams.Sum(mn.VLLMRunning)
+	s.waiting, _ = fams.Sum(mn.VLLMWaiting)
+	if v, ok := fams.Sum(mn.VLLMKVUsage); ok {
 		s.kvUsed = v
 	} else {
-		s.kvUsed, _ = fams.Sum("vllm:gpu_cache_usage_perc")
+		s.kvUsed, _ = fams.Sum(mn.VLLMGPUKVUsage)
 	}
-	s.queries, s.hasQueries = fams.Counter("vllm:prefix_cache_queries")
-	s.hits, s.hasHits = fams.Counter("vllm:prefix_cache_hits")
-	s.prompt, s.hasPrompt = fams.Counter("vllm:prompt_tokens")
-	s.generated, s.hasGen = fams.Counter("vllm:generation_tokens")
-	s.preemptions, s.hasPreem = fams.Counter("vllm:num_preemptions")
-	s.kvCapacity = kvCapacity(fams["vllm:cache_config_info"])
-	s.offload = offloadConfig(fams["vllm:cache_config_info"])
-	s.offQueries, s.hasOffQ = fams.Counter(MetricExternalQueries)
-	s.offHits, s.hasOffH = fams.Counter(MetricExternalHits)
-	s.offLoaded, s.hasOffL = fams.Counter(MetricOffloadLoadBytes)
-	s.offStored, s.hasOffSt = fams.Counter(MetricOffloadStoreBytes)
+	s.queries, s.hasQueries = fams.Counter(mn.VLLMPrefixQuery)
+	s.hits, s.hasHits = fams.Counter(mn.VLLMPrefixHits)
+	s.prompt, s.hasPrompt = fams.Counter(mn.VLLMPrompt)
+	s.generated, s.hasGen = fams.Counter(mn.VLLMGeneration)
+	s.preemptions, s.hasPreem = fams.Counter(mn.VLLMPreemptions)
+	s.kvCapacity = kvCapacity(fams[mn.VLLMCacheConfig])
+	s.offload = offloadConfig(fams[mn.VLLMCacheConfig])
+	s.offQueries, s.hasOffQ = fams.Counter(mn.VLLMExternalQueries)
+	s.offHits, s.hasOffH = fams.Counter(mn.VLLMExternalHits)
+	s.offLoaded, s.hasOffL = fams.Counter(mn.VLLMOffloadLoadBytes)
+	s.offStored, s.hasOffSt = fams.Counter(mn.VLLMOffloadStoreBytes)
 	if !s.hasOffL && !s.hasOffSt {
-		if by, ok := fams.CounterBy(MetricOffloadTotalBytes, "transfer_type"); ok {
+		if by, ok := fams.CounterBy(mn.VLLMOffloadTotalBytes, "transfer_type"); ok {
 			s.offLoaded, s.hasOffL = by["CPU_to_GPU"], true
 			s.offStored, s.hasOffSt = by["GPU_to_CPU"], true
 		}
@@ -290,18 +273,18 @@ func (e *Scraped) Stats() Stats {
 // figures summed, KV use weighted by each engine's capacity. ok is false
 // when the text is not a warden's.
 func wardenSample(fams promtext.Families) (s Sample, ok bool) {
-	if fams[panel.MetricEngineRunning] == nil {
+	if fams[mn.EngineRunning] == nil {
 		return s, false
 	}
-	s.running, _ = fams.Sum(panel.MetricEngineRunning)
-	s.waiting, _ = fams.Sum(panel.MetricEngineWaiting)
-	s.queries, s.hasQueries = fams.Sum(panel.MetricEnginePrefixQuery)
-	s.hits, s.hasHits = fams.Sum(panel.MetricEnginePrefixHits)
-	s.prompt, s.hasPrompt = fams.Sum(panel.MetricEnginePromptTokens)
-	s.generated, s.hasGen = fams.Sum(panel.MetricEngineGenTokens)
-	s.preemptions, s.hasPreem = fams.Sum(panel.MetricEnginePreemptions)
-	capOf, _ := fams.SumBy(panel.MetricEngineKVCapacity, "replica")
-	usage, _ := fams.SumBy(panel.MetricEngineKVUsage, "replica")
+	s.running, _ = fams.Sum(mn.EngineRunning)
+	s.waiting, _ = fams.Sum(mn.EngineWaiting)
+	s.queries, s.hasQueries = fams.Sum(mn.EnginePrefixQuery)
+	s.hits, s.hasHits = fams.Sum(mn.EnginePrefixHits)
+	s.prompt, s.hasPrompt = fams.Sum(mn.EnginePromptTokens)
+	s.generated, s.hasGen = fams.Sum(mn.EngineGenTokens)
+	s.preemptions, s.hasPreem = fams.Sum(mn.EnginePreemptions)
+	capOf, _ := fams.SumBy(mn.EngineKVCapacity, "replica")
+	usage, _ := fams.SumBy(mn.EngineKVUsage, "replica")
 	var used, capacity float64
 	for rep, ratio := range usage {
 		used += ratio * capOf[rep]

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	mn "github.com/lmwarden/warden/proxy/metricname"
 )
 
 func TestCollectorPedanticAndLint(t *testing.T) {
@@ -113,13 +115,13 @@ warden_sessions_seen_total 241
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 	for _, r := range s.Replicas {
-		if got := gathered(t, reg, MetricEngineKVUsage, strconv.Itoa(r.Rank)); got != r.KVUsed {
+		if got := gathered(t, reg, mn.EngineKVUsage, strconv.Itoa(r.Rank)); got != r.KVUsed {
 			t.Errorf("kv usage of replica %d = %v, want %v", r.Rank, got, r.KVUsed)
 		}
-		if got := gathered(t, reg, MetricEngineGenTokens, strconv.Itoa(r.Rank)); got != r.EngineGenerated {
+		if got := gathered(t, reg, mn.EngineGenTokens, strconv.Itoa(r.Rank)); got != r.EngineGenerated {
 			t.Errorf("engine generated tokens of replica %d = %v, want %v", r.Rank, got, r.EngineGenerated)
 		}
-		if got := gathered(t, reg, MetricEnginePromptTokens, strconv.Itoa(r.Rank)); got != r.EnginePrompt {
+		if got := gathered(t, reg, mn.EnginePromptTokens, strconv.Itoa(r.Rank)); got != r.EnginePrompt {
 			t.Errorf("engine prompt tokens of replica %d = %v, want %v", r.Rank, got, r.EnginePrompt)
 		}
 	}

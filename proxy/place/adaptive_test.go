@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/lmwarden/warden/proxy/place/placetest"
 )
 
 // kv4 is four healthy replicas of 40k tokens of KV, 10 s turns.
@@ -111,7 +112,7 @@ func TestPickAdaptive(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, Pick(tc.snap, tc.sess, tc.cfg, fixedRand(0))); diff != "" {
+			if diff := cmp.Diff(tc.want, Pick(tc.snap, tc.sess, tc.cfg, placetest.FixedRand(0))); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})

@@ -9,8 +9,7 @@ import "time"
 // conversation, its context size, where its prefix lives and when it last
 // moved. It is fed by the proxy (Begin, End) and read into the placement
 // snapshot (FillView, ViewSession), so that the policy itself stays a pure
-// function. Not safe for concurrent use: the proxy guards it with
-// Proxy.mu. Times come from the caller's clock (the injected one).
+// function. Not safe for concurrent use: its Placer guards it. Times come from the caller's clock (the injected one).
 type Memory struct {
 	reps  map[int]*memRep
 	sess  map[string]*memSess

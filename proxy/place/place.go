@@ -1,10 +1,13 @@
 // Package place decides where a request goes: the placement policies as
 // pure functions of a snapshot of the replicas and the request's
-// conversation (Pick), and the memory the adaptive policy learns from the
-// requests that ended (Memory). It reads no clock, lock, environment or
-// I/O: the proxy takes the snapshot in its critical section, passes its
-// clock's time in, and keeps Memory under its own lock. It imports nothing
-// of the project.
+// conversation (Pick), the memory the adaptive policy learns from the
+// requests that ended (Memory), the session table (Table), and their one
+// owner, Placer, which keeps them under its own lock with the rest of the
+// decision state and makes a decision and its in-flight increment in one
+// critical section. Pick, Memory and Table read no clock, lock,
+// environment or I/O; the Placer reads time only from its injected clock
+// (a held request's one-second recheck is a real timer). It imports
+// nothing of the project.
 package place
 
 import (
@@ -38,11 +41,11 @@ const (
 	PolicyOffV2         = "off-v2"         // vLLM's newer DP balancer variant
 	PolicyLeastInFlight = "least-inflight" // exact, fresh least-in-flight (accidentally sticky at low load)
 	PolicyHash          = "hash"           // session hash to a replica (failed in practice; for comparison)
-	PolicyAdaptive      = "adaptive"       // the default: KV-aware admission, stay-or-move by cost (policy_adaptive.go)
+	PolicyAdaptive      = "adaptive"       // the default: KV-aware admission, stay-or-move by cost (adaptive.go)
 )
 
 // ReplicaView is one replica as a placement sees it: a copy, taken in the
-// proxy's critical section, of the exact in-flight count and the latest
+// Placer's critical section, of the exact in-flight count and the latest
 // scraped engine state.
 type ReplicaView struct {
 	Rank           int

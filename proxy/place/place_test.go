@@ -4,12 +4,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/lmwarden/warden/proxy/place/placetest"
 )
-
-// fixedRand always picks tie number n (modulo the number of ties).
-type fixedRand int
-
-func (f fixedRand) IntN(n int) int { return int(f) % n }
 
 // four healthy idle replicas with max_num_seqs 32 (auto spill threshold 8).
 func idle4() []ReplicaView {
@@ -31,7 +28,7 @@ func TestPick(t *testing.T) {
 		snap []ReplicaView
 		sess SessionView
 		cfg  Config
-		rng  fixedRand
+		rng  placetest.FixedRand
 		want Decision
 	}{
 		{"a new conversation goes to the least-loaded replica", with(idle4(), func(s []ReplicaView) {
@@ -132,7 +129,7 @@ func TestPick(t *testing.T) {
 }
 
 func hashRank(key string, n int) int {
-	d := pickHash(idle4()[:n], SessionView{Key: key}, Config{}, fixedRand(0))
+	d := pickHash(idle4()[:n], SessionView{Key: key}, Config{}, placetest.FixedRand(0))
 	return d.Rank
 }
 
@@ -198,14 +195,14 @@ func TestNewPlacementsAvoidStaleAndRampUp(t *testing.T) {
 			snap[0].Stale = true // idle, but we do not know it
 			snap[1].InFlight, snap[2].InFlight, snap[3].InFlight = 5, 5, 5
 			for seed := range 20 {
-				if d := Pick(snap, SessionView{Key: "n"}, cfg, fixedRand(seed)); d.Rank == 0 {
+				if d := Pick(snap, SessionView{Key: "n"}, cfg, placetest.FixedRand(seed)); d.Rank == 0 {
 					t.Fatalf("seed %d: a new conversation went to the stale replica", seed)
 				}
 			}
 			for i := range snap {
 				snap[i].Stale = true
 			}
-			if d := Pick(snap, SessionView{Key: "n"}, cfg, fixedRand(0)); d.Rank != 0 {
+			if d := Pick(snap, SessionView{Key: "n"}, cfg, placetest.FixedRand(0)); d.Rank != 0 {
 				t.Errorf("all stale: went to %d, want the least loaded (0)", d.Rank)
 			}
 		})
@@ -220,7 +217,7 @@ func TestNewPlacementsAvoidStaleAndRampUp(t *testing.T) {
 				}
 				snap[0].Ramp = ramp
 				for n := range 12 {
-					d := Pick(snap, SessionView{Key: "n"}, cfg, fixedRand(n))
+					d := Pick(snap, SessionView{Key: "n"}, cfg, placetest.FixedRand(n))
 					snap[indexOf(snap, d.Rank)].InFlight++
 					snap[indexOf(snap, d.Rank)].Homed++
 					if d.Rank == 0 {
@@ -244,7 +241,7 @@ func TestNewPlacementsAvoidStaleAndRampUp(t *testing.T) {
 				snap[i].Ramp = 0.9
 			}
 			for seed := range 20 {
-				if d := Pick(snap, SessionView{Key: "n"}, cfg, fixedRand(seed)); d.Rank != 0 {
+				if d := Pick(snap, SessionView{Key: "n"}, cfg, placetest.FixedRand(seed)); d.Rank != 0 {
 					t.Fatalf("seed %d: all ramping, went to %d, want the least loaded (0)", seed, d.Rank)
 				}
 			}

@@ -46,7 +46,7 @@ func (s *Session) Usage() (prompt, cached, completion uint64) {
 // after ttl and evicts the least recently used beyond max. Entries form an
 // intrusive doubly linked list in order of last use (head = most recent),
 // so that expiry and eviction pop from the tail without allocating. It is
-// not safe for concurrent use: the proxy guards it with its own mutex.
+// not safe for concurrent use: its Placer guards it.
 //
 // A session is active while it plausibly comes back soon: seen within the
 // active window, derived from the gaps observed between a session's
@@ -64,6 +64,7 @@ type Table struct {
 	ctxN   int
 
 	window       time.Duration
+	fixed        bool // FixWindow: the window does not follow the gaps
 	oldestActive *Session
 	active       map[int]int // rank -> active sessions homed there
 	nActive      int
@@ -71,6 +72,7 @@ type Table struct {
 	nSubActive   int
 	subSeen      uint64
 	gaps         [gapSamples]float64 // recent gaps between a session's requests, seconds (a ring)
+	sorted       []float64           // observeGap's scratch
 	nGaps        int
 }
 
@@ -103,15 +105,24 @@ func (t *Table) clampWindow(w time.Duration) time.Duration {
 // ActiveWindow is how long after its last request a session counts as active.
 func (t *Table) ActiveWindow() time.Duration { return t.window }
 
+// FixWindow makes the active window w for good, whatever the gaps (the
+// replay's: there every conversation placed counts as active). Call it
+// before the first request.
+func (t *Table) FixWindow(w time.Duration) { t.window, t.fixed = w, true }
+
 // observeGap records the time between two requests of one session and,
 // every gapsPerRecompute gaps, sets the window to twice their p90.
 func (t *Table) observeGap(d time.Duration) {
+	if t.fixed {
+		return
+	}
 	t.gaps[t.nGaps%gapSamples] = d.Seconds()
 	t.nGaps++
 	if t.nGaps < gapsBeforeWindow || t.nGaps%gapsPerRecompute != 0 && t.nGaps != gapsBeforeWindow {
 		return
 	}
-	g := slices.Clone(t.gaps[:min(t.nGaps, gapSamples)])
+	g := append(t.sorted[:0], t.gaps[:min(t.nGaps, gapSamples)]...) // reused: no allocation per recompute
+	t.sorted = g
 	slices.Sort(g)
 	p90 := g[len(g)*9/10]
 	t.window = t.clampWindow(time.Duration(2 * p90 * float64(time.Second)))

@@ -169,6 +169,24 @@ func TestSessionTableActiveWindow(t *testing.T) {
 	}
 }
 
+// TestSessionTableFixedWindow: a fixed window does not follow the gaps,
+// and a long one keeps every session placed active.
+func TestSessionTableFixedWindow(t *testing.T) {
+	tb := NewTable(0, 0)
+	tb.FixWindow(24 * time.Hour)
+	now := time.Unix(1000, 0)
+	for i := range 40 {
+		k := fmt.Sprint("s", i)
+		tb.Insert(k, i%2, now)
+		tb.Get(k, now.Add(60*time.Second))
+		now = now.Add(time.Second)
+	}
+	tb.Expire(now.Add(time.Hour))
+	if w := tb.ActiveWindow(); w != 24*time.Hour || tb.ActiveTotal() != 40 || tb.Active(0) != 20 {
+		t.Errorf("window %v, active %d (%d on 0); want 24h, 40, 20", w, tb.ActiveTotal(), tb.Active(0))
+	}
+}
+
 // TestSessionTableActiveCountsMatchARecount drives the table with random
 // inserts, requests, rehomes, unhomes, context updates and time steps, and
 // after each compares its O(1) active counts with a recount from scratch.

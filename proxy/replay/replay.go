@@ -1,6 +1,6 @@
 // Package replay is a discrete-event replay of the bench's agent load
-// through the warden's placement (place.Pick and place.Memory) onto the
-// simulator's scheduler and step-time model (the same code `warden sim
+// through the warden's placement (place.Placer, the type the warden's proxy
+// places with) onto the simulator's scheduler and step-time model (the same code `warden sim
 // serve` runs), on a virtual clock: no HTTP, no wall clock. A 3-minute
 // stage at 32 sessions replays in about a second, deterministically, so
 // policies can be compared on the same load and their internals
@@ -76,16 +76,32 @@ type replayResult struct {
 	moves                               int
 }
 
+// rEngine is one simulated engine, a place.Replica to the replay's Placer.
 type rEngine struct {
+	rank    int
 	sched   *model.Scheduler
 	busy    bool
 	end     float64
 	batch   model.Batch
 	scraped place.ReplicaView // running, waiting, KV as of the last scrape
-	stale   [2]int            // balancer's running, waiting
-	sent    int
-	fly     int
+	fly     int               // requests placed here and not finished
 }
+
+// replayMaxNumSeqs is every simulated engine's max_num_seqs.
+const replayMaxNumSeqs = 32
+
+func (e *rEngine) Rank() int { return e.rank }
+
+// View is the engine as the proxy sees it: always healthy, the exact
+// in-flight count, the last scrape's running, waiting and KV use.
+func (e *rEngine) View(time.Time) place.ReplicaView {
+	v := e.scraped
+	v.Rank, v.Healthy, v.InFlight, v.MaxNumSeqs = e.rank, true, e.fly, replayMaxNumSeqs
+	v.KVCapacity = (e.sched.Pool().NumBlocks() - 1) * 16
+	return v
+}
+
+func (e *rEngine) Sent() { e.fly++ }
 
 type rSession struct {
 	id, k        int
@@ -94,7 +110,7 @@ type rSession struct {
 	turn, turns  int
 	turnTok      int
 	next         uint32
-	homeKnown    bool
+	homeKnown    bool // placed before (the Placer's table has its home): for the conversation slots
 	home         int
 	lastComputed int // tokens new in the current request
 }
@@ -105,30 +121,29 @@ type rReq struct {
 	rank   int
 	submit float64
 	first  float64
-	ticket *place.Ticket
+	pl     place.Placement[*rEngine]
 	arrive float64
 	newTok int
-	reason place.Reason
+	held   bool // told to wait before: counted among the Placer's held
 }
 
 type replay struct {
 	load     replayLoad
 	prof     model.Profile
 	eng      []*rEngine
-	rs       *place.Memory
-	rng      *rand.Rand
+	placer   *place.Placer[*rEngine]
+	cur      *rReq // the request being placed (Override reads it)
 	t        float64
 	held     []*rReq // waiting at the proxy
 	reqs     map[*model.Seq]*rReq
 	res      replayResult
 	ttfb     []float64
 	all      []float64
-	homes    map[int]int
+	ranks    []int
 	sessAcc  []float64
 	samples  int
 	nextID   uint64
 	stopped  bool
-	policy   place.Config
 	sysToks  []uint32
 	tok      uint32
 	sessions int
@@ -169,21 +184,26 @@ func (l replayLoad) run() replayResult {
 	if l.keep != nil {
 		p = l.keep
 	}
-	*p = replay{load: l, prof: prof, rs: place.NewMemory(0), rng: rand.New(rand.NewPCG(1, 2)),
-		reqs: map[*model.Seq]*rReq{}, homes: map[int]int{}, policy: place.Config{Policy: l.policy}}
+	*p = replay{load: l, prof: prof, reqs: map[*model.Seq]*rReq{}}
+	policy := place.Config{Policy: l.policy}
 	if l.cfg != nil {
-		l.cfg(&p.policy)
+		l.cfg(&policy)
 	}
+	// The warden's placement on the virtual clock: sessions never expire
+	// and every conversation placed counts as active on its home (a fixed
+	// active window: the tables of docs/router.md were computed so), and
+	// the balancer view is refreshed on the replay's own tick (refresh).
+	p.placer = place.NewPlacer[*rEngine](place.PlacerConfig{Config: policy, Grace: l.grace, Clock: p.now,
+		ActiveWindow: 100 * 365 * 24 * time.Hour, Rand: rand.New(rand.NewPCG(1, 2)), Override: p.override})
 	p.debug = l.debug
 	p.jrng = rand.New(rand.NewPCG(l.seed, 7))
-	if l.grace != 0 {
-		p.rs.Grace = max(l.grace, 0)
-	}
-	for range l.replicas {
-		s := model.NewScheduler(model.SchedConfig{MaxNumSeqs: 32, MaxBatchedTokens: 2048, MaxModelLen: kv, BlockSize: 16,
+	for i := range l.replicas {
+		s := model.NewScheduler(model.SchedConfig{MaxNumSeqs: replayMaxNumSeqs, MaxBatchedTokens: 2048, MaxModelLen: kv, BlockSize: 16,
 			ReserveFullISL: true, PrefixStats: model.StatsAdmission}, model.NewBlockPool(kv/16+1))
-		p.eng = append(p.eng, &rEngine{sched: s})
+		p.eng = append(p.eng, &rEngine{rank: i, sched: s})
+		p.ranks = append(p.ranks, i)
 	}
+	p.placer.SetReplicas(p.eng)
 	p.res.repWait = make([]float64, l.replicas)
 	p.res.repSess = make([]float64, l.replicas)
 	p.sysToks = p.fresh(l.system)
@@ -243,44 +263,61 @@ func (p *replay) send(s *rSession) {
 	p.arrivals = append(p.arrivals, q)
 }
 
-// route is proxy.place + forward: snapshot, decision, accounting.
+// route hands a request to the placement (the Placer) and, when placed,
+// to its engine; false when it is held at the proxy.
 func (p *replay) route(q *rReq) bool {
-	snap := make([]place.ReplicaView, len(p.eng))
-	for i, e := range p.eng {
-		snap[i] = e.scraped
-		snap[i].Rank, snap[i].Healthy, snap[i].InFlight, snap[i].MaxNumSeqs = i, true, e.fly, 32
-		snap[i].KVCapacity = (e.sched.Pool().NumBlocks() - 1) * 16
-		snap[i].ActiveSessions = p.homes[i]
-		snap[i].StaleRunning, snap[i].StaleWaiting, snap[i].SentSince = e.stale[0], e.stale[1], e.sent
-	}
-	now := p.now()
-	p.rs.SetPolicy(p.policy.Policy)
-	p.rs.FillView(snap, now)
-	sv := place.SessionView{Key: q.s.key, Known: q.s.homeKnown, Home: q.s.home, Waited: p.t - q.arrive, Held: len(p.held)}
-	p.rs.ViewSession(&sv, bodyBytes(len(q.s.ctx)), snap)
-	d := place.Pick(snap, sv, p.policy, p.rng)
-	if p.load.home != nil && !q.s.homeKnown {
-		d = place.Decision{Rank: p.load.home(q.s.k), Reason: place.ReasonNew}
-	}
-	if d.Reason == place.ReasonWait {
-		if p.debug != nil && !slices.Contains(p.held, q) {
-			p.debug("t=%.1f wait %+v snap %+v", p.t, sv, snap)
-		}
+	s := q.s
+	p.cur = q
+	pl := p.placer.Decide(place.Request{Key: s.key, BodyBytes: bodyBytes(len(s.ctx)),
+		Waited: time.Duration((p.t - q.arrive) * float64(time.Second)), Held: q.held})
+	p.cur = nil
+	if pl.Reason == place.ReasonWait {
+		q.held = true
 		if !slices.Contains(p.held, q) {
 			p.held = append(p.held, q)
 			p.res.waited++
 		}
 		return false
 	}
-	if d.Rank < 0 {
+	if pl.Rank < 0 {
 		panic("replay: no replica")
 	}
-	if p.load.quantum > 0 && p.load.anySlot && !p.admitQuantum(q.s, d.Rank) {
+	q.held = false
+	if pl.Known && (pl.Reason == place.ReasonFailover || pl.Reason == place.ReasonMove) {
+		p.res.moves++
+	}
+	s.homeKnown, s.home = true, pl.Home
+	q.rank, q.pl = pl.Rank, pl
+	p.nextID++
+	q.seq = model.NewSeq(p.nextID, slices.Clone(s.ctx), p.load.out, 16)
+	p.reqs[q.seq] = q
+	p.eng[pl.Rank].sched.Add(q.seq)
+	return true
+}
+
+// override is the Placer's Override: the load's imposed homes and the
+// conversation slots (quantum) on top of the policy's decision, for the
+// request being routed; a hold is ReasonWait.
+func (p *replay) override(_ place.Request, d place.Decision, snap []place.ReplicaView, sv place.SessionView) place.Decision {
+	q := p.cur
+	if p.load.home != nil && !sv.Known {
+		d = place.Decision{Rank: p.load.home(q.s.k), Reason: place.ReasonNew}
+	}
+	if d.Reason == place.ReasonWait {
+		if p.debug != nil && !slices.Contains(p.held, q) {
+			p.debug("t=%.1f wait %+v snap %+v", p.t, sv, snap)
+		}
+		return d
+	}
+	if d.Rank < 0 || p.load.quantum <= 0 {
+		return d
+	}
+	if p.load.anySlot && !p.admitQuantum(q.s, d.Rank) {
 		// It yielded its slot, so its prefix is probably evicted at home:
 		// any replica's free slot serves it as well (a move).
 		for i := range p.eng {
 			if p.admitQuantum(q.s, i) {
-				if q.s.homeKnown && i != q.s.home {
+				if sv.Known && i != sv.Home {
 					d = place.Decision{Rank: i, Reason: place.ReasonMove}
 				} else {
 					d.Rank = i
@@ -289,37 +326,13 @@ func (p *replay) route(q *rReq) bool {
 			}
 		}
 	}
-	if p.load.quantum > 0 && p.load.maxHold > 0 && p.t-q.arrive >= p.load.maxHold {
+	if p.load.maxHold > 0 && p.t-q.arrive >= p.load.maxHold {
 		p.forceQuantum(q.s, d.Rank) // waited long enough: admitted over the slots
 	}
-	if p.load.quantum > 0 && !p.admitQuantum(q.s, d.Rank) {
-		if !slices.Contains(p.held, q) {
-			p.held = append(p.held, q)
-			p.res.waited++
-		}
-		return false
+	if !p.admitQuantum(q.s, d.Rank) {
+		return place.Decision{Rank: -1, Reason: place.ReasonWait}
 	}
-	s := q.s
-	switch {
-	case !s.homeKnown:
-		s.homeKnown, s.home = true, d.Rank
-		p.homes[d.Rank]++
-	case d.Reason == place.ReasonFailover || d.Reason == place.ReasonMove:
-		p.homes[s.home]--
-		s.home = d.Rank
-		p.homes[d.Rank]++
-		p.res.moves++
-	}
-	e := p.eng[d.Rank]
-	e.fly++
-	e.sent++
-	q.rank, q.reason = d.Rank, d.Reason
-	q.ticket = p.rs.Begin(s.key, bodyBytes(len(s.ctx)), d.Rank, d.Reason, now)
-	p.nextID++
-	q.seq = model.NewSeq(p.nextID, slices.Clone(s.ctx), p.load.out, 16)
-	p.reqs[q.seq] = q
-	e.sched.Add(q.seq)
-	return true
+	return d
 }
 
 // admitQuantum: s may send a turn to rank when it holds one of the
@@ -398,12 +411,8 @@ func (p *replay) scrape() {
 	}
 }
 
-func (p *replay) refresh() {
-	for _, e := range p.eng {
-		run := min(e.fly, 32)
-		e.stale, e.sent = [2]int{run, e.fly - run}, 0
-	}
-}
+// refresh is the balancer's periodic stats sample.
+func (p *replay) refresh() { p.placer.RefreshBalancers() }
 
 // loop runs the event loop: each stage for load.stage seconds (growing the
 // pool of sessions to the stage's count at its start), then a drain.
@@ -476,8 +485,9 @@ func (p *replay) tick(nextScrape, nextRefresh, nextSample *float64) {
 		*nextRefresh = p.t + p.load.refresh
 	}
 	if p.t >= *nextSample && !p.stopped {
+		active := p.placer.Counts(p.now(), p.ranks).Active
 		for r, e := range p.eng {
-			p.res.repSess[r] += float64(p.homes[r])
+			p.res.repSess[r] += float64(active[r])
 			p.res.running += float64(e.sched.NumRunning()) / float64(len(p.eng))
 			p.res.waiting += float64(e.sched.NumWaiting()) / float64(len(p.eng))
 			if e.sched.NumRunning() > 0 {
@@ -509,7 +519,7 @@ func (p *replay) openStage() {
 	p.winStart = p.t
 	p.hq = p.counters()
 	if sp := p.load.stagePolicy; p.stageIdx < len(sp) && sp[p.stageIdx] != "" {
-		p.policy.Policy = sp[p.stageIdx]
+		p.placer.SetPolicy(sp[p.stageIdx])
 	}
 	for p.workers < p.load.stages[p.stageIdx] {
 		p.startSession(p.workers)
@@ -561,7 +571,7 @@ func (p *replay) finishTurn(r *rReq) {
 	q, s := r.seq, r.s
 	cached := max(q.CachedTokens, 0)
 	u := place.Report{Known: true, Prompt: uint64(q.NumPrompt), Cached: uint64(cached), Completion: uint64(q.Output)}
-	p.rs.End(r.ticket, u, r.first-r.arrive, p.now())
+	p.placer.End(&r.pl, true, u, r.first-r.arrive)
 	if !p.stopped {
 		p.res.turns++
 		p.ttfb = append(p.ttfb, r.first-r.submit)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"testing"
+
+	"github.com/tidwall/gjson"
 )
 
 // chunkReader hands out data n bytes at a time, then err (io.EOF if nil).
@@ -71,6 +73,37 @@ func FuzzTap(f *testing.F) {
 			t.Fatalf("strip changed a stream without usage:\n in: %q\nout: %q", data, out)
 		case len(out) > len(data):
 			t.Fatalf("the tap added bytes:\n in: %q\nout: %q", data, out)
+		}
+	})
+}
+
+// FuzzUsageLookupSkips: skipping the lookups whose key d cannot hold finds
+// the usage the three lookups find, for any document.
+func FuzzUsageLookupSkips(f *testing.F) {
+	for _, s := range []string{
+		`{"choices":[],"usage":{"prompt_tokens":1}}`, `{"usage":null,"message":{"usage":{"input_tokens":2}}}`,
+		`{"response":{"usage":{"input_tokens":3}},"usage":1}`, `{"message":1,"message":{"usage":{}}}`,
+		`{"us\u0061ge":{"x":1}}`, `{"m\u0065ssage":{"usage":{"input_tokens":4}}}`, `{}"usage"{0`, `{"usage":{"a":`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, d []byte) {
+		var want gjson.Result
+		for _, path := range []string{"usage", "message.usage", "response.usage"} {
+			if want = gjson.GetBytes(d, path); want.IsObject() {
+				break
+			}
+		}
+		for _, kind := range []Kind{OpenAI, Anthropic, Responses} {
+			ref := &Tap{kind: kind}
+			if want.IsObject() {
+				ref.usage.Known = true
+				ref.parseUsage(want)
+			}
+			tp := &Tap{kind: kind}
+			if got := tp.parseJSON(d); got != want.IsObject() || tp.usage != ref.usage {
+				t.Errorf("%q kind %d: %v %+v, want %v %+v", d, kind, got, tp.usage, want.IsObject(), ref.usage)
+			}
 		}
 	})
 }

@@ -115,8 +115,17 @@ func New(rc io.ReadCloser, kind Kind, o Options) *Tap {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Tap{rc: rc, kind: kind, stream: o.Stream, strip: o.Strip && o.Stream, now: o.Now, alive: o.Alive, fail: o.Fail}
+	t := &Tap{rc: rc, kind: kind, stream: o.Stream, strip: o.Strip && o.Stream, now: o.Now, alive: o.Alive, fail: o.Fail}
+	if t.strip { // the line, the event and the bytes ready: one allocation that holds typical events
+		slab := make([]byte, 3*stripSlab)
+		t.buf, t.event, t.out = slab[:0:stripSlab], slab[stripSlab:stripSlab:2*stripSlab], slab[2*stripSlab:2*stripSlab]
+	}
+	return t
 }
+
+// stripSlab is the room strip mode starts with for each of a line, an event
+// and the bytes ready for the client (they grow past it as needed).
+const stripSlab = 512
 
 // Usage is what the answer reported so far (all of it once read to EOF).
 func (t *Tap) Usage() Usage { return t.usage }
@@ -260,9 +269,15 @@ func (t *Tap) line(l []byte) bool {
 // message_delta carries the final output_tokens). It reports whether d had
 // a usage object.
 func (t *Tap) parseJSON(d []byte) bool {
+	if !mayHaveUsage(d) {
+		return false // most stream events: no parse at all
+	}
 	var u gjson.Result
-	for _, path := range []string{"usage", "message.usage", "response.usage"} {
-		if u = gjson.GetBytes(d, path); u.IsObject() {
+	for _, path := range usagePaths {
+		if !mayHold(d, path.first) {
+			continue // the path's first key is not in d: no scan for it
+		}
+		if u = gjson.GetBytes(d, path.path); u.IsObject() {
 			break
 		}
 	}
@@ -270,6 +285,12 @@ func (t *Tap) parseJSON(d []byte) bool {
 		return false
 	}
 	t.usage.Known = true
+	t.parseUsage(u)
+	return true
+}
+
+// parseUsage reads a usage object in the tap's API's shape.
+func (t *Tap) parseUsage(u gjson.Result) {
 	switch t.kind {
 	case OpenAI:
 		set(&t.usage.Prompt, u.Get("prompt_tokens"))
@@ -291,7 +312,24 @@ func (t *Tap) parseJSON(d []byte) bool {
 			t.usage.Completion = a.Output
 		}
 	}
-	return true
+}
+
+// usagePaths are where the APIs put usage, in the order they are tried:
+// OpenAI's and Anthropic's message_delta at the top, Anthropic's
+// message_start in its message, Responses' response.completed in its
+// response; first is the path's first key.
+var usagePaths = []struct{ path, first string }{
+	{"usage", "usage"}, {"message.usage", "message"}, {"response.usage", "response"},
+}
+
+// mayHaveUsage reports whether d can hold a "usage" key (mayHold).
+func mayHaveUsage(d []byte) bool { return mayHold(d, "usage") }
+
+// mayHold reports whether d can hold the key: it spells it, or has a \u
+// escape that could spell it. False means no gjson path through that key
+// can match, so the lookup is skipped.
+func mayHold(d []byte, key string) bool {
+	return bytes.Contains(d, []byte(key)) || bytes.Contains(d, []byte(`\u`))
 }
 
 func set(dst *uint64, v gjson.Result) {
@@ -318,7 +356,7 @@ func (t *Tap) readStripped(p []byte) (int, error) {
 		}
 	}
 	n := copy(p, t.out)
-	t.out = t.out[n:]
+	t.out = t.out[:copy(t.out, t.out[n:])] // what p had no room for moves to the front: the buffer is reused
 	if len(t.out) == 0 && t.eof != nil {
 		return n, t.eof
 	}

@@ -47,6 +47,9 @@ func TestTap(t *testing.T) {
 			"", Usage{true, 200, 160, 12}},
 		{"Anthropic JSON with Anthropic's convention (cache read > input)", Anthropic, false, false,
 			`{"usage":{"input_tokens":20,"cache_read_input_tokens":160,"output_tokens":5}}`, "", Usage{true, 180, 160, 5}},
+		{"a usage key spelled with an escape is still read (the quick look for the word falls back to a parse)", OpenAI, true, false,
+			"data: {\"choices\":[],\"us\\u0061ge\":{\"prompt_tokens\":7,\"completion_tokens\":1}}\n\n",
+			"data: {\"choices\":[],\"us\\u0061ge\":{\"prompt_tokens\":7,\"completion_tokens\":1}}\n\n", Usage{true, 7, 0, 1}},
 		{"Responses stream: response.completed", Responses, true, false,
 			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}\n\n" +
 				"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":50,\"output_tokens\":4,\"input_tokens_details\":{\"cached_tokens\":48}}}}\n\n",

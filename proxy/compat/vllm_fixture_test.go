@@ -1,16 +1,22 @@
-package proxy
+package compat_test
+
+// The compat tests' fixture: a vLLM-like engine and a warden in front of
+// it, with the request shapes the clients send.
 
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/gjson"
+
+	"github.com/lmwarden/warden/proxy"
 )
 
 // vllmLike is a fake engine that validates requests the way vLLM's own
@@ -154,9 +160,72 @@ func (v *vllmLike) requests() (bodies, paths []string, last string) {
 	return append([]string(nil), v.got...), append([]string(nil), v.paths...), v.sent
 }
 
+// generated is the bodies of the requests the engine got on its API (not
+// health checks or scrapes), in order.
+func (v *vllmLike) generated() []string {
+	bodies, paths, _ := v.requests()
+	var gen []string
+	for i, p := range paths {
+		if p != "/health" && p != "/metrics" {
+			gen = append(gen, bodies[i])
+		}
+	}
+	return gen
+}
+
+// proxy is a warden serving "served-model" in front of the engine.
 func (v *vllmLike) proxy(t *testing.T) string {
-	_, front := testProxyBackends(t, Config{ServedModel: "served-model"}, []Backend{{Rank: 0, URL: v.srv.URL, MaxNumSeqs: 32}})
-	return front.URL
+	return front(t, proxy.Config{ServedModel: "served-model"}, v.srv.URL)
+}
+
+// front is a warden with cfg (quiet unless it has a logger) in front of
+// the engine at url; it returns the warden's URL.
+func front(t *testing.T, cfg proxy.Config, url string) string {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg.Registry, cfg.Seed = prometheus.NewPedanticRegistry(), 1
+	p, err := proxy.New(cfg, []proxy.Backend{{Rank: 0, URL: url, MaxNumSeqs: 32}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(p.Handler())
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// post sends a JSON body with headers (name, value pairs, kept as written)
+// and returns the response with its body read.
+func post(t *testing.T, url, body string, kv ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i < len(kv); i += 2 {
+		req.Header[kv[i]] = []string{kv[i+1]}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// Names Claude Code sends for its main loop and its small background model
+// (titles, summaries), and Codex's.
+const (
+	claudeMain  = "claude-sonnet-4-6"
+	claudeSmall = "claude-haiku-4-5-20251001"
+	codexModel  = "gpt-5.1-codex"
+)
+
+func anthropicBody(model string) string {
+	return `{"model":"` + model + `","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
 }
 
 // claudeTools is Claude Code's tool list shape plus Anthropic server tools.
@@ -179,106 +248,6 @@ func claudeBody(maxTokens int, tools string, firstContent string) string {
 		`"tools":[` + tools + `]}`
 }
 
-func TestAdaptationAgainstAVLLMLikeEngine(t *testing.T) {
-	text := `[{"type":"text","text":"list the files","cache_control":{"type":"ephemeral"}}]`
-	long := `"` + strings.Repeat("word ", 4000) + `"` // ~5000 tokens: over the context alone
-	doc := `[{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"JVBERi0="}},{"type":"text","text":"summarise"}]`
-	cases := []struct {
-		name, path, body string
-		status           int
-		engineCalls      int
-		unchanged        bool                            // the client gets the engine's own error body
-		v032             bool                            // the engine checks lengths as vLLM 0.32 does
-		check            func(t *testing.T, last string) // the last body the engine got
-	}{
-		{name: "fields vLLM ignores pass untouched", path: "/v1/messages?beta=true",
-			body: claudeBody(1024, bashTool+","+readTool, text), status: 200, engineCalls: 1,
-			check: func(t *testing.T, last string) {
-				for _, k := range []string{"thinking", "context_management", "output_config", "metadata", "system", "messages", "tools"} {
-					if want := gjson.Get(claudeBody(1024, bashTool+","+readTool, text), k).Raw; gjson.Get(last, k).Raw != want {
-						t.Errorf("%s changed: %s", k, gjson.Get(last, k).Raw)
-					}
-				}
-			}},
-		{name: "server tools dropped, custom tools kept", path: "/v1/messages",
-			body: claudeBody(1024, webSearchTool+","+bashTool+","+toolSearch+","+readTool, text), status: 200, engineCalls: 1,
-			check: func(t *testing.T, last string) {
-				if got := gjson.Get(last, "tools.#.name").Raw; got != `["Bash","Read"]` {
-					t.Errorf("tools sent: %s", got)
-				}
-			}},
-		{name: "only server tools: the tools key goes", path: "/v1/messages",
-			body: claudeBody(1024, webSearchTool, text), status: 200, engineCalls: 1,
-			check: func(t *testing.T, last string) {
-				if gjson.Get(last, "tools").Exists() {
-					t.Errorf("tools still sent: %s", gjson.Get(last, "tools").Raw)
-				}
-			}},
-		{name: "max_tokens 128000 lowered to the context left", path: "/v1/messages?beta=true",
-			body: claudeBody(128000, bashTool, text), status: 200, engineCalls: 2,
-			check: func(t *testing.T, last string) {
-				b := gjson.Parse(last)
-				in := (len(b.Get("system").Raw) + len(b.Get("messages").Raw) + len(b.Get("tools").Raw)) / 4
-				if got := b.Get("max_tokens").Int(); got != int64(4096-in) {
-					t.Errorf("retried with max_tokens %d, want %d", got, 4096-in)
-				}
-			}},
-		{name: "chat max_completion_tokens lowered too", path: "/v1/chat/completions",
-			body: `{"model":"` + codexModel + `","max_completion_tokens":100000,"messages":[{"role":"user","content":"hi"}]}`, status: 200, engineCalls: 2,
-			check: func(t *testing.T, last string) {
-				if got := gjson.Get(last, "max_completion_tokens").Int(); got < 4000 || got > 4096 {
-					t.Errorf("retried with max_completion_tokens %d", got)
-				}
-			}},
-		{name: "vLLM 0.32: max_tokens 32000 retried with max_model_len, which the engine clamps", path: "/v1/messages?beta=true",
-			body: claudeBody(32000, bashTool, text), status: 200, engineCalls: 2, v032: true,
-			check: func(t *testing.T, last string) {
-				if got := gjson.Get(last, "max_tokens").Int(); got != 4096 {
-					t.Errorf("retried with max_tokens %d, want 4096 (max_model_len)", got)
-				}
-			}},
-		{name: "vLLM 0.32: chat max_completion_tokens too", path: "/v1/chat/completions", v032: true,
-			body: `{"model":"` + codexModel + `","max_completion_tokens":100000,"messages":[{"role":"user","content":"hi"}]}`, status: 200, engineCalls: 2,
-			check: func(t *testing.T, last string) {
-				if got := gjson.Get(last, "max_completion_tokens").Int(); got != 4096 {
-					t.Errorf("retried with max_completion_tokens %d, want 4096", got)
-				}
-			}},
-		{name: "vLLM 0.32: prompt over the context alone: engine error unchanged", path: "/v1/messages", v032: true,
-			body: claudeBody(1024, bashTool, long), status: 400, engineCalls: 1, unchanged: true},
-		{name: "prompt over the context alone: engine error unchanged", path: "/v1/messages",
-			body: claudeBody(128000, bashTool, long), status: 400, engineCalls: 1, unchanged: true},
-		{name: "a block type vLLM lacks (document): engine error unchanged", path: "/v1/messages",
-			body: claudeBody(1024, bashTool, doc), status: 400, engineCalls: 1, unchanged: true},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			v := newVLLMLike(t)
-			v.v032 = tc.v032
-			resp, body := post(t, v.proxy(t)+tc.path, tc.body)
-			bodies, paths, last := v.requests()
-			var gen []string
-			for i, p := range paths {
-				if p != "/health" && p != "/metrics" {
-					gen = append(gen, bodies[i])
-				}
-			}
-			if resp.StatusCode != tc.status || len(gen) != tc.engineCalls {
-				t.Fatalf("status %d (want %d), engine calls %d (want %d): %s", resp.StatusCode, tc.status, len(gen), tc.engineCalls, body)
-			}
-			if tc.unchanged && body != last {
-				t.Errorf("client got %s\nengine sent %s", body, last)
-			}
-			if gjson.Get(gen[len(gen)-1], "model").Str != "served-model" {
-				t.Errorf("model not mapped: %s", gjson.Get(gen[len(gen)-1], "model").Raw)
-			}
-			if tc.check != nil {
-				tc.check(t, gen[len(gen)-1])
-			}
-		})
-	}
-}
-
 // countBody is Claude Code's count_tokens body (model, messages, tools; no
 // metadata) with a tool round trip and a system message.
 const countBody = `{"model":"` + claudeMain + `","messages":[` +
@@ -286,54 +255,3 @@ const countBody = `{"model":"` + claudeMain + `","messages":[` +
 	`{"role":"assistant","content":[{"type":"thinking","thinking":"hmm"},{"type":"text","text":"reading"},{"type":"tool_use","id":"t1","name":"Read","input":{"path":"a"}}]},` +
 	`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"A!"}]},{"type":"text","text":"thanks"}]}],` +
 	`"tools":[` + readTool + `,` + webSearchTool + `]}`
-
-func TestCountTokensFallsBackToTokenize(t *testing.T) {
-	v := newVLLMLike(t)
-	resp, body := post(t, v.proxy(t)+"/v1/messages/count_tokens?beta=true", countBody,
-		"X-Claude-Code-Session-Id", "s-1", "anthropic-beta", "token-counting-2024-11-01")
-	if resp.StatusCode != 200 {
-		t.Fatalf("status %d: %s", resp.StatusCode, body)
-	}
-	v.mu.Lock()
-	tok := v.tokens
-	v.mu.Unlock()
-	want := `{"add_generation_prompt":true,"messages":[` +
-		`{"role":"system","content":"env"},{"role":"user","content":"read a"},` +
-		`{"role":"assistant","content":"reading","tool_calls":[{"id":"t1","type":"function","function":{"name":"Read","arguments":"{\"path\":\"a\"}"}}]},` +
-		`{"role":"tool","content":"A!","tool_call_id":"t1"},{"role":"user","content":"thanks"}],"model":"served-model",` +
-		`"tools":[{"function":{"description":"Read a file","name":"Read","parameters":{"type":"object","properties":{"path":{"type":"string"}}}},"type":"function"}]}`
-	if diff := cmp.Diff(gjson.Parse(want).Value(), gjson.Parse(tok).Value()); diff != "" {
-		t.Errorf("tokenize request (-want +got):\n%s", diff)
-	}
-	if wantCount := len(gjson.Get(tok, "messages").Raw) / 4; body != fmt.Sprintf(`{"input_tokens":%d}`, wantCount) {
-		t.Errorf("answer %s, want input_tokens %d", body, wantCount)
-	}
-}
-
-func TestCountTokensUsesTheEngineRouteWhenThere(t *testing.T) {
-	v := newVLLMLike(t)
-	v.countAPI = true
-	resp, body := post(t, v.proxy(t)+"/v1/messages/count_tokens", countBody)
-	_, paths, last := v.requests()
-	if resp.StatusCode != 200 || body != last || strings.Contains(strings.Join(paths, " "), "/tokenize") {
-		t.Errorf("status %d body %s (engine sent %s), paths %v", resp.StatusCode, body, last, paths)
-	}
-}
-
-func TestCountTokensEngineErrorIsNotMasked(t *testing.T) {
-	// A 404 that is an engine error (unknown model: no mapping configured)
-	// is the answer; the tokenizer is not asked.
-	e := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/tokenize" {
-			t.Errorf("tokenize called")
-		}
-		w.WriteHeader(404)
-		io.WriteString(w, `{"type":"error","error":{"type":"NotFoundError","message":"The model `+"`x`"+` does not exist."}}`)
-	}))
-	defer e.Close()
-	_, front := testProxyBackends(t, Config{}, []Backend{{Rank: 0, URL: e.URL, MaxNumSeqs: 32}})
-	resp, body := post(t, front.URL+"/v1/messages/count_tokens", countBody)
-	if resp.StatusCode != 404 || !strings.Contains(body, "does not exist") {
-		t.Errorf("status %d: %s", resp.StatusCode, body)
-	}
-}

@@ -40,11 +40,7 @@ func TestHoldForRoom(t *testing.T) {
 	<-e.arrived
 	doneB := make(chan string, 1)
 	go send("b", 80_000, doneB)
-	simproc.Poll(t, "b held at the proxy", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.held == 1
-	})
+	simproc.Poll(t, "b held at the proxy", func() bool { return held(p) == 1 })
 	e.mu.Lock()
 	n := len(e.bodies)
 	e.mu.Unlock()
@@ -58,10 +54,8 @@ func TestHoldForRoom(t *testing.T) {
 	if got := <-doneB; got != string(place.ReasonNew) {
 		t.Errorf("b: route %q, want new after the hold", got)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.held != 0 {
-		t.Errorf("held = %d after both ended", p.held)
+	if n := held(p); n != 0 {
+		t.Errorf("held = %d after both ended", n)
 	}
 }
 
@@ -87,16 +81,19 @@ func TestHeldClientGoesAway(t *testing.T) {
 		_, err := front.Client().Do(req)
 		errc <- err
 	}()
-	simproc.Poll(t, "b held", func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.held == 1 })
+	simproc.Poll(t, "b held", func() bool { return held(p) == 1 })
 	cancel()
 	<-errc
-	simproc.Poll(t, "b released", func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.held == 0 })
+	simproc.Poll(t, "b released", func() bool { return held(p) == 0 })
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.bodies) != 1 {
 		t.Errorf("engine received %d requests, want 1", len(e.bodies))
 	}
 }
+
+// held is the number of requests the Placer holds for room now.
+func held(p *Proxy) int { return p.placer.Counts(p.clock(), nil).Held }
 
 func httpRequest(ctx context.Context, url, body string) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))

@@ -1,5 +1,8 @@
 package proxy
 
+// The proxy tests' fixtures: a fake engine, a proxy in front of fakes,
+// request helpers and the ids they share.
+
 import (
 	"encoding/json"
 	"fmt"
@@ -16,6 +19,11 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/simproc"
+)
+
+const (
+	ccID    = "ca92e60e-3cb8-4c5e-8d21-fdf99ef4af9c" // a Claude Code session id
+	billing = `{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.332.0b8; cc_entrypoint=cli;"}`
 )
 
 // fakeEngine is an httptest vLLM stand-in: /health, /metrics, and chat /

@@ -1,0 +1,117 @@
+package place
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lmwarden/warden/proxy/place/placetest"
+)
+
+// testReplica is an always healthy replica that counts its requests.
+type testReplica struct {
+	rank int
+	fly  atomic.Int64
+}
+
+func (r *testReplica) Rank() int { return r.rank }
+
+func (r *testReplica) View(time.Time) ReplicaView {
+	return ReplicaView{Rank: r.rank, Healthy: true, InFlight: int(r.fly.Load()), MaxNumSeqs: 32}
+}
+
+func (r *testReplica) Sent() { r.fly.Add(1) }
+
+func testPlacer(n int, c PlacerConfig) (*Placer[*testReplica], []*testReplica) {
+	if c.Policy == "" {
+		c.Policy = PolicySticky
+	}
+	c.Rand = placetest.FixedRand(0)
+	p := NewPlacer[*testReplica](c)
+	var reps []*testReplica
+	for i := range n {
+		reps = append(reps, &testReplica{rank: i})
+	}
+	p.SetReplicas(reps)
+	return p, reps
+}
+
+// TestPlacerBurstDoesNotHerd: concurrent first turns each see the in-flight
+// increments of the ones decided before them (the decision and the
+// increment are one critical section), so a burst spreads evenly instead of
+// landing on the replica that looked idlest to all of them.
+func TestPlacerBurstDoesNotHerd(t *testing.T) {
+	p, reps := testPlacer(4, PlacerConfig{})
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if pl := p.Decide(Request{Key: fmt.Sprint("s", i)}); pl.Reason != ReasonNew {
+				t.Errorf("first turn placed %+v", pl.Decision)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, r := range reps {
+		if n := r.fly.Load(); n != 10 {
+			t.Errorf("replica %d has %d in flight, want 10 each", r.rank, n)
+		}
+	}
+}
+
+// TestPlacerHoldsUntilARequestEnds: a request the policy holds counts among
+// the held and asks again when another request ends; it leaves the count
+// when placed, or when its client goes away.
+func TestPlacerHoldsUntilARequestEnds(t *testing.T) {
+	var room atomic.Bool
+	p, _ := testPlacer(1, PlacerConfig{Override: func(_ Request, d Decision, _ []ReplicaView, _ SessionView) Decision {
+		if !room.Load() {
+			return Decision{Rank: -1, Reason: ReasonWait}
+		}
+		return d
+	}})
+	room.Store(true)
+	first := p.Decide(Request{Key: "a"})
+	room.Store(false)
+	got := make(chan Placement[*testReplica])
+	go func() { got <- p.Place(context.Background(), Request{Key: "b"}) }()
+	waitFor(t, func() bool { return p.Counts(time.Now(), nil).Held == 1 })
+	room.Store(true)
+	p.End(&first, true, Report{}, -1) // wakes b
+	select {
+	case pl := <-got:
+		if pl.Reason != ReasonNew || pl.Waited <= 0 {
+			t.Errorf("b placed %+v after waiting %v, want new after a wait", pl.Decision, pl.Waited)
+		}
+	case <-time.After(holdRecheck / 2):
+		t.Fatal("b was not woken by the end of a")
+	}
+	if n := p.Counts(time.Now(), nil).Held; n != 0 {
+		t.Errorf("held %d after b was placed", n)
+	}
+
+	room.Store(false)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { got <- p.Place(ctx, Request{Key: "c"}) }()
+	waitFor(t, func() bool { return p.Counts(time.Now(), nil).Held == 1 })
+	cancel()
+	if pl := <-got; pl.Reason != ReasonWait {
+		t.Errorf("c gave up with %+v, want the wait decision", pl.Decision)
+	}
+	if n := p.Counts(time.Now(), nil).Held; n != 0 {
+		t.Errorf("held %d after c's client went away", n)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+	}
+}
