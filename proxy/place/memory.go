@@ -1,5 +1,7 @@
 package place
 
+import "github.com/lmwarden/warden/internal/ilist"
+
 import "time"
 
 // Memory is what the adaptive policy remembers between decisions: per
@@ -13,23 +15,23 @@ import "time"
 type Memory struct {
 	reps  map[int]*memRep
 	sess  map[string]*memSess
-	max   int            // conversations remembered (LRU over all beyond)
-	all   ilist[memSess] // every remembered conversation, most recently used first
-	tpb   ewma           // prompt tokens per body byte (usage / request size)
-	homed map[int]int    // rank -> conversations placed there (new, moved or failed over) since the policy last changed
-	epoch string         // the policy those placements were made under
-	Grace float64        // a finished conversation stays active this many turn times (default 0.05)
+	max   int                 // conversations remembered (LRU over all beyond)
+	all   ilist.List[memSess] // every remembered conversation, most recently used first
+	tpb   ewma                // prompt tokens per body byte (usage / request size)
+	homed map[int]int         // rank -> conversations placed there (new, moved or failed over) since the policy last changed
+	epoch string              // the policy those placements were made under
+	Grace float64             // a finished conversation stays active this many turn times (default 0.05)
 }
 
 // memRep is one replica's part of Memory.
 type memRep struct {
-	lru      ilist[memSess] // conversations whose prefix this replica served last, most recent first
-	inflight int            // our requests here
-	flyTok   int            // KV footprint of the conversations in flight here
-	turn     ewma           // seconds from placement to the end of a request
-	wait     ewma           // seconds from placement to the first byte
-	shared   ewma           // tokens a first turn found cached (the shared system prompt)
-	prefill  ewma           // seconds per computed prompt token, from quiet first bytes
+	lru      ilist.List[memSess] // conversations whose prefix this replica served last, most recent first
+	inflight int                 // our requests here
+	flyTok   int                 // KV footprint of the conversations in flight here
+	turn     ewma                // seconds from placement to the end of a request
+	wait     ewma                // seconds from placement to the first byte
+	shared   ewma                // tokens a first turn found cached (the shared system prompt)
+	prefill  ewma                // seconds per computed prompt token, from quiet first bytes
 }
 
 // memSess is one conversation in Memory.
@@ -44,8 +46,8 @@ type memSess struct {
 	movedAt  int // turns when it last moved; -1 never
 	flyFoot  int // footprint added to its replica's flyTok while in flight
 
-	onRep link[memSess] // on its replica's memRep.lru
-	onAll link[memSess] // on Memory.all (the bound)
+	onRep ilist.Link[memSess] // on its replica's memRep.lru
+	onAll ilist.Link[memSess] // on Memory.all (the bound)
 }
 
 // Report is what the engine said of a finished request (the proxy's tap.Usage
@@ -86,13 +88,13 @@ func NewMemory(max int) *Memory {
 		max = 100_000
 	}
 	return &Memory{reps: map[int]*memRep{}, sess: map[string]*memSess{}, max: max, homed: map[int]int{},
-		Grace: defaultGrace, all: ilist[memSess]{at: func(s *memSess) *link[memSess] { return &s.onAll }}}
+		Grace: defaultGrace, all: ilist.New(func(s *memSess) *ilist.Link[memSess] { return &s.onAll })}
 }
 
 func (rs *Memory) rep(rank int) *memRep {
 	r := rs.reps[rank]
 	if r == nil {
-		r = &memRep{lru: ilist[memSess]{at: func(s *memSess) *link[memSess] { return &s.onRep }}}
+		r = &memRep{lru: ilist.New(func(s *memSess) *ilist.Link[memSess] { return &s.onRep })}
 		rs.reps[rank] = r
 	}
 	return r
@@ -134,23 +136,23 @@ func (rs *Memory) get(key string) *memSess {
 		return nil
 	}
 	if s := rs.sess[key]; s != nil {
-		rs.all.moveFront(s)
+		rs.all.MoveToFront(s)
 		return s
 	}
-	for len(rs.sess) >= rs.max && rs.all.tail != nil {
-		rs.drop(rs.all.tail)
+	for len(rs.sess) >= rs.max && rs.all.Back() != nil {
+		rs.drop(rs.all.Back())
 	}
 	s := &memSess{key: key, rank: -1, movedAt: -1}
 	rs.sess[key] = s
-	rs.all.pushFront(s)
+	rs.all.PushFront(s)
 	return s
 }
 
 // drop forgets a conversation (bound reached).
 func (rs *Memory) drop(s *memSess) {
-	rs.all.unlink(s)
+	rs.all.Remove(s)
 	if s.rank >= 0 {
-		rs.rep(s.rank).lru.unlink(s)
+		rs.rep(s.rank).lru.Remove(s)
 	}
 	s.rank = -1
 	delete(rs.sess, s.key)
@@ -197,12 +199,10 @@ func (rs *Memory) Wiped(rank int) {
 // disown empties the replica's LRU: its conversations' prefixes are
 // resident nowhere.
 func (r *memRep) disown() {
-	for s := r.lru.head; s != nil; {
-		next := r.lru.next(s)
-		s.onRep, s.rank = link[memSess]{}, -1
-		s = next
+	for s := r.lru.Front(); s != nil; s = r.lru.Next(s) {
+		s.rank = -1
 	}
-	r.lru.head, r.lru.tail = nil, nil
+	r.lru.Clear()
 }
 
 // begin records a request placed on rank with a body of bodyBytes. A
@@ -228,13 +228,13 @@ func (rs *Memory) Begin(key string, bodyBytes, rank int, reason Reason, now time
 		}
 		if s.rank != rank {
 			if s.rank >= 0 {
-				rs.rep(s.rank).lru.unlink(s)
+				rs.rep(s.rank).lru.Remove(s)
 			}
 			s.rank = rank
 		} else {
-			r.lru.unlink(s)
+			r.lru.Remove(s)
 		}
-		r.lru.pushFront(s)
+		r.lru.PushFront(s)
 		s.inflight++
 		if reason == ReasonMove {
 			s.movedAt = s.turns
@@ -287,8 +287,8 @@ func (rs *Memory) End(t *Ticket, u Report, ttfb float64, now time.Time) {
 	}
 	s.turns++
 	if r != nil && s.rank == t.rank { // still its prefix's replica: most recently used now
-		r.lru.unlink(s)
-		r.lru.pushFront(s)
+		r.lru.Remove(s)
+		r.lru.PushFront(s)
 	}
 }
 
@@ -305,7 +305,7 @@ func (rs *Memory) FillView(snap []ReplicaView, now time.Time) {
 		ws, active := int(r.shared.v)+r.flyTok, 0
 		recent := rs.Grace * r.turn.v
 		n := 0
-		for s := r.lru.head; s != nil && n < maxWalk; s = r.lru.next(s) {
+		for s := r.lru.Front(); s != nil && n < maxWalk; s = r.lru.Next(s) {
 			n++
 			if s.inflight > 0 {
 				active++
@@ -358,7 +358,7 @@ func (rs *Memory) ViewSession(sv *SessionView, bodyBytes int, snap []ReplicaView
 	}
 	used := int(r.shared.v) + r.flyTok + r.footprint(s, s.tokens)
 	n := 0
-	for o := r.lru.head; o != nil && o != s && n < maxWalk; o = r.lru.next(o) {
+	for o := r.lru.Front(); o != nil && o != s && n < maxWalk; o = r.lru.Next(o) {
 		n++
 		if o.inflight == 0 {
 			used += r.footprint(o, o.tokens)

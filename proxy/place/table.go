@@ -1,6 +1,7 @@
 package place
 
 import (
+	"github.com/lmwarden/warden/internal/ilist"
 	"iter"
 	"slices"
 	"time"
@@ -14,9 +15,9 @@ type Session struct {
 	home     int   // rank
 	lastSeen int64 // unix nanoseconds on the proxy's clock
 	context  uint32
-	active   bool          // seen within the table's active window
-	subagent bool          // a subagent's conversation (MarkSubagent)
-	lru      link[Session] // on Table.lru
+	active   bool                // seen within the table's active window
+	subagent bool                // a subagent's conversation (MarkSubagent)
+	lru      ilist.Link[Session] // on Table.lru
 
 	// Usage reports of the conversation's finished requests.
 	prompt, cached, completion uint64
@@ -57,10 +58,10 @@ type Table struct {
 	ttl    time.Duration
 	max    int
 	m      map[string]*Session
-	lru    ilist[Session] // most recently used first
-	homed  map[int]int    // rank -> sessions whose home it is
-	seen   uint64         // distinct sessions inserted since start
-	ctxSum uint64         // sum of context over active sessions with a known context
+	lru    ilist.List[Session] // most recently used first
+	homed  map[int]int         // rank -> sessions whose home it is
+	seen   uint64              // distinct sessions inserted since start
+	ctxSum uint64              // sum of context over active sessions with a known context
 	ctxN   int
 
 	window       time.Duration
@@ -89,7 +90,7 @@ const (
 // and which holds at most max (<= 0: no bound).
 func NewTable(ttl time.Duration, max int) *Table {
 	t := &Table{ttl: ttl, max: max, m: make(map[string]*Session), homed: make(map[int]int), active: make(map[int]int), subActive: make(map[int]int),
-		lru: ilist[Session]{at: func(s *Session) *link[Session] { return &s.lru }}}
+		lru: ilist.New(func(s *Session) *ilist.Link[Session] { return &s.lru })}
 	t.window = t.clampWindow(DefaultActiveWindow)
 	return t
 }
@@ -184,13 +185,13 @@ func (t *Table) settle(now time.Time) {
 	cutoff := now.Add(-t.window).UnixNano()
 	for b := t.oldestActive; b != nil && b.lastSeen < cutoff; b = t.oldestActive {
 		t.deactivate(b)
-		t.oldestActive = t.lru.prev(b)
+		t.oldestActive = t.lru.Prev(b)
 	}
-	next := t.lru.head
+	next := t.lru.Front()
 	if t.oldestActive != nil {
-		next = t.lru.next(t.oldestActive)
+		next = t.lru.Next(t.oldestActive)
 	}
-	for ; next != nil && next.lastSeen >= cutoff; next = t.lru.next(next) {
+	for ; next != nil && next.lastSeen >= cutoff; next = t.lru.Next(next) {
 		t.activate(next)
 		t.oldestActive = next
 	}
@@ -198,11 +199,11 @@ func (t *Table) settle(now time.Time) {
 
 // touch makes s the most recently used at now, active.
 func (t *Table) touch(s *Session, now time.Time) {
-	if s == t.oldestActive && t.lru.prev(s) != nil {
-		t.oldestActive = t.lru.prev(s)
+	if s == t.oldestActive && t.lru.Prev(s) != nil {
+		t.oldestActive = t.lru.Prev(s)
 	}
 	s.lastSeen = now.UnixNano()
-	t.lru.moveFront(s)
+	t.lru.MoveToFront(s)
 	if !s.active {
 		t.activate(s)
 	}
@@ -231,14 +232,14 @@ func (t *Table) Peek(key string) *Session { return t.m[key] }
 // Insert adds a new session with the given home and returns it, evicting
 // the least recently used entry when the table is full.
 func (t *Table) Insert(key string, home int, now time.Time) *Session {
-	if t.max > 0 && len(t.m) >= t.max && t.lru.tail != nil {
-		t.remove(t.lru.tail)
+	if t.max > 0 && len(t.m) >= t.max && t.lru.Back() != nil {
+		t.remove(t.lru.Back())
 	}
 	s := &Session{key: key, home: home, lastSeen: now.UnixNano()}
 	t.m[key] = s
 	t.homed[home]++
 	t.seen++
-	t.lru.pushFront(s)
+	t.lru.PushFront(s)
 	t.activate(s)
 	if t.oldestActive == nil {
 		t.oldestActive = s
@@ -314,8 +315,8 @@ func (t *Table) SetContext(s *Session, tokens uint32) {
 func (t *Table) Expire(now time.Time) {
 	if t.ttl > 0 {
 		cutoff := now.Add(-t.ttl).UnixNano()
-		for t.lru.tail != nil && t.lru.tail.lastSeen < cutoff {
-			t.remove(t.lru.tail)
+		for t.lru.Back() != nil && t.lru.Back().lastSeen < cutoff {
+			t.remove(t.lru.Back())
 		}
 	}
 	t.settle(now)
@@ -326,13 +327,13 @@ func (t *Table) remove(s *Session) {
 		t.deactivate(s)
 	}
 	if s == t.oldestActive {
-		t.oldestActive = t.lru.prev(s)
+		t.oldestActive = t.lru.Prev(s)
 	}
 	delete(t.m, s.key)
 	if s.home >= 0 {
 		t.homed[s.home]--
 	}
-	t.lru.unlink(s)
+	t.lru.Remove(s)
 }
 
 // Len is the number of sessions.
@@ -365,7 +366,7 @@ func (t *Table) Contexts() (sum uint64, n int) { return t.ctxSum, t.ctxN }
 // Oldest yields the sessions from the least to the most recently used.
 func (t *Table) Oldest() iter.Seq[*Session] {
 	return func(yield func(*Session) bool) {
-		for s := t.lru.tail; s != nil; s = t.lru.prev(s) {
+		for s := t.lru.Back(); s != nil; s = t.lru.Prev(s) {
 			if !yield(s) {
 				return
 			}
