@@ -1,6 +1,29 @@
 # e2e-lib.sh — helpers shared by the real-client scripts (sourced, not run):
 # scripts/e2e-real-clients.sh and scripts/e2e-warden-run.sh.
 
+# install_clients: the clients of $CLIENTS from npm into $E2E_DIR/npm (set
+# as NPM_DIR), or none when NPM_DIR names a folder that has them already.
+# Versions: CLAUDE_VERSION, CODEX_VERSION, OPENCODE_VERSION (default latest).
+install_clients() {
+	if [[ -n "${NPM_DIR:-}" ]]; then
+		log "using the clients installed in $NPM_DIR"
+		return
+	fi
+	NPM_DIR=$E2E_DIR/npm
+	mkdir -p "$NPM_DIR"
+	local pkgs=() c
+	for c in $CLIENTS; do
+		case $c in
+		claude) pkgs+=("@anthropic-ai/claude-code@${CLAUDE_VERSION:-latest}") ;;
+		codex) pkgs+=("@openai/codex@${CODEX_VERSION:-latest}") ;;
+		opencode) pkgs+=("opencode-ai@${OPENCODE_VERSION:-latest}") ;;
+		*) die "unknown client $c (claude, codex, opencode)" ;;
+		esac
+	done
+	log "npm install ${pkgs[*]}"
+	npm install --no-audit --no-fund --loglevel=error --prefix "$NPM_DIR" "${pkgs[@]}" >&2
+}
+
 # turn_line NAME N BEFORE AFTER: one turn's requests per replica and cached
 # share, from two /warden/status snapshots. Prints the human line, a tab,
 # then "ranks cached prompt requests" (ranks comma separated) for the caller

@@ -69,23 +69,8 @@ if [[ "${1:-}" != "--inside" ]]; then
 	log "work folder $E2E_DIR"
 	log "building the warden"
 	(cd "$ROOT" && go build -o "$E2E_DIR/warden" .)
-	if [[ -n "${NPM_DIR:-}" ]]; then
-		log "using the clients installed in $NPM_DIR"
-	else
-		NPM_DIR=$E2E_DIR/npm
-		mkdir -p "$NPM_DIR"
-		pkgs=()
-		for c in $CLIENTS; do
-			case $c in
-			claude) pkgs+=("@anthropic-ai/claude-code@${CLAUDE_VERSION:-latest}") ;;
-			codex) pkgs+=("@openai/codex@${CODEX_VERSION:-latest}") ;;
-			opencode) pkgs+=("opencode-ai@${OPENCODE_VERSION:-latest}") ;;
-			*) die "unknown client $c (claude, codex, opencode)" ;;
-			esac
-		done
-		log "npm install ${pkgs[*]}"
-		npm install --no-audit --no-fund --loglevel=error --prefix "$NPM_DIR" "${pkgs[@]}" >&2
-	fi
+	. "$ROOT/scripts/e2e-lib.sh"
+	install_clients
 	if [[ $(id -u) -eq 0 ]]; then ns=(unshare -n); else ns=(unshare -rn); fi
 	log "entering a loopback-only network namespace (${ns[*]})"
 	if "${ns[@]}" env CLIENTS="$CLIENTS" MIN_CACHED="$MIN_CACHED" TURNS="$TURNS" E2E_DIR="$E2E_DIR" ENGINE="$ENGINE" VIA="$VIA" \
