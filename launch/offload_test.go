@@ -76,46 +76,70 @@ func TestOffloadGiB(t *testing.T) {
 	}
 }
 
-func TestKVOffloadPerRank(t *testing.T) {
+func TestPlanOffload(t *testing.T) {
 	const G = 1 << 30
+	big := HostMemory{Available: 1000 * G}
 	tests := []struct {
 		name     string
-		setting  string
-		ranks    int
-		mem      HostMemory
-		want     uint64
-		wantWarn string // part of the warning; "" none
+		req      OffloadRequest
+		want     uint64 // per rank
+		pinned   uint64 // 0: as want
+		wantWarn string // part of a warning; "" none
+		wantInfo string // part of the info line
 		wantErr  string // part of the error; "" none
 	}{
-		{name: "off", setting: "off", ranks: 4, mem: HostMemory{Available: 1000 * G}},
-		{name: "OFF", setting: "OFF", ranks: 4, mem: HostMemory{Available: 1000 * G}},
-		// 1000 GiB available: keep 250 GiB (25 %), 750 over 4 ranks.
-		{name: "auto, a large host: 25 % kept", setting: "auto", ranks: 4, mem: HostMemory{Available: 1000 * G}, want: 187*G + 512<<20},
-		// 24 GiB available: keep 8 GiB (more than 25 %), 16 over 2 ranks.
-		{name: "auto, a small host: 8 GiB kept", setting: "auto", ranks: 2, mem: HostMemory{Available: 24 * G}, want: 8 * G},
-		// 16 GiB over 3 ranks = 5.33 GiB, down to whole 256 MiB.
-		{name: "auto rounds down to 256 MiB", setting: "Auto", ranks: 3, mem: HostMemory{Available: 24 * G}, want: 5*G + 256<<20},
-		// /dev/shm (docker's default is 64 MiB) caps vLLM's GPU engines.
-		{name: "auto, capped by /dev/shm", setting: "auto", ranks: 2, mem: HostMemory{Available: 1000 * G, ShmFree: 100 * G, ShmChecked: true},
-			want: 45 * G},
-		{name: "auto, docker's 64 MiB /dev/shm", setting: "auto", ranks: 1, mem: HostMemory{Available: 100 * G, ShmFree: 64 << 20, ShmChecked: true},
-			wantErr: "/dev/shm's free space leaves 58 MiB for the host KV tier of 1 ranks"},
-		{name: "auto, too little memory", setting: "auto", ranks: 8, mem: HostMemory{Available: 12 * G},
-			wantErr: "the memory available leaves 4.0 GiB for the host KV tier of 8 ranks (12 GiB available, 8.0 GiB kept"},
-		{name: "auto, nothing above the headroom", setting: "auto", ranks: 1, mem: HostMemory{Available: 6 * G},
-			wantErr: "--kv-offload auto: the memory available leaves 0 B"},
-		{name: "a size per rank", setting: "32GiB", ranks: 4, mem: HostMemory{Available: 1000 * G}, want: 32 * G},
-		{name: "a decimal size", setting: "4GB", ranks: 1, mem: HostMemory{Available: 1000 * G}, want: 4_000_000_000},
-		{name: "a size that leaves less than the headroom: a warning", setting: "64GiB", ranks: 2, mem: HostMemory{Available: 150 * G},
-			want: 64 * G, wantWarn: "the host KV tier (64 GiB x 2 ranks) leaves less than 38 GiB of the 150 GiB available"},
-		{name: "a size over /dev/shm: refused", setting: "64GiB", ranks: 2, mem: HostMemory{Available: 1000 * G, ShmFree: 100 * G, ShmChecked: true},
+		{name: "off", req: OffloadRequest{Setting: "off", Ranks: 4, Mem: big, Version: "0.32.0"}},
+		{name: "OFF", req: OffloadRequest{Setting: "OFF", Ranks: 4, Mem: big, Version: "0.32.0"}},
+		// 1000 GiB available: keep 250 GiB (25 %), 750 over 4 ranks; no card known.
+		{name: "auto, a large host, no card known", req: OffloadRequest{Setting: "auto", Ranks: 4, Mem: big, Version: "0.32.0"},
+			want: 187*G + 512<<20},
+		// The card known: OffloadTarget x its KV cache.
+		{name: "auto, sized from the card", req: OffloadRequest{Setting: "auto", Ranks: 4, Mem: big, Version: "0.32.0", CardKV: 5 * G},
+			want: 20 * G, wantInfo: "a card's KV cache 5.0 GiB"},
+		// 64 GiB over 4 ranks of TP 1: keep max(8, 16, 4 + 4 x 6) = 28: 36/4 = 9 GiB, under 2 x 5: no tier.
+		{name: "auto, under the useful size: no tier, said", req: OffloadRequest{Setting: "auto", Ranks: 4, TP: 1,
+			Mem: HostMemory{Available: 64 * G}, Version: "0.32.0", CardKV: 5 * G, CardKVFrom: "test"},
+			wantInfo: "host KV tier off: --kv-offload auto finds 9.0 GiB a rank"},
+		// The headroom grows with the engines' processes: 8 ranks of TP 2 keep 4 + 8 x 9 = 76 GiB.
+		{name: "auto, the headroom counts every engine process", req: OffloadRequest{Setting: "auto", Ranks: 8, TP: 2,
+			Mem: HostMemory{Available: 200 * G}, Version: "0.32.0"}, want: 15*G + 512<<20},
+		// /dev/shm (docker's default is 64 MiB) caps vLLM's GPU engines from 0.27.
+		{name: "auto, capped by /dev/shm", req: OffloadRequest{Setting: "auto", Ranks: 2, Mem: HostMemory{Available: 1000 * G,
+			ShmFree: 100 * G, ShmChecked: true}, Version: "0.32.0"}, want: 45 * G},
+		{name: "auto, docker's 64 MiB /dev/shm", req: OffloadRequest{Setting: "auto", Ranks: 1, Mem: HostMemory{Available: 100 * G,
+			ShmFree: 64 << 20, ShmChecked: true}, Version: "0.32.0"}, wantInfo: "host KV tier off"},
+		// Before 0.27 the tier is pinned tensors, not /dev/shm, rounded to a power of two per worker.
+		{name: "auto, vLLM 0.26: a power of two per worker, /dev/shm not used", req: OffloadRequest{Setting: "auto", Ranks: 2, TP: 2,
+			Mem: HostMemory{Available: 1000 * G, ShmFree: 1 * G, ShmChecked: true}, Version: "0.26.0", CardKV: 10 * G},
+			want: 32 * G},
+		{name: "a size, vLLM 0.26: what it really pins", req: OffloadRequest{Setting: "17GiB", Ranks: 1, TP: 1, Mem: big, Version: "0.26.0"},
+			want: 17 * G, pinned: 32 * G, wantWarn: "vLLM 0.26.0 pins 32 GiB for a host KV tier of 17 GiB a rank"},
+		{name: "a size, vLLM 0.26 at TP 2", req: OffloadRequest{Setting: "24GiB", Ranks: 1, TP: 2, Mem: big, Version: "0.26.0"},
+			want: 24 * G, pinned: 32 * G, wantWarn: "--kv-offload 16 GiB would pin no more than it uses"},
+		{name: "auto, version unknown: refused", req: OffloadRequest{Setting: "auto", Ranks: 1, Mem: big},
+			wantErr: "version could not be read"},
+		{name: "a size, version unknown: checked as 0.27+", req: OffloadRequest{Setting: "8GiB", Ranks: 1, Mem: big},
+			want: 8 * G, wantWarn: "could not be read"},
+		{name: "vLLM 0.13: the flags do not work yet", req: OffloadRequest{Setting: "8GiB", Ranks: 1, Mem: big, Version: "0.13.0"},
+			wantErr: "work from vLLM 0.14.0"},
+		{name: "a size per rank", req: OffloadRequest{Setting: "32GiB", Ranks: 4, Mem: big, Version: "0.32.0"}, want: 32 * G},
+		{name: "a decimal size", req: OffloadRequest{Setting: "4GB", Ranks: 1, Mem: big, Version: "0.32.0"}, want: 4_000_000_000},
+		{name: "a size under the useful one: a warning", req: OffloadRequest{Setting: "6GiB", Ranks: 1, Mem: big, Version: "0.32.0",
+			CardKV: 5 * G}, want: 6 * G, wantWarn: "under 2 x a card's KV cache"},
+		{name: "a size that leaves less than the headroom: a warning", req: OffloadRequest{Setting: "64GiB", Ranks: 2,
+			Mem: HostMemory{Available: 150 * G}, Version: "0.32.0"},
+			want: 64 * G, wantWarn: "the host KV tier (64 GiB pinned x 2 ranks) leaves less than 38 GiB of the 150 GiB available"},
+		{name: "a size over /dev/shm: refused", req: OffloadRequest{Setting: "64GiB", Ranks: 2,
+			Mem: HostMemory{Available: 1000 * G, ShmFree: 100 * G, ShmChecked: true}, Version: "0.32.0"},
 			wantErr: "--kv-offload 64 GiB x 2 ranks needs 128 GiB in /dev/shm, which has 100 GiB free"},
-		{name: "zero", setting: "0", ranks: 1, mem: HostMemory{Available: 100 * G}, wantErr: "use --kv-offload off"},
-		{name: "garbage", setting: "lots", ranks: 1, mem: HostMemory{Available: 100 * G}, wantErr: `--kv-offload: "lots" is not a size`},
+		{name: "the simulator is sized as vLLM 0.32 but holds nothing", req: OffloadRequest{Setting: "auto", Ranks: 4, Sim: true,
+			Mem: HostMemory{Available: 24 * G}, CardKV: 5 * G}, wantInfo: "host KV tier off"},
+		{name: "zero", req: OffloadRequest{Setting: "0", Ranks: 1, Mem: big}, wantErr: "use --kv-offload off"},
+		{name: "garbage", req: OffloadRequest{Setting: "lots", Ranks: 1, Mem: big}, wantErr: `--kv-offload: "lots" is not a size`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, warn, err := KVOffloadPerRank(tt.setting, tt.ranks, tt.mem)
+			got, err := PlanOffload(tt.req)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
@@ -125,13 +149,39 @@ func TestKVOffloadPerRank(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != tt.want {
-				t.Errorf("per rank = %d (%.3f GiB), want %d (%.3f GiB)", got, float64(got)/G, tt.want, float64(tt.want)/G)
+			pinned := tt.pinned
+			if pinned == 0 {
+				pinned = tt.want
 			}
-			if tt.wantWarn == "" && warn != "" || !strings.Contains(warn, tt.wantWarn) {
-				t.Errorf("warning %q, want %q", warn, tt.wantWarn)
+			if got.PerRank != tt.want || got.Pinned != pinned {
+				t.Errorf("per rank %.3f GiB pinned %.3f, want %.3f pinned %.3f", float64(got.PerRank)/G, float64(got.Pinned)/G,
+					float64(tt.want)/G, float64(pinned)/G)
+			}
+			warns := strings.Join(got.Warn, "\n")
+			if (tt.wantWarn == "") != (warns == "") || !strings.Contains(warns, tt.wantWarn) {
+				t.Errorf("warnings %q, want %q", warns, tt.wantWarn)
+			}
+			if !strings.Contains(got.Info, tt.wantInfo) {
+				t.Errorf("info %q, want %q in it", got.Info, tt.wantInfo)
 			}
 		})
+	}
+}
+
+func TestPinnedSize(t *testing.T) {
+	const G = 1 << 30
+	for _, c := range []struct {
+		size    uint64
+		tp      int
+		version string
+		want    uint64
+	}{
+		{17 * G, 1, "0.26.0", 32 * G}, {16 * G, 1, "0.26.0", 16 * G}, {24 * G, 2, "0.22.0", 32 * G},
+		{17 * G, 1, "0.27.0", 17 * G}, {17 * G, 4, "0.32.0", 17 * G}, {17 * G, 1, "", 17 * G}, {0, 1, "0.26.0", 0},
+	} {
+		if got := PinnedSize(c.size, c.tp, c.version); got != c.want {
+			t.Errorf("PinnedSize(%d GiB, tp %d, %q) = %.2f GiB, want %.2f", c.size/G, c.tp, c.version, float64(got)/G, float64(c.want)/G)
+		}
 	}
 }
 

@@ -46,6 +46,24 @@ type Files struct {
 	// The KV geometry of the language model, from config.json (0: unknown).
 	Layers, KVHeads, HeadDim int
 	DType                    string // torch_dtype / dtype
+
+	// WeightBytes is the size of the weight files (*.safetensors, else
+	// *.bin); 0 when none is here.
+	WeightBytes uint64
+}
+
+// KVBytesPerToken is what one token of context takes in a KV cache of the
+// model's own dtype: keys and values of every layer and KV head; 0 when the
+// geometry is not known.
+func (f Files) KVBytesPerToken() uint64 {
+	if f.Layers == 0 || f.KVHeads == 0 || f.HeadDim == 0 {
+		return 0
+	}
+	size := uint64(2) // bfloat16, float16, and what vLLM's "auto" serves float32 models at on GPUs
+	if strings.Contains(f.DType, "8") {
+		size = 1
+	}
+	return 2 * uint64(f.Layers*f.KVHeads*f.HeadDim) * size
 }
 
 // Find reads model's files from the local directory model names, or from the
@@ -154,6 +172,7 @@ func (f *Files) read() error {
 		f.fromConfig(cfg, tok)
 	}
 	f.ChatTemplate = chatTemplate(f.Dir, tok)
+	f.WeightBytes = weightBytes(f.Dir)
 	_, f.ResponseTemplate = tok["response_template"].(map[string]any)
 	return nil
 }
@@ -200,6 +219,24 @@ func (f *Files) fromConfig(cfg, tok map[string]any) {
 	if f.DType == "" {
 		f.DType = str(cfg["torch_dtype"])
 	}
+}
+
+// weightBytes sums the weight files in dir: safetensors, else PyTorch .bin.
+// Stat follows the Hugging Face cache's symlinks to its blobs.
+func weightBytes(dir string) uint64 {
+	for _, pat := range []string{"*.safetensors", "*.bin"} {
+		files, _ := filepath.Glob(filepath.Join(dir, pat))
+		var n uint64
+		for _, f := range files {
+			if st, err := os.Stat(f); err == nil && !st.IsDir() {
+				n += uint64(st.Size())
+			}
+		}
+		if n > 0 {
+			return n
+		}
+	}
+	return 0
 }
 
 // maxLenKeys are the config keys vLLM derives a context from, the smallest

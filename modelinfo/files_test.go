@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -146,5 +147,27 @@ func TestDerivedMaxLen(t *testing.T) {
 		if got := DerivedMaxLen(c.cfg, c.cfg, c.tok); got != c.want {
 			t.Errorf("%s: %d, want %d", c.name, got, c.want)
 		}
+	}
+}
+
+func TestWeightsAndKVBytes(t *testing.T) {
+	dir := t.TempDir()
+	writeModel(t, dir, map[string]any{
+		"config.json": map[string]any{"model_type": "qwen3", "num_hidden_layers": 36, "num_attention_heads": 32,
+			"num_key_value_heads": 8, "head_dim": 128, "torch_dtype": "bfloat16"},
+		"model-00001-of-00002.safetensors": strings.Repeat("x", 1000),
+		"model-00002-of-00002.safetensors": strings.Repeat("x", 500),
+		"training_args.bin":                strings.Repeat("x", 99),
+	})
+	f, err := Find(dir, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Qwen3-4B: 36 layers x 8 KV heads x 128 x K and V x 2 bytes = 144 KiB.
+	if f.WeightBytes != 1500 || f.KVBytesPerToken() != 147456 {
+		t.Errorf("weights %d (want 1500: safetensors only), KV bytes a token %d (want 147456)", f.WeightBytes, f.KVBytesPerToken())
+	}
+	if (Files{}).KVBytesPerToken() != 0 {
+		t.Error("an unknown geometry has a KV size")
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/lmwarden/warden/modelinfo"
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/proxy/panel"
+	"github.com/lmwarden/warden/sim"
 )
 
 // Options are `warden serve`'s flags as given (the command layer,
@@ -137,11 +138,12 @@ func checkKVOffload(cfg Options) error {
 // a GPU group per rank, or (--device cpu) a core set per rank and the KV
 // cache size; and the max_num_seqs every engine is given.
 type rankDevices struct {
-	gpus    [][]string    // CUDA_VISIBLE_DEVICES per rank; nil entries for the simulator
-	cpus    []hostcpu.Set // --device cpu
-	kvBytes uint64        // --device cpu: --kv-cache-memory-bytes per rank; 0 when given after --
-	offload uint64        // --kv-offload: each rank's host KV tier in bytes; 0 off
-	seqs    int
+	gpus        [][]string    // CUDA_VISIBLE_DEVICES per rank; nil entries for the simulator
+	cpus        []hostcpu.Set // --device cpu
+	kvBytes     uint64        // --device cpu: --kv-cache-memory-bytes per rank; 0 when given after --
+	offload     uint64        // --kv-offload: each rank's host KV tier in bytes; 0 off
+	offloadPlan launch.OffloadPlan
+	seqs        int
 }
 
 // hostMemory reads what --kv-offload auto sizes from: the memory available
@@ -159,50 +161,84 @@ var hostMemory = func(shm bool) (launch.HostMemory, error) {
 	return m, nil
 }
 
-// offloadDevices sizes every rank's host KV tier (--kv-offload).
-func offloadDevices(cfg Options, d *rankDevices, log *slog.Logger) error {
+// offloadDevices sizes every rank's host KV tier (--kv-offload) from the
+// host's memory, the engines' vLLM version and one rank's GPU KV cache
+// (cardKV, 0 unknown; from stands for where it came from).
+func offloadDevices(cfg Options, facts engineFacts, cardKV uint64, from string, d *rankDevices, log *slog.Logger) error {
 	if cfg.KVOffload == "off" || cfg.KVOffload == "" {
 		return nil
 	}
-	mem, err := hostMemory(cfg.Engine == "vllm")
+	sim := cfg.Engine == "sim"
+	mem, err := hostMemory(!sim)
 	if err != nil {
 		return err
 	}
-	perRank, warn, err := launch.KVOffloadPerRank(cfg.KVOffload, cfg.DP, mem)
+	plan, err := launch.PlanOffload(launch.OffloadRequest{Setting: cfg.KVOffload, Ranks: cfg.DP, TP: cfg.TP, Mem: mem,
+		Version: facts.version, Sim: sim, CardKV: cardKV, CardKVFrom: from})
 	if err != nil {
 		return err
 	}
-	if warn != "" && cfg.Engine == "vllm" { // simulated engines hold no host memory
-		log.Warn(warn)
+	for _, w := range plan.Warn {
+		log.Warn(w)
 	}
-	d.offload = perRank
+	d.offload, d.offloadPlan = plan.PerRank, plan
 	shm := "not checked"
 	if mem.ShmChecked {
 		shm = hostcpu.Bytes(mem.ShmFree)
 	}
-	log.Info("host KV tier (vLLM native KV offloading)", "setting", cfg.KVOffload, "per_rank", hostcpu.Bytes(perRank),
-		"ranks", cfg.DP, "memory_available", hostcpu.Bytes(mem.Available),
-		"headroom", hostcpu.Bytes(launch.OffloadHeadroom(mem.Available)), "shm_free", shm)
+	log.Info(plan.Info, "ranks", cfg.DP, "memory_available", hostcpu.Bytes(mem.Available),
+		"headroom", hostcpu.Bytes(plan.Headroom), "shm_free", shm)
 	return nil
 }
 
-// engineDevices finds the devices for the run. The simulator needs none.
-func engineDevices(ctx context.Context, cfg Options, log *slog.Logger) (rankDevices, error) {
+// cardKV estimates one rank's GPU KV cache before its engine starts, as
+// vLLM sizes it: its cards' memory times --gpu-memory-utilization, less the
+// weights (the model's files) and about 2 GiB a card for activations, CUDA
+// graphs and the CUDA context; 0 when the weights or the geometry are not
+// known (the model not downloaded yet). The simulator's is its profile's.
+func cardKV(cfg Options, facts engineFacts, groups [][]gpu.Device, seqs int) (uint64, string) {
+	if cfg.Engine == "sim" {
+		args := append([]string{cfg.Model, "--max-num-seqs", strconv.Itoa(seqs), "--tensor-parallel-size",
+			strconv.Itoa(cfg.TP)}, cfg.Extra...)
+		b, err := sim.KVCacheBytes(args, os.Getenv)
+		if err != nil {
+			return 0, ""
+		}
+		return b, "the simulator's profile"
+	}
+	if len(groups) == 0 || facts.files.WeightBytes == 0 {
+		return 0, ""
+	}
+	util, _, err := gpu.MemoryUtilization(cfg.Extra, facts.version)
+	if err != nil {
+		return 0, ""
+	}
+	var budget float64
+	for _, d := range groups[0] {
+		budget += util*float64(d.MemTotal) - 2<<30
+	}
+	kv := budget - float64(facts.files.WeightBytes)
+	if kv <= 0 {
+		return 0, ""
+	}
+	return uint64(kv), "estimated from the cards and the weights"
+}
+
+// engineDevices finds the devices for the run, and sizes the host KV tier
+// from them. The simulator needs none.
+func engineDevices(ctx context.Context, cfg Options, facts engineFacts, log *slog.Logger) (rankDevices, error) {
 	d := rankDevices{gpus: make([][]string, cfg.DP), seqs: cfg.MaxNumSeqs}
 	if names := launch.DroppedEnv(os.Environ()); len(names) > 0 {
 		log.Info("removed from every engine's environment (each rank is its own server)", "vars", strings.Join(names, ","))
-	}
-	if err := offloadDevices(cfg, &d, log); err != nil {
-		return d, err
 	}
 	if cfg.Engine == "sim" {
 		if d.seqs == 0 {
 			d.seqs = simDefaultMaxNumSeqs
 		}
-		return d, nil
+		kv, from := cardKV(cfg, facts, nil, d.seqs)
+		return d, offloadDevices(cfg, facts, kv, from, &d, log)
 	}
-	exe, err := launch.FindVLLM(cfg.VLLMPath)
-	if err != nil {
+	if _, err := launch.FindVLLM(cfg.VLLMPath); err != nil {
 		return d, err
 	}
 	if cfg.Device == "cpu" {
@@ -216,8 +252,7 @@ func engineDevices(ctx context.Context, cfg Options, log *slog.Logger) (rankDevi
 	cuda, cudaSet := os.LookupEnv("CUDA_VISIBLE_DEVICES")
 	plan, err := gpu.Choose(devs, gpu.Request{DP: cfg.DP, TP: cfg.TP, GPUs: cfg.GPUs,
 		CUDAVisible: cuda, CUDAVisibleSet: cudaSet, CUDADeviceOrder: os.Getenv("CUDA_DEVICE_ORDER"),
-		Extra: cfg.Extra, VLLMVersion: launch.InstalledVersion(exe),
-		ShmFree: shm - min(shm, d.offload*uint64(cfg.DP)), ShmChecked: shmOK}) // the host KV tier's share is taken
+		Extra: cfg.Extra, VLLMVersion: facts.version, ShmFree: shm, ShmChecked: shmOK})
 	if err != nil {
 		return d, err
 	}
@@ -230,7 +265,8 @@ func engineDevices(ctx context.Context, cfg Options, log *slog.Logger) (rankDevi
 	if d.seqs == 0 {
 		d.seqs = launch.DefaultMaxNumSeqs(used)
 	}
-	return d, nil
+	kv, from := cardKV(cfg, facts, plan.Groups, d.seqs)
+	return d, offloadDevices(cfg, facts, kv, from, &d, log)
 }
 
 // cpuDevices cuts the warden's CPUs into one core set per rank and sizes
@@ -267,22 +303,35 @@ func cpuDevices(cfg Options, d rankDevices, log *slog.Logger) (rankDevices, erro
 	return d, nil
 }
 
+// engineFacts is what the warden reads before it starts any engine: the
+// model's own files and the engines' vLLM version (from its dist-info,
+// without running it; "" unknown or for the simulator).
+type engineFacts struct {
+	files   modelinfo.Files
+	version string
+}
+
+func readEngineFacts(cfg Options, log *slog.Logger) engineFacts {
+	var f engineFacts
+	var err error
+	if f.files, err = modelinfo.Find(cfg.Model, os.Getenv); err != nil {
+		log.Warn("cannot read the model's files; choosing by its name", "err", err)
+	}
+	if cfg.Engine == "vllm" {
+		if exe, err := launch.FindVLLM(cfg.VLLMPath); err == nil {
+			f.version = launch.InstalledVersion(exe)
+		}
+	}
+	return f
+}
+
 // engineOptions decides what every engine is started with beyond its rank's
 // devices, from the model's own files and the engines' vLLM version: the
 // tool-calling flags (--tools, --reasoning) and the context
 // (--max-model-len auto where vLLM has it). It logs the decisions; setup is
 // what the status reports of them.
-func engineOptions(cfg Options, log *slog.Logger) (launch.ToolsChoice, launch.ContextChoice, *panel.EngineSetup) {
-	files, err := modelinfo.Find(cfg.Model, os.Getenv)
-	if err != nil {
-		log.Warn("cannot read the model's files; choosing by its name", "err", err)
-	}
-	version := ""
-	if cfg.Engine == "vllm" {
-		if exe, err := launch.FindVLLM(cfg.VLLMPath); err == nil {
-			version = launch.InstalledVersion(exe)
-		}
-	}
+func engineOptions(cfg Options, facts engineFacts, log *slog.Logger) (launch.ToolsChoice, launch.ContextChoice, *panel.EngineSetup) {
+	files, version := facts.files, facts.version
 	sim := cfg.Engine == "sim"
 	c := launch.ChooseTools(launch.ToolsRequest{Tools: cfg.Tools, Reasoning: cfg.Reasoning, Extra: cfg.Extra,
 		Files: files, Version: version, Sim: sim})
@@ -350,7 +399,8 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 
-	devices, err := engineDevices(ctx, cfg.Options, log)
+	facts := readEngineFacts(cfg.Options, log)
+	devices, err := engineDevices(ctx, cfg.Options, facts, log)
 	if err != nil {
 		return exit.New(1, "warden serve: "+err.Error())
 	}
@@ -358,7 +408,7 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	if err != nil {
 		return exit.Newf(1, "warden serve: cannot listen on %s: %v (choose another --port)", cfg.Addr, err)
 	}
-	tools, fit, setup := engineOptions(cfg.Options, log)
+	tools, fit, setup := engineOptions(cfg.Options, facts, log)
 	specs, backends, err := engineSpecs(cfg.Options, devices, tools, fit)
 	if err != nil {
 		ln.Close()

@@ -68,31 +68,71 @@ func TestOffloadDevicesSizesEveryRank(t *testing.T) {
 	fakeHostMemory(t, launch.HostMemory{Available: 256 * G, ShmFree: 128 * G, ShmChecked: true})
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
+	v032 := engineFacts{version: "0.32.0"}
 	for _, c := range []struct {
 		engine, setting string
+		facts           engineFacts
+		card            uint64
 		dp              int
 		want            uint64
 	}{
-		{"vllm", "off", 4, 0},
-		{"vllm", "auto", 4, 28*G + 768<<20}, // /dev/shm caps: 0.9 x 128 GiB / 4, in whole 256 MiB
-		{"sim", "auto", 4, 48 * G},          // the simulator maps nothing: (256 - 64) / 4
-		{"vllm", "20GiB", 4, 20 * G},
+		{"vllm", "off", v032, 5 * G, 4, 0},
+		// (256 - 64 kept) / 4 = 48, /dev/shm's 0.9 x 128 / 4 = 28.8: a card of 5 GiB wants 4 x 5 = 20.
+		{"vllm", "auto", v032, 5 * G, 4, 20 * G},
+		// A card of 10 GiB wants 40: /dev/shm caps it at 28.8, in whole 256 MiB.
+		{"vllm", "auto", v032, 10 * G, 4, 28*G + 768<<20},
+		// vLLM 0.26 pins tensors rounded to a power of two: 4 x 10 = 40 GiB a rank, 32 GiB per worker.
+		{"vllm", "auto", engineFacts{version: "0.26.0"}, 10 * G, 4, 32 * G},
+		// The card not known (the model not here yet): what the host gives.
+		{"vllm", "auto", v032, 0, 4, 28*G + 768<<20},
+		{"vllm", "20GiB", v032, 5 * G, 4, 20 * G},
 	} {
 		d := rankDevices{}
-		cfg := Options{Engine: c.engine, KVOffload: c.setting, DP: c.dp}
-		if err := offloadDevices(cfg, &d, log); err != nil {
+		cfg := Options{Engine: c.engine, KVOffload: c.setting, DP: c.dp, TP: 1}
+		if err := offloadDevices(cfg, c.facts, c.card, "test", &d, log); err != nil {
 			t.Fatalf("%+v: %v", c, err)
 		}
 		if d.offload != c.want {
-			t.Errorf("%s %s: per rank %.3f GiB, want %.3f", c.engine, c.setting, float64(d.offload)/G, float64(c.want)/G)
+			t.Errorf("%s %s (vLLM %s, card %.1f GiB): per rank %.3f GiB, want %.3f", c.engine, c.setting, c.facts.version,
+				float64(c.card)/G, float64(d.offload)/G, float64(c.want)/G)
 		}
 	}
-	if !strings.Contains(logs.String(), "host KV tier") || !strings.Contains(logs.String(), "per_rank=") {
+	if !strings.Contains(logs.String(), "host KV tier (vLLM native KV offloading): 20 GiB a rank") {
 		t.Errorf("no log line of the tier:\n%s", logs.String())
 	}
-	cfg := Options{Engine: "vllm", KVOffload: "64GiB", DP: 4}
-	if err := offloadDevices(cfg, &rankDevices{}, log); err == nil || !strings.Contains(err.Error(), "/dev/shm") {
+	cfg := Options{Engine: "vllm", KVOffload: "64GiB", DP: 4, TP: 1}
+	if err := offloadDevices(cfg, v032, 5*G, "test", &rankDevices{}, log); err == nil || !strings.Contains(err.Error(), "/dev/shm") {
 		t.Errorf("4 x 64 GiB into a 128 GiB /dev/shm: %v", err)
+	}
+	cfg = Options{Engine: "vllm", KVOffload: "auto", DP: 4, TP: 1}
+	if err := offloadDevices(cfg, engineFacts{}, 5*G, "test", &rankDevices{}, log); err == nil ||
+		!strings.Contains(err.Error(), "version could not be read") {
+		t.Errorf("auto without the vLLM version: %v", err)
+	}
+}
+
+// TestOffloadAutoTooSmallRunsWithoutATier: the simulated reference rig on a
+// host like this project's (24 GiB): auto would give each of four ranks
+// less than a card's KV cache (issue 27 measured 3.75 GiB a rank, a 0.0 %
+// hit rate), so it says so, with the numbers, and runs without a tier.
+func TestOffloadAutoTooSmallRunsWithoutATier(t *testing.T) {
+	const G = 1 << 30
+	fakeHostMemory(t, launch.HostMemory{Available: 24 * G})
+	var logs bytes.Buffer
+	cfg := Options{Engine: "sim", Model: "Qwen/Qwen3-4B-Instruct-2507", KVOffload: "auto", DP: 4, TP: 1,
+		Extra: []string{"--sim-profile", "a4000-qwen3-4b-2507-bf16-vllm026-fit"}}
+	d, err := engineDevices(context.Background(), cfg, engineFacts{}, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.offload != 0 {
+		t.Errorf("a tier of %.2f GiB a rank, want none", float64(d.offload)/G)
+	}
+	for _, want := range []string{"host KV tier off", "a card's KV cache 5.2 GiB (the simulator's profile)",
+		"so the engines run without one"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log lacks %q:\n%s", want, logs.String())
+		}
 	}
 }
 
@@ -147,7 +187,7 @@ func TestServeSimHostKVTier(t *testing.T) {
 		}
 	}
 	w.stop(t)
-	for _, want := range []string{`per_rank="2.0 GiB"`, "host tier", "host KV tier (vLLM native KV offloading)"} {
+	for _, want := range []string{"host KV tier (vLLM native KV offloading): 2.0 GiB a rank", "host tier"} {
 		if !strings.Contains(w.stderr.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, w.stderr)
 		}

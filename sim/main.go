@@ -264,3 +264,24 @@ func uuid4() string {
 	b = b&^(0xc<<60) | 0x8<<60 // variant 10
 	return fmt.Sprintf("%08x-%04x-%04x-%04x-%012x", a>>32, a>>16&0xffff, a&0xffff, b>>48, b&0xffffffffffff)
 }
+
+// KVCacheBytes is the GPU KV cache, in bytes, of the engine that `warden sim
+// serve` would start with args (MODEL and its flags, as the warden passes
+// them): the KV tokens newServer sizes times the profile's KV bytes a token.
+// The warden sizes a host KV tier from it before the engines start, as a
+// real GPU engine's would be estimated (launch.PlanOffload).
+func KVCacheBytes(args []string, getenv func(string) string) (uint64, error) {
+	cfg, err := ParseArgs(args, getenv)
+	if err != nil {
+		return 0, err
+	}
+	prof := cfg.profile()
+	if cfg.MaxNumSeqs == 0 {
+		cfg.MaxNumSeqs = prof.DefaultMaxNumSeqs
+	}
+	tokens := cfg.KVTokens
+	if tokens == 0 {
+		tokens = prof.KVTokens(cfg.GPUMemUtil, cfg.MaxNumSeqs, cfg.BlockSize)
+	}
+	return uint64(float64(tokens) * prof.KVBytesPerToken), nil
+}
