@@ -77,7 +77,6 @@ func CheckKVOffload(setting string) error {
 	return nil
 }
 
-
 // OffloadGiB formats bytes as vLLM's --kv-offloading-size: GiB as a
 // decimal, exact (bytes / 2^30 is exact in a float64 below 2^53 bytes, and
 // vLLM multiplies it back by 2^30).

@@ -22,6 +22,9 @@ type proc struct {
 	exited  chan struct{} // closed after Wait returned; err is set then
 	drained chan struct{} // closed when tail has all the output written before exit
 	err     error
+	// shmFiles are the host KV tier files the engine mapped once it was
+	// healthy (shmfiles.go); removed when its processes are gone.
+	shmFiles []string
 }
 
 // followEvery is how often the log file is read for new engine output.

@@ -152,6 +152,7 @@ func (g *Group) launch(r *rank, what string) error {
 	r.log.Info("engine started", "pid", p.pid, "what", what)
 	cause := g.waitHealthy(r, p)
 	if cause == "" {
+		p.noteOffloadFiles(context.Background())
 		g.setState(r, Ready, "healthy")
 		r.log.Info("engine healthy", "pid", p.pid, "took", time.Since(p.started).Round(time.Millisecond).String())
 		return nil
@@ -281,11 +282,15 @@ func (g *Group) reap(r *rank, p *proc, kids []*processT) {
 	defer cancel()
 	left := killTree(ctx, p.pid, kids)
 	<-p.exited
+	log := g.log
+	if r != nil {
+		log = r.log
+	}
 	if len(left) > 0 {
-		log := g.log
-		if r != nil {
-			log = r.log
-		}
 		log.Error("engine processes survived SIGKILL", "pgid", p.pid, "left", len(left))
+		return // the survivors may still map its host KV tier
+	}
+	for _, f := range p.removeOffloadFiles() {
+		log.Info("removed the host KV tier file the engine left in /dev/shm", "pid", p.pid, "file", f)
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"log/slog"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -191,5 +193,39 @@ func TestServeSimHostKVTier(t *testing.T) {
 		if !strings.Contains(w.stderr.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, w.stderr)
 		}
+	}
+}
+
+// TestServeRemovesTheTierFileOfAKilledEngine: an engine that backs its host
+// KV tier with a /dev/shm file and leaves it when killed (vLLM 0.27 and
+// 0.28; the simulator's --sim-offload-file keep) is SIGKILLed: once its
+// processes are gone the warden removes the file, its restart makes a new
+// one, and a clean stop leaves none.
+func TestServeRemovesTheTierFileOfAKilledEngine(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("WARDEN_SIM_SHM_DIR", dir)
+	files := func() []string {
+		m, _ := filepath.Glob(filepath.Join(dir, "vllm_offload_*.mmap"))
+		return m
+	}
+	w := startServe(t, "--dp", "1", "--kv-offload", "1GiB", "--", "--sim-offload-file", "keep")
+	first := files()
+	if len(first) != 1 {
+		t.Fatalf("tier files %q, want the engine's one", first)
+	}
+	port := w.status(t).Replicas[0].Port
+	if err := syscall.Kill(int(enginePID(t, w, port)), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	simproc.Poll(t, "the killed engine's tier file removed and the restarted engine's made", func() bool {
+		now := files()
+		return len(now) == 1 && now[0] != first[0] && w.status(t).Replicas[0].Up
+	})
+	if !strings.Contains(w.stderr.String(), "removed the host KV tier file the engine left in /dev/shm") {
+		t.Errorf("the removal is not logged:\n%s", w.stderr)
+	}
+	w.stop(t)
+	if left := files(); len(left) != 0 {
+		t.Errorf("after a clean stop: %q", left)
 	}
 }

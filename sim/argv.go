@@ -54,6 +54,8 @@ type Config struct {
 	ReserveFullISL bool    // --sim-reserve-full-isl: full-sequence admission gate
 	PrefixStats    string  // --sim-prefix-stats: admission | lookup | lookup-all
 	Watermark      float64 // --sim-watermark: fraction of blocks kept free at admission
+	OffloadFile    string  // --sim-offload-file: none, keep or unlink (the host KV tier's /dev/shm file)
+	ShmDir         string  // --sim-shm-dir: where that file goes (default /dev/shm)
 
 	DieAfter   int  // --sim-die-after N: exit 1 mid-stream on the Nth request (0: off)
 	HangAfter  int  // --sim-hang-after N: stop answering after N requests (-1: off)
@@ -231,11 +233,13 @@ var flags = map[string]flagSpec{
 		c.KVOffloadBackend = "native"
 		return nil
 	}},
-	"sim-watermark":  {kindValue, "WARDEN_SIM_WATERMARK", "fraction of blocks kept free when admitting (0: off)", floatSetter(func(c *Config) *float64 { return &c.Watermark })},
-	"sim-die-after":  {kindValue, "WARDEN_SIM_DIE_AFTER", "exit 1 mid-stream on the Nth generation request (0: off)", intSetter(func(c *Config) *int { return &c.DieAfter })},
-	"sim-hang-after": {kindValue, "WARDEN_SIM_HANG_AFTER", "after N generation requests answer nothing, /health included (-1: off)", intSetter(func(c *Config) *int { return &c.HangAfter })},
-	"sim-http-error": {kindValue, "WARDEN_SIM_HTTP_ERROR", "answer every generation request with this status (0: off)", intSetter(func(c *Config) *int { return &c.HTTPError })},
-	"sim-fork-child": {kindBool, "WARDEN_SIM_FORK_CHILD", "start a child process (like EngineCore) that only a group kill removes", boolSetter(func(c *Config) *bool { return &c.ForkChild })},
+	"sim-offload-file": {kindValue, "WARDEN_SIM_OFFLOAD_FILE", "with a host KV tier, a file in --sim-shm-dir as vLLM's /dev/shm/vllm_offload_<id>.mmap: none (default), keep (vLLM 0.27-0.28: mapped until a clean exit, left behind when killed) or unlink (0.29+: unlinked once mapped)", strSetter(func(c *Config) *string { return &c.OffloadFile })},
+	"sim-shm-dir":      {kindValue, "WARDEN_SIM_SHM_DIR", "folder of the --sim-offload-file (default /dev/shm)", strSetter(func(c *Config) *string { return &c.ShmDir })},
+	"sim-watermark":    {kindValue, "WARDEN_SIM_WATERMARK", "fraction of blocks kept free when admitting (0: off)", floatSetter(func(c *Config) *float64 { return &c.Watermark })},
+	"sim-die-after":    {kindValue, "WARDEN_SIM_DIE_AFTER", "exit 1 mid-stream on the Nth generation request (0: off)", intSetter(func(c *Config) *int { return &c.DieAfter })},
+	"sim-hang-after":   {kindValue, "WARDEN_SIM_HANG_AFTER", "after N generation requests answer nothing, /health included (-1: off)", intSetter(func(c *Config) *int { return &c.HangAfter })},
+	"sim-http-error":   {kindValue, "WARDEN_SIM_HTTP_ERROR", "answer every generation request with this status (0: off)", intSetter(func(c *Config) *int { return &c.HTTPError })},
+	"sim-fork-child":   {kindBool, "WARDEN_SIM_FORK_CHILD", "start a child process (like EngineCore) that only a group kill removes", boolSetter(func(c *Config) *bool { return &c.ForkChild })},
 }
 
 // ParseArgs reads the environment (through getenv) and then args, the argv
@@ -355,6 +359,8 @@ func (c *Config) validate() error {
 	check(c.DecodeGBps >= 0, "--sim-decode-gbps must not be negative, got %v", c.DecodeGBps)
 	check(c.PrefillScale >= 0, "--sim-prefill-scale must not be negative, got %v", c.PrefillScale)
 	check(c.OutputTokens >= 0, "--sim-output-tokens must not be negative, got %d", c.OutputTokens)
+	check(c.OffloadFile == "" || c.OffloadFile == "none" || c.OffloadFile == "keep" || c.OffloadFile == "unlink",
+		"--sim-offload-file must be none, keep or unlink, got %q", c.OffloadFile)
 	check(c.Watermark >= 0 && c.Watermark < 1, "--sim-watermark must be in [0, 1), got %v", c.Watermark)
 	check(c.PrefixStats == model.StatsAdmission || c.PrefixStats == model.StatsLookup || c.PrefixStats == model.StatsLookupAll,
 		"--sim-prefix-stats must be admission, lookup or lookup-all, got %q", c.PrefixStats)

@@ -43,6 +43,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if !s.load(ctx) {
 		return nil
 	}
+	if cfg.KVOffloadGiB > 0 && cfg.OffloadFile != "" && cfg.OffloadFile != "none" {
+		path, stop, err := offloadFile(cfg.ShmDir, cfg.OffloadFile, int64(cfg.KVOffloadGiB*model.GiB))
+		if err != nil {
+			return err
+		}
+		defer stop()
+		log.Info("host KV tier file", "path", path, "mode", cfg.OffloadFile)
+	}
 	if cfg.ForkChild {
 		stop, err := s.forkChild()
 		if err != nil {
