@@ -93,6 +93,9 @@ func (r *replica) status(active int) panel.Replica {
 		row.OffloadHitRate = row.OffloadHits / row.OffloadQueries
 	}
 	row.OffloadLoadedBytes, row.OffloadStoredBytes = e.OffloadLoadedBytes, e.OffloadStoredBytes
+	if row.HasOffload() {
+		row.OffloadFilled = e.OffloadFilled()
+	}
 	row.ScrapedAt, row.ScrapeError = e.ScrapedAt, e.ScrapeErr
 	return row
 }

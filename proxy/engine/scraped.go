@@ -243,6 +243,22 @@ type Stats struct {
 	Offload                                Offload
 	OffloadQueries, OffloadHits            float64
 	OffloadLoadedBytes, OffloadStoredBytes float64
+	// OffloadStoredNow is the engine's own count of bytes stored to the
+	// tier since it (re)started, as last read (OffloadFilled).
+	OffloadStoredNow float64
+}
+
+// OffloadFilled estimates how full the host tier is, 0..1: the bytes the
+// engine stored to it since it started over its size. vLLM exports no
+// occupancy nor eviction count; it stores each block once and evicts only
+// when it needs room, so the estimate is exact until the tier is full, when
+// it reads 1 (and stores from then on replace the least recently used). -1
+// when not known (no tier, a size or a store counter not exported).
+func (s Stats) OffloadFilled() float64 {
+	if s.Offload.Bytes == 0 || s.OffloadStoredNow < 0 {
+		return -1
+	}
+	return min(1, s.OffloadStoredNow/float64(s.Offload.Bytes))
 }
 
 // HostKVTokens is the host tier's size in tokens: its configured bytes over
@@ -265,7 +281,17 @@ func (e *Scraped) Stats() Stats {
 		Queries: e.queries.total, Hits: e.hits.total, Prompt: e.prompt.total, Generated: e.generated.total,
 		Preemptions: e.preemptions.total, ScrapedAt: e.scrapedAt, ScrapeErr: e.scrapeErr,
 		Offload: e.offload, OffloadQueries: e.offQueries.total, OffloadHits: e.offHits.total,
-		OffloadLoadedBytes: e.offLoaded.total, OffloadStoredBytes: e.offStored.total}
+		OffloadLoadedBytes: e.offLoaded.total, OffloadStoredBytes: e.offStored.total,
+		OffloadStoredNow: e.offStoredNow()}
+}
+
+// offStoredNow is the engine's store counter as last read, -1 when it does
+// not export one.
+func (e *Scraped) offStoredNow() float64 {
+	if !e.offStored.seen {
+		return -1
+	}
+	return e.offStored.last
 }
 
 // wardenSample reads the /metrics of a warden used as a replica (a `warden

@@ -278,3 +278,42 @@ func TestHostKVTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestOffloadFilled: the tier's fill is the bytes the engine stored since
+// it started over the tier's size (vLLM exports no occupancy), capped at
+// full, counted afresh after a restart, unknown without a store counter.
+func TestOffloadFilled(t *testing.T) {
+	parse := func(stored string) Sample {
+		t.Helper()
+		text := `# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",engine="0",kv_offloading_backend="native",kv_offloading_size="4.0",num_gpu_blocks="10"} 1
+`
+		if stored != "" {
+			text += "# TYPE vllm:kv_offload_store_bytes_total counter\nvllm:kv_offload_store_bytes_total{engine=\"0\"} " + stored + "\n"
+		}
+		s, err := Parse(strings.NewReader(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	var e Scraped
+	at := time.Unix(1_800_000_000, 0)
+	e.Apply(parse(""), at)
+	if f := e.Stats().OffloadFilled(); f != -1 {
+		t.Errorf("no store counter: filled %v, want unknown", f)
+	}
+	e.Apply(parse(fmt.Sprint(1<<30)), at) // 1 of 4 GiB, counted since the engine started (not since the warden did)
+	if f := e.Stats().OffloadFilled(); f != 0.25 {
+		t.Errorf("1 GiB stored of 4: filled %v", f)
+	}
+	e.Apply(parse(fmt.Sprint(9<<30)), at) // more than its size: it is full and evicting
+	if f := e.Stats().OffloadFilled(); f != 1 {
+		t.Errorf("9 GiB stored into 4: filled %v, want 1", f)
+	}
+	e.Restarted()
+	e.Apply(parse(fmt.Sprint(2<<30)), at) // a new engine, an empty tier
+	if f := e.Stats().OffloadFilled(); f != 0.5 {
+		t.Errorf("after a restart, 2 GiB stored: filled %v", f)
+	}
+}

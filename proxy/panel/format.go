@@ -140,10 +140,14 @@ func offloadLine(s Status) string {
 	if backend == "" {
 		backend = "native"
 	}
-	return fmt.Sprintf("host KV tier (vLLM %s KV offloading): %s on %d of %d replicas; %s of %s prompt tokens "+
+	line := fmt.Sprintf("host KV tier (vLLM %s KV offloading): %s on %d of %d replicas; %s of %s prompt tokens "+
 		"that missed the GPU cache found there (%s); %s loaded back, %s stored",
 		backend, size, n, len(s.Replicas), fmtTokens(t.OffloadHits), fmtTokens(t.OffloadQueries),
 		fmtPct(t.OffloadHitRate), fmtIBytes(loaded), fmtIBytes(stored))
+	if f := filledOf(s.Replicas); f >= 0 {
+		line += "; filled " + fmtPct(f) + " (stored since the engines started over the size)"
+	}
+	return line
 }
 
 // ratio is a/b, or 0 when b is 0.

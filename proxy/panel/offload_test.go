@@ -20,6 +20,7 @@ func tierStatus(n int) Status {
 		r.OffloadQueries, r.OffloadHits = float64(2_000_000+100_000*i), float64(500_000+50_000*i)
 		r.OffloadHitRate = r.OffloadHits / r.OffloadQueries
 		r.OffloadLoadedBytes, r.OffloadStoredBytes = float64(3<<30+i<<28), float64(40<<30+i<<30)
+		r.OffloadFilled = []float64{0.6, 1, -1}[i%3] // part filled, full, an engine without the counter
 	}
 	s.Totals = TotalsOf(s.Replicas)
 	return s
@@ -60,7 +61,7 @@ func TestFormatStatusTableShowsTheHostKVTier(t *testing.T) {
 	}
 	for _, sub := range []string{offloadLegend,
 		"host KV tier (vLLM native KV offloading): 128 GiB on 2 of 3 replicas; 1.05M of 4.10M prompt tokens\n" +
-			"that missed the GPU cache found there (25.6%); 9.8 GiB loaded back, 123 GiB stored\n"} {
+			"that missed the GPU cache found there (25.6%); 9.8 GiB loaded back, 123 GiB stored; filled"} {
 		if !strings.Contains(out, sub) {
 			t.Errorf("output lacks %q:\n%s", sub, out)
 		}
@@ -101,14 +102,15 @@ func TestWriteSummaryHostKVTier(t *testing.T) {
 	var b bytes.Buffer
 	WriteSummary(&b, s)
 	out := b.String()
-	// The tier table follows the main one: replica host-tier looked-up
-	// found host-hit loaded stored. Rows "0".."2" and "all" appear in both
-	// tables; the second occurrence is the tier's.
+	// The tier table follows the main one: replica host-tier filled
+	// looked-up found host-hit loaded stored. Rows "0".."2" and "all"
+	// appear in both tables; the second occurrence is the tier's. all's
+	// filled is over the tiers whose fill is known (38.4 + 64 of 128 GiB).
 	want := map[string][]string{
-		"0":   {"0", "64.0G", "2.00M", "500.0k", "25.0%", "3.0G", "40.0G"},
-		"1":   {"1", "64.0G", "2.10M", "550.0k", "26.2%", "3.2G", "41.0G"},
-		"2":   {"2", "64.0G", "2.20M", "600.0k", "27.3%", "3.5G", "42.0G"},
-		"all": {"all", "192G", "6.30M", "1.65M", "26.2%", "9.8G", "123G"},
+		"0":   {"0", "64.0G", "60.0%", "2.00M", "500.0k", "25.0%", "3.0G", "40.0G"},
+		"1":   {"1", "64.0G", "full", "2.10M", "550.0k", "26.2%", "3.2G", "41.0G"},
+		"2":   {"2", "64.0G", "-", "2.20M", "600.0k", "27.3%", "3.5G", "42.0G"},
+		"all": {"all", "192G", "80.0%", "6.30M", "1.65M", "26.2%", "9.8G", "123G"},
 	}
 	i := strings.Index(out, "host tier")
 	if i < 0 {
@@ -120,7 +122,8 @@ func TestWriteSummaryHostKVTier(t *testing.T) {
 		}
 	}
 	if !strings.Contains(strings.Join(strings.Fields(out), " "), "192 GiB on 3 of 3 replicas; 1.65M of 6.30M prompt tokens "+
-		"that missed the GPU cache found there (26.2%); 9.8 GiB loaded back, 123 GiB stored. The usage reports' cached "+
+		"that missed the GPU cache found there (26.2%); 9.8 GiB loaded back, 123 GiB stored; filled 80.0% (stored since "+
+		"the engines started over the size). The usage reports' cached "+
 		"tokens include the host tier's hits") {
 		t.Errorf("summary lacks the tier's line:\n%s", out)
 	}

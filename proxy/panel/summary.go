@@ -65,7 +65,7 @@ func WriteSummary(w io.Writer, s Status) {
 
 // offloadSummaryColumns are the headers of the exit summary's host KV tier
 // table (only when a replica has one).
-var offloadSummaryColumns = table.Row{"replica", "host tier", "looked up", "found", "host hit", "loaded", "stored"}
+var offloadSummaryColumns = table.Row{"replica", "host tier", "filled", "looked up", "found", "host hit", "loaded", "stored"}
 
 // writeOffloadSummary writes, per replica and in total, the host KV tier's
 // size, the prompt tokens that missed the GPU cache and were looked up in
@@ -89,6 +89,7 @@ func writeOffloadSummary(w io.Writer, s Status) {
 		}
 	}
 	all.OffloadHitRate = ratio(all.OffloadHits, all.OffloadQueries)
+	all.OffloadFilled = filledOf(s.Replicas)
 	t.AppendFooter(offloadSummaryRow("all", all))
 	var cc []table.ColumnConfig
 	for i := range offloadSummaryColumns {
@@ -98,7 +99,9 @@ func writeOffloadSummary(w io.Writer, s Status) {
 	t.SuppressTrailingSpaces()
 	t.Render()
 	writeWrapped(w, offloadLine(s)+". The usage reports' cached tokens include the host tier's hits; "+
-		"hit and cached tok above count the GPU prefix cache only.", 100)
+		"hit and cached tok above count the GPU prefix cache only. filled: bytes stored since the engine "+
+		"started over the tier's size; vLLM reports neither how full the tier is nor what it evicted, but it "+
+		"evicts only for room, so this holds until the tier is full.", 100)
 }
 
 // offloadSummaryRow is one row of the host KV tier table.
@@ -107,8 +110,35 @@ func offloadSummaryRow(name string, r Replica) table.Row {
 	if r.HasOffload() || r.OffloadQueries > 0 {
 		hit = fmtPct(ratio(r.OffloadHits, r.OffloadQueries))
 	}
-	return table.Row{name, fmtOffloadSize(r), fmtTokens(r.OffloadQueries), fmtTokens(r.OffloadHits), hit,
+	return table.Row{name, fmtOffloadSize(r), fmtFilled(r), fmtTokens(r.OffloadQueries), fmtTokens(r.OffloadHits), hit,
 		fmtBytes(r.OffloadLoadedBytes), fmtBytes(r.OffloadStoredBytes)}
+}
+
+// filledOf is the fill of the replicas' tiers whose fill is known,
+// weighted by their size; -1 when none is known.
+func filledOf(reps []Replica) float64 {
+	var filled, size float64
+	for _, r := range reps {
+		if r.HasOffload() && r.OffloadFilled >= 0 && r.OffloadBytes > 0 {
+			filled += r.OffloadFilled * float64(r.OffloadBytes)
+			size += float64(r.OffloadBytes)
+		}
+	}
+	if size == 0 {
+		return -1
+	}
+	return filled / size
+}
+
+// fmtFilled is a tier's estimated fill: "63%", "full", "-" when not known.
+func fmtFilled(r Replica) string {
+	switch {
+	case !r.HasOffload() || r.OffloadFilled < 0 || (r.OffloadFilled == 0 && r.OffloadBytes == 0):
+		return "-"
+	case r.OffloadFilled >= 1:
+		return "full"
+	}
+	return fmtPct(r.OffloadFilled)
 }
 
 // writeWrapped writes msg word-wrapped to lines of at most width runes

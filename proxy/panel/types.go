@@ -154,6 +154,11 @@ type Replica struct {
 	OffloadHitRate     float64 `json:"offload_hit_rate,omitempty"` // OffloadHits / OffloadQueries
 	OffloadLoadedBytes float64 `json:"offload_loaded_bytes,omitempty"`
 	OffloadStoredBytes float64 `json:"offload_stored_bytes,omitempty"`
+	// OffloadFilled estimates how full the tier is (0..1; -1 not known):
+	// bytes the engine stored since it started over the tier's size. vLLM
+	// reports neither occupancy nor evictions; it evicts only for room, so
+	// this is exact until the tier is full (engine.Stats.OffloadFilled).
+	OffloadFilled float64 `json:"offload_filled,omitempty"`
 }
 
 // HasOffload reports whether the replica's engine has a host KV tier.

@@ -99,9 +99,13 @@
 
   // offloadTotals sums the host KV tiers, as TotalsOf does.
   function offloadTotals(s) {
-    const t = { n: 0, bytes: 0, q: 0, h: 0, loaded: 0, stored: 0, backend: '' };
+    const t = { n: 0, bytes: 0, q: 0, h: 0, loaded: 0, stored: 0, backend: '', filled: 0, fillSize: 0 };
     for (const r of s.replicas || []) {
       if (hasTier(r)) { t.n++; t.backend = t.backend || r.offload_backend || ''; }
+      // filledOf in summary.go: the tiers whose fill is known, by size.
+      if (hasTier(r) && r.offload_bytes > 0 && (r.offload_filled || 0) >= 0) {
+        t.filled += (r.offload_filled || 0) * r.offload_bytes; t.fillSize += r.offload_bytes;
+      }
       t.bytes += r.offload_bytes || 0; t.q += r.offload_queries || 0; t.h += r.offload_hits || 0;
       t.loaded += r.offload_loaded_bytes || 0; t.stored += r.offload_stored_bytes || 0;
     }
@@ -136,7 +140,8 @@
     return 'host KV tier (vLLM ' + (o.backend || 'native') + ' KV offloading): ' + size + ' on ' + o.n + ' of ' +
       (s.replicas || []).length + ' replicas; ' + fmt.tokens(o.h) + ' of ' + fmt.tokens(o.q) +
       ' prompt tokens that missed the GPU cache found there (' + fmt.pct(ratio(o.h, o.q)) + '); ' +
-      fmt.ibytes(o.loaded) + ' loaded back, ' + fmt.ibytes(o.stored) + ' stored';
+      fmt.ibytes(o.loaded) + ' loaded back, ' + fmt.ibytes(o.stored) + ' stored' +
+      (o.fillSize > 0 ? '; filled ' + fmt.pct(o.filled / o.fillSize) + ' (stored since the engines started over the size)' : '');
   }
 
   function renderTable(s) {
