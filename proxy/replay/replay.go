@@ -36,6 +36,7 @@ type replayLoad struct {
 	profile            string                 // sim profile; "" = model.DefaultProfile
 	tune               func(p *model.Profile) // optional changes to the profile (calibration sweeps)
 	kvTokens           int                    // per replica; 0 = the reference profile's
+	hostGiB            float64                // a host-RAM KV tier per replica (vLLM's native offloading, as the simulator models it); 0 none
 	scrape, refresh    float64                // proxy scrape and balancer refresh periods (sim seconds)
 	cfg                func(c *place.Config)  // policy knobs
 	policy             string
@@ -83,6 +84,7 @@ type rEngine struct {
 	busy    bool
 	end     float64
 	batch   model.Batch
+	wake    float64 // with a host tier: an empty step waits for this transfer's end (0 none)
 	scraped place.ReplicaView // running, waiting, KV as of the last scrape
 	fly     int               // requests placed here and not finished
 }
@@ -98,6 +100,9 @@ func (e *rEngine) View(time.Time) place.ReplicaView {
 	v := e.scraped
 	v.Rank, v.Healthy, v.InFlight, v.MaxNumSeqs = e.rank, true, e.fly, replayMaxNumSeqs
 	v.KVCapacity = (e.sched.Pool().NumBlocks() - 1) * 16
+	if e.sched.HasHostTier() { // the warden learns it from the engine's metrics (engine.Stats.HostKVTokens)
+		v.HostKVTokens = e.sched.HostSnapshot().Blocks * 16
+	}
 	return v
 }
 
@@ -199,7 +204,8 @@ func (l replayLoad) run() replayResult {
 	p.jrng = rand.New(rand.NewPCG(l.seed, 7))
 	for i := range l.replicas {
 		s := model.NewScheduler(model.SchedConfig{MaxNumSeqs: replayMaxNumSeqs, MaxBatchedTokens: 2048, MaxModelLen: kv, BlockSize: 16,
-			ReserveFullISL: true, PrefixStats: model.StatsAdmission}, model.NewBlockPool(kv/16+1))
+			ReserveFullISL: true, PrefixStats: model.StatsAdmission, Host: model.HostTier(l.hostGiB, prof, 16)},
+			model.NewBlockPool(kv/16+1))
 		p.eng = append(p.eng, &rEngine{rank: i, sched: s})
 		p.ranks = append(p.ranks, i)
 	}
@@ -434,15 +440,17 @@ func (p *replay) loop() {
 			}
 		}
 		for _, e := range p.eng {
-			if !e.busy && !e.sched.Idle() {
-				e.batch = e.sched.Schedule()
-				e.end, e.busy = p.t+p.prof.StepSeconds(e.batch.Cost()), true
+			if !e.busy && !e.sched.Idle() && e.wake <= p.t {
+				p.step(e)
 			}
 		}
 		next := math.Inf(1)
 		for _, e := range p.eng {
 			if e.busy {
 				next = min(next, e.end)
+			}
+			if !e.busy && e.wake > p.t {
+				next = min(next, e.wake)
 			}
 		}
 		for _, q := range p.arrivals {
@@ -471,6 +479,31 @@ func (p *replay) loop() {
 		}
 		p.arrive()
 		p.retryHeld()
+	}
+}
+
+// step starts e's next engine step at p.t. With a host tier it runs as the
+// simulator's engine does (model.Engine.stepWithHost): the scheduler learns
+// the step's start (transfers done by then take effect) and its end (the
+// step's stores start then), and a step with nothing to compute while loads
+// or stores are in flight waits for the next one to complete.
+func (p *replay) step(e *rEngine) {
+	e.wake = 0
+	host := e.sched.HasHostTier()
+	if host {
+		e.sched.SetNow(p.t)
+	}
+	e.batch = e.sched.Schedule()
+	if host && len(e.batch.Items) == 0 {
+		if next, ok := e.sched.NextHostEvent(); ok {
+			e.sched.StepEnd(p.t)
+			e.wake = next
+			return
+		}
+	}
+	e.end, e.busy = p.t+p.prof.StepSeconds(e.batch.Cost()), true
+	if host {
+		e.sched.StepEnd(e.end)
 	}
 }
 
