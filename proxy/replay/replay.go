@@ -84,7 +84,7 @@ type rEngine struct {
 	busy    bool
 	end     float64
 	batch   model.Batch
-	wake    float64 // with a host tier: an empty step waits for this transfer's end (0 none)
+	wake    float64           // with a host tier: an empty step waits for this transfer's end (0 none)
 	scraped place.ReplicaView // running, waiting, KV as of the last scrape
 	fly     int               // requests placed here and not finished
 }
