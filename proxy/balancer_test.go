@@ -23,7 +23,7 @@ func TestOffSeesTheLoadOfTheLastTick(t *testing.T) {
 		want    int
 	}{
 		{"with Run's tick the finished turn still counts: next turn goes to replica 1", true, 1},
-		{"refreshed at the decision the replica looks idle: next turn goes home to 0", false, 0},
+		{"refreshed at the decision both look idle: the tie goes to the scan start, 0", false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := &fakeClock{t: time.Unix(1_000_000, 0)}
@@ -41,9 +41,17 @@ func TestOffSeesTheLoadOfTheLastTick(t *testing.T) {
 
 			first := p.placer.Decide(place.Request{Key: "a"})
 			if first.Rank != 0 {
-				t.Fatalf("first turn on an idle pair went to %d, want 0 (ties to the lowest rank)", first.Rank)
+				t.Fatalf("first turn on an idle pair went to %d, want 0 (the scan starts at 0)", first.Rank)
 			}
-			p.placer.RefreshBalancers()    // a tick while the first turn runs
+			// Another conversation's short turn: replica 0 is busy, so 1; it
+			// ends before the tick. Two routed requests put vLLM's rotating
+			// scan start back at 0.
+			other := p.placer.Decide(place.Request{Key: "b"})
+			if other.Rank != 1 {
+				t.Fatalf("the other turn went to %d, want 1", other.Rank)
+			}
+			other.Replica.inflight.Add(-1)
+			p.placer.RefreshBalancers()    // a tick while the first turn runs: 0 busy, 1 idle
 			first.Replica.inflight.Add(-1) // the turn ends
 			clk.add(time.Second)           // long past the interval, but no tick since
 			second := p.placer.Decide(place.Request{Key: "a"})

@@ -37,8 +37,8 @@ const (
 // Policy names accepted by Config.Policy and POST /warden/policy.
 const (
 	PolicySticky        = "sticky"         // the seed rule: least-loaded new, sticky, spill, failover
-	PolicyOff           = "off"            // vLLM's DP balancer (v0.26): 4*waiting+running, stale stats
-	PolicyOffV2         = "off-v2"         // vLLM's newer DP balancer variant
+	PolicyOff           = "off"            // vLLM's DP balancer up to 0.26: 4*waiting+running, stale stats
+	PolicyOffV2         = "off-v2"         // vLLM's DP balancer from 0.27 (0.32's): max(in flight, waiting+running) + a KV-use penalty
 	PolicyLeastInFlight = "least-inflight" // exact, fresh least-in-flight (accidentally sticky at low load)
 	PolicyHash          = "hash"           // session hash to a replica (failed in practice; for comparison)
 	PolicyAdaptive      = "adaptive"       // the default: KV-aware admission, stay-or-move by cost (adaptive.go)
@@ -121,6 +121,12 @@ type SessionView struct {
 	Waited         float64 // seconds this request has already waited at the proxy
 	Held           int     // requests held at the proxy now (ReasonWait)
 	NoWait         bool    // the proxy will not hold this request (any longer)
+
+	// ScanStart is where the vLLM-style balancers start their scan of the
+	// replicas (an index into the snapshot): vLLM 0.25 and later rotate it
+	// by one after every routed request, so that ties do not always go to
+	// the first engine (Placer keeps it).
+	ScanStart int
 }
 
 // Config is the placement configuration: the policy and its knobs.
@@ -323,34 +329,43 @@ func pickTie(ties []int, rng Rand) int {
 	return ties[rng.IntN(len(ties))]
 }
 
-// pickOffV1 models vLLM's own data-parallel load balancer (DPLBAsyncMPClient,
-// vLLM 0.26, the reference measurement's "off"): each engine scores
-// 4*waiting + running from the coordinator's stats, which refresh only about
-// every 100 ms, and every request sent since the refresh counts as waiting
-// on the engine it went to; the lowest score wins, ties to the lowest rank.
-func pickOffV1(snap []ReplicaView, _ SessionView, _ Config, _ Rand) Decision {
-	return lowestScore(snap, func(r ReplicaView) float64 {
+// pickOffV1 models vLLM's own data-parallel load balancer up to 0.26
+// (DPLBAsyncMPClient, v1/engine/core_client.py; the reference
+// measurement's "off"): each engine scores 4*waiting + running from the
+// coordinator's stats, which it republishes every 100 ms while they change,
+// and each request sent since counts as waiting on the engine it went to
+// (the client's local bump); the lowest score wins, strict <, scanning from
+// a start that rotates by one per request (0.25 and later).
+func pickOffV1(snap []ReplicaView, s SessionView, _ Config, _ Rand) Decision {
+	return lowestScore(snap, s.ScanStart, func(r ReplicaView) float64 {
 		return float64(4*(r.StaleWaiting+r.SentSince) + r.StaleRunning)
 	})
 }
 
-// pickOffV2 models the newer vLLM balancer: max(in-flight sent by this
-// client, waiting + running), with waiting requests weighted 4x once the
-// engine's KV use passes 50%; ties to the lowest rank.
-func pickOffV2(snap []ReplicaView, _ SessionView, _ Config, _ Rand) Decision {
-	return lowestScore(snap, func(r ReplicaView) float64 {
-		waiting := r.StaleWaiting + r.SentSince
-		score := float64(max(r.InFlight, waiting+r.StaleRunning))
-		if r.KVUsed > 0.5 {
-			score += float64(3 * waiting)
+// pickOffV2 models vLLM 0.27 to 0.33's balancer (v1/engine/core_client.py,
+// 0.32.0 lines 1642-1697): max(client_count x in flight, waiting +
+// running), plus waiting x 6 x max(0, KV use - 0.5) (a penalty on queued
+// requests ramping from 0 at half the KV cache to 3x at a full one), one
+// API-server client (client_count 1), the same local bump and rotating scan.
+func pickOffV2(snap []ReplicaView, s SessionView, _ Config, _ Rand) Decision {
+	return lowestScore(snap, s.ScanStart, func(r ReplicaView) float64 {
+		waiting := float64(r.StaleWaiting + r.SentSince)
+		score := max(float64(r.InFlight), waiting+float64(r.StaleRunning))
+		if waiting > 0 {
+			score += waiting * 6 * max(0, r.KVUsed-0.5)
 		}
 		return score
 	})
 }
 
-func lowestScore(snap []ReplicaView, score func(ReplicaView) float64) Decision {
+// lowestScore is the available replica with the lowest score, scanning the
+// snapshot from index start (wrapping): the first of equal scores wins.
+func lowestScore(snap []ReplicaView, start int, score func(ReplicaView) float64) Decision {
 	best, bestScore := -1, 0.0
-	for i, r := range snap { // snap is in rank order: ties keep the lowest rank
+	n := len(snap)
+	for k := range n {
+		i := (start%max(n, 1) + k) % n
+		r := snap[i]
 		if !r.Available() {
 			continue
 		}

@@ -103,10 +103,19 @@ func TestPick(t *testing.T) {
 			s[0].InFlight, s[1].StaleRunning, s[2].InFlight, s[3].InFlight = 3, 2, 1, 2
 		}), fresh, Config{Policy: PolicyOffV2}, 0, Decision{2, ReasonOff}},
 		{"off-v2 penalises waiting once KV use passes 50%", with(idle4(), func(s []ReplicaView) {
-			s[0].StaleWaiting, s[0].KVUsed = 1, 0.6 // 1 + 3 = 4
+			s[0].StaleWaiting, s[0].KVUsed = 2, 0.9 // 2 + 2 x 6 x 0.4 = 6.8 (2 without the penalty)
 			s[1].StaleRunning = 3                   // 3
 			s[2].StaleRunning, s[3].StaleRunning = 3, 3
 		}), fresh, Config{Policy: PolicyOffV2}, 0, Decision{1, ReasonOff}},
+		{"off-v2: the penalty ramps from half the KV cache", with(idle4(), func(s []ReplicaView) {
+			s[0].StaleWaiting, s[0].KVUsed = 2, 0.55 // 2 + 2 x 6 x 0.05 = 2.6
+			s[1].StaleRunning = 3
+			s[2].StaleRunning, s[3].StaleRunning = 3, 3
+		}), fresh, Config{Policy: PolicyOffV2}, 0, Decision{0, ReasonOff}},
+		{"off: ties go to the first from the rotating scan start (vLLM 0.25+)", with(idle4(), func(s []ReplicaView) {
+			s[0].StaleRunning = 1 // 0 is busier; 1, 2, 3 tie
+		}), SessionView{ScanStart: 2}, Config{Policy: PolicyOff}, 0, Decision{2, ReasonOff}},
+		{"off-v2: the scan wraps", idle4(), SessionView{ScanStart: 3}, Config{Policy: PolicyOffV2}, 0, Decision{3, ReasonOff}},
 		{"least-inflight uses exact counts and random ties", with(idle4(), func(s []ReplicaView) {
 			s[0].InFlight, s[2].InFlight = 1, 1
 		}), known(0), Config{Policy: PolicyLeastInFlight}, 1, Decision{3, ReasonOff}},

@@ -34,6 +34,7 @@ type Placer[R Replica] struct {
 	wake        chan struct{} // closed and replaced when a request ends while some are held
 	lastRefresh time.Time
 	ticking     bool   // TickBalancers refreshes the balancer view on its own tick
+	scanStart   int    // where the vLLM-style balancers start their scan (SessionView.ScanStart)
 	knownTurns  uint64 // turns of sessions that already had a home
 	homeTurns   uint64 // ... served on that home
 }
@@ -198,7 +199,7 @@ func (p *Placer[R]) decide(req Request) Placement[R] {
 			v.Healthy = false
 		}
 	}
-	sv := SessionView{Key: req.Key, Pinned: req.Pinned, Pin: req.Pin}
+	sv := SessionView{Key: req.Key, Pinned: req.Pinned, Pin: req.Pin, ScanStart: p.scanStart}
 	if s != nil && s.Home() >= 0 { // a home whose cache was wiped is no home (Wiped)
 		sv.Known, sv.Home = true, s.Home()
 	}
@@ -232,6 +233,7 @@ func (p *Placer[R]) decide(req Request) Placement[R] {
 	pl.Replica = r
 	r.Sent()
 	p.bal[i].sent++
+	p.scanStart = (p.scanStart + 1) % max(len(p.reps), 1) // vLLM's rotation, after every routed request
 	switch {
 	case req.Key == "":
 	case s == nil:
