@@ -18,11 +18,15 @@ package place
 //     working sets of running conversations — but only while the overflow
 //     is small (MaxOverflow); past the bound, or at a deeper overload, it
 //     goes to the least-loaded replica as under the seed rule.
-//   - Stay or move. A known conversation stays home while its home is not
-//     overcommitted. On an overcommitted home it moves to a replica with room
-//     when the expected queue wait at home exceeds the expected wait there
-//     plus the re-prefill its move costs (nothing when its prefix is
-//     probably gone from home anyway). A move re-homes it, and a moved
+//   - Stay or move. A known conversation moves when waiting at home costs
+//     more than its cache there is worth: on an overcommitted home, when the
+//     expected queue wait at home exceeds the expected wait on a replica with
+//     room plus the re-prefill its move costs (nothing when its prefix is
+//     probably gone from home anyway); on a home with room, when the time
+//     to first byte measured at home exceeds the one measured elsewhere plus
+//     that re-prefill, at the replicas' measured prefill rate (balanceOr).
+//     So it behaves like stickiness where prefill is dear and like
+//     balancing where it is cheap. A move re-homes it, and a moved
 //     conversation stays put for MoveCooldown turns (hysteresis).
 //   - A host KV tier (ReplicaView.HostKVTokens) adds to a replica's room:
 //     a prefix evicted from the GPU stays there and resumes by a reload, so
@@ -214,8 +218,11 @@ func stayOrMove(snap []ReplicaView, home int, s SessionView, cfg Config, rng Ran
 	fill := cfg.FillFraction()
 	stay := Decision{Rank: h.Rank, Reason: ReasonSticky}
 	left, ok := room(h, fill)
-	if !ok || left >= 0 || s.TurnsSinceMove < cfg.Cooldown() {
+	if !ok || s.TurnsSinceMove < cfg.Cooldown() {
 		return spillOr(snap, home, cfg, rng, stay)
+	}
+	if left >= 0 {
+		return balanceOr(snap, home, s, cfg, rng, stay)
 	}
 	i := leastLoadedWith(snap, home, s.Footprint, fill, rng)
 	if i < 0 {
@@ -227,6 +234,38 @@ func stayOrMove(snap []ReplicaView, home int, s SessionView, cfg Config, rng Ran
 		reprefill = float64(s.Footprint) * prefillRate(h, r)
 	}
 	if waitAt(h) > moveMargin*(waitAt(r)+reprefill) {
+		return Decision{Rank: r.Rank, Reason: ReasonMove}
+	}
+	return spillOr(snap, home, cfg, rng, stay)
+}
+
+// balanceOr moves a conversation whose home has room off it when waiting
+// there costs more than its cache is worth: the time to first byte
+// measured at home exceeds, by moveMargin, the one measured on the
+// least-loaded other replica with room plus the re-prefill a move costs
+// there (its footprint at that replica's measured prefill rate; nothing
+// when its prefix is probably gone from home anyway), and half the gap
+// exceeds twice that re-prefill. Where prefill is dear
+// (the reference rig: ~1.3 s for a 10k-token context) the waits must differ
+// by seconds, so conversations stay as under the sticky rule; where it is
+// cheap (a small model on CPU cores: ~30 ms for 1k tokens) a small
+// imbalance moves them, as a balancer would. Else spillOr.
+func balanceOr(snap []ReplicaView, home int, s SessionView, cfg Config, rng Rand, stay Decision) Decision {
+	h := snap[home]
+	i := leastLoadedWith(snap, home, s.Footprint, cfg.FillFraction(), rng)
+	if i < 0 || h.WaitSeconds <= 0 || snap[i].WaitSeconds <= 0 {
+		return spillOr(snap, home, cfg, rng, stay)
+	}
+	r := snap[i]
+	reprefill := 0.0
+	if s.ResidentOn == h.Rank {
+		reprefill = float64(s.Footprint) * prefillRate(h, r)
+	}
+	// Moving one conversation closes about half the gap (home gets lighter,
+	// the other heavier), and its re-prefill is paid twice: by the mover and
+	// by the conversations it delays there. So the move pays when half the
+	// gap exceeds twice the re-prefill.
+	if h.WaitSeconds > moveMargin*(r.WaitSeconds+reprefill) && (h.WaitSeconds-r.WaitSeconds)/2 > 2*reprefill {
 		return Decision{Rank: r.Rank, Reason: ReasonMove}
 	}
 	return spillOr(snap, home, cfg, rng, stay)

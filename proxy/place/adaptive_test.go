@@ -89,6 +89,26 @@ func TestPickAdaptive(t *testing.T) {
 		{"its prefix still resident at home: the re-prefill cost keeps it there",
 			with(kv4(44000, 10000, 39000, 39000), func(s []ReplicaView) { s[0].WaitSeconds = 2; s[1].PrefillSecPerToken = 1e-3 }),
 			known(0, 0, 1<<30), cfg, Decision{0, ReasonSticky}},
+		{"a home with room but a longer wait: cheap prefill (a small model on CPUs) moves it, as a balancer would",
+			with(kv4(30000, 10000, 30000, 30000), func(s []ReplicaView) {
+				s[0].WaitSeconds, s[1].WaitSeconds, s[2].WaitSeconds, s[3].WaitSeconds = 0.9, 0.2, 0.5, 0.5
+				s[0].InFlight, s[2].InFlight, s[3].InFlight = 3, 3, 3
+				s[0].PrefillSecPerToken, s[1].PrefillSecPerToken = 1e-5, 1e-5 // 10k tokens: 0.1 s
+			}),
+			known(0, 0, 1<<30), cfg, Decision{1, ReasonMove}},
+		{"the same wait with dear prefill (the reference rig's ~130 us a token): it stays",
+			with(kv4(30000, 10000, 30000, 30000), func(s []ReplicaView) {
+				s[0].WaitSeconds, s[1].WaitSeconds, s[2].WaitSeconds, s[3].WaitSeconds = 0.9, 0.2, 0.5, 0.5
+				s[0].InFlight, s[2].InFlight, s[3].InFlight = 3, 3, 3
+				s[0].PrefillSecPerToken, s[1].PrefillSecPerToken = 1.3e-4, 1.3e-4 // 10k tokens: 1.3 s
+			}),
+			known(0, 0, 1<<30), cfg, Decision{0, ReasonSticky}},
+		{"prefill cost not measured yet: no move on a wait alone",
+			with(kv4(30000, 10000, 30000, 30000), func(s []ReplicaView) {
+				s[0].WaitSeconds, s[1].WaitSeconds = 0.9, 0.2
+				s[0].InFlight, s[2].InFlight, s[3].InFlight = 3, 3, 3
+			}),
+			known(0, 0, 1<<30), cfg, Decision{0, ReasonSticky}},
 		{"hysteresis: moved two turns ago, it stays put",
 			with(kv4(60000, 10000, 39000, 39000), func(s []ReplicaView) { s[0].WaitSeconds = 20 }),
 			known(0, -1, 2), cfg, Decision{0, ReasonSticky}},
@@ -105,8 +125,13 @@ func TestPickAdaptive(t *testing.T) {
 		{"a tier too small for the overflow: it still waits",
 			tier(busy(kv4(35000, 38000, 36000, 39000)), 2000), fresh, cfg, Decision{-1, ReasonWait}},
 		{"with a tier, an overcommitted GPU at home is no reason to move: the prefix resumes from the tier",
-			tier(with(kv4(60000, 10000, 39000, 39000), func(s []ReplicaView) { s[0].WaitSeconds = 20; s[1].PrefillSecPerToken = 1e-4 }), 160000),
-			known(0, -1, 1<<30), cfg, Decision{0, ReasonSticky}},
+			// Without the tier the overcommit (1.5x) makes home's expected wait
+			// 3 s against 1 s + a 1 s re-prefill elsewhere: it would move.
+			tier(with(kv4(60000, 10000, 39000, 39000), func(s []ReplicaView) { s[0].WaitSeconds = 2; s[1].PrefillSecPerToken = 1e-4 }), 160000),
+			known(0, 0, 1<<30), cfg, Decision{0, ReasonSticky}},
+		{"the same without a tier: it moves",
+			with(kv4(60000, 10000, 39000, 39000), func(s []ReplicaView) { s[0].WaitSeconds = 2; s[1].PrefillSecPerToken = 1e-4 }),
+			known(0, 0, 1<<30), cfg, Decision{1, ReasonMove}},
 		{"without KV capacity the sticky rule applies",
 			with(idle4(), func(s []ReplicaView) { s[0].InFlight = 1 }), fresh, cfg, Decision{1, ReasonNew}},
 	}
