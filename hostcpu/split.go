@@ -17,6 +17,18 @@ type Set struct {
 	Nodes []int `json:"nodes"` // NUMA nodes the cores are on (CPU_VISIBLE_MEMORY_NODES)
 }
 
+// How a CPU rank is held to its cores (serve's --cpu-pin).
+const (
+	// PinCores confines every process of the rank (API server, engine
+	// core, compute threads) to its cores: ranks cannot disturb each other.
+	PinCores = "cores"
+	// PinThreads binds only vLLM's OpenMP compute threads
+	// (VLLM_CPU_OMP_THREADS_BIND) and leaves the rank's API server and
+	// engine-core threads free to run on any core the warden may use, as
+	// `vllm serve --data-parallel-size` leaves its own.
+	PinThreads = "threads"
+)
+
 // ReserveFrom is the number of physical cores from which a rank keeps one
 // core free of compute threads, for its API server and engine-core
 // frontends (vLLM's own automatic binding reserves one the same way).

@@ -8,17 +8,19 @@ import (
 	"github.com/lmwarden/warden/hostcpu"
 )
 
-// Sizing the host KV tier, per vLLM version (docs/kv-offload.md has the
-// sources, read in vLLM's PyPI wheels 0.11.0 to 0.33.0):
+// Sizing the host KV tier, per vLLM version (docs/kv-offload.md, "Per vLLM
+// version", has the sources, read in vLLM's PyPI wheels 0.11.0 to 0.32.0):
 //
 //   - the flags --kv-offloading-backend/--kv-offloading-size work from
-//     0.14.0 (0.11.2 to 0.13 parse them but hand the CPU spec no blocks);
-//   - up to 0.26 every worker pins its share as torch tensors, which
-//     PyTorch's host allocator rounds up to a power of two: a tier of S GiB
-//     over T workers holds T x next_pow2(S/T) (17 GiB on one GPU pins 32);
-//   - from 0.27 one file per engine in /dev/shm holds exactly S, mapped by
+//     0.14.0 (0.11.1 to 0.13 have them, but the engine fails at start:
+//     "num_cpu_blocks must be specified in kv_connector_extra_config");
+//   - up to 0.26 every worker pins its share (S/T of a tier of S over T
+//     workers) as torch tensors, which PyTorch's host allocator rounds up to
+//     a power of two: T x next_pow2(S/T) (17 GiB on one GPU pins 32);
+//   - from 0.27 one file per engine in /dev/shm holds at most S, mapped by
 //     every worker; 0.27 and 0.28 leave it behind when the engine is killed
-//     (0.29 unlinks it once mapped), which the warden cleans up (shm.go).
+//     (0.29 unlinks it once every worker has mapped it), which the warden
+//     cleans up (shmfiles.go).
 //
 // A tier only helps beyond the GPU's own cache: vLLM writes every computed
 // prompt block through to it and evicts by LRU, so a tier no larger than the
@@ -138,7 +140,7 @@ func PlanOffload(r OffloadRequest) (OffloadPlan, error) {
 	}
 	if at, ok := VersionAtLeast(version, 0, 14, 0); ok && !at {
 		return OffloadPlan{}, fmt.Errorf("--kv-offload with vLLM %s: its offloading flags work from vLLM %s "+
-			"(earlier releases parse them but give the tier no blocks): upgrade vLLM, or run with --kv-offload off",
+			"(0.11.1 to 0.13 fail at start with \"num_cpu_blocks must be specified\"): upgrade vLLM, or run with --kv-offload off",
 			version, offloadSince)
 	}
 	ranks, tp := uint64(max(r.Ranks, 1)), max(r.TP, 1)

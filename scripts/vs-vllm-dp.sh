@@ -27,7 +27,8 @@
 #
 # Environment: MODEL (a model folder in the vLLM CPU install, default tiny),
 # DP (2), STAGES (4,8,16), STAGE (2m), WARMUP (30s), RUNS (2), SEED (1),
-# POLICIES (warden policies, default "adaptive off"), LOAD (issue: 300
+# POLICIES (warden variants, default "adaptive off": a policy, or
+# policy:flag=value,... for more `warden serve` flags, e.g. off:cpu-pin=threads), LOAD (issue: 300
 # system + 700 first + 5 x 60 follow-up tokens, 16 out, the load of issue
 # 26; ref: the reference's shape scaled to the tiny model's speed, 3,500 +
 # 7,300 + 5 x 400, 256 out), KV_MIB (KV cache per engine, default 256),
@@ -77,6 +78,8 @@ bench_args=(--api openai --model tiny --ab none --stages "$STAGES" --stage "$STA
 	--chars-per-token 0 "${load[@]}" --seed "$SEED" --no-progress)
 bind=$(seq -s'|' 0 $((DP - 1)))
 
+variant() { echo "$1" | tr ':=,' '_-_'; } # a POLICIES entry as a file name
+
 pid=""
 stop() {
 	[[ -n "$pid" ]] || return 0
@@ -122,25 +125,48 @@ vllm_dp() { # name
 	stop
 }
 
-warden() { # name policy
+warden() { # name policy [warden serve flags]
 	local name=$1 policy=$2
-	echo "vs-vllm-dp: $name: warden serve --dp $DP --policy $policy ($ENGINE)" >&2
+	shift 2
+	local flags=("$@") mark
+	echo "vs-vllm-dp: $name: warden serve --dp $DP --policy $policy ${flags[*]} ($ENGINE)" >&2
 	if [[ $ENGINE == sim ]]; then
-		"$W" serve --engine sim --dp "$DP" --model tiny --port "$port" --policy "$policy" --max-num-seqs "$seqs" \
+		"$W" serve --engine sim --dp "$DP" --model tiny --port "$port" --policy "$policy" --max-num-seqs "$seqs" "${flags[@]}" \
 			--log-dir "$OUT/$name-logs" -- --sim-profile vllm032-cpu-tiny-1core --sim-kv-tokens $((KV_MIB * 1024)) \
 			"${shape[@]}" --sim-time-scale "$SIM_SCALE" >"$OUT/$name.out" 2>"$OUT/$name.err" &
 		pid=$!
 		up "$name"
+		mark=$(cpu_mark)
 		bench "$name" --time-scale "$SIM_SCALE"
 	else
 		VLLM_SERVER_DEV_MODE=1 "$W" serve --device cpu --dp "$DP" --vllm "$DIR/bin/vllm" --model "$DIR/$MODEL" \
-			--served-model-name tiny --port "$port" --policy "$policy" --max-num-seqs "$seqs" --cpu-kv-cache "${KV_MIB}MiB" \
+			--served-model-name tiny --port "$port" --policy "$policy" --max-num-seqs "$seqs" --cpu-kv-cache "${KV_MIB}MiB" "${flags[@]}" \
 			--log-dir "$OUT/$name-logs" -- "${engine_args[@]}" >"$OUT/$name.out" 2>"$OUT/$name.err" &
 		pid=$!
 		up "$name"
+		mark=$(cpu_mark)
 		bench "$name"
 	fi
+	cpu_per_request "$name" "$mark"
 	stop
+}
+
+# The warden's own CPU time (user + system, its engines apart) over the
+# requests it proxied in the bench, from /proc and its own /metrics before and
+# after: what the hop costs a host whose cores the engines need.
+cpu_mark() { # -> "ticks requests"
+	local ticks reqs
+	ticks=$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null) || ticks=""
+	reqs=$(curl -sf "$url/metrics" | awk '/^warden_requests_total/ {s += $NF} END {print s + 0}')
+	echo "$ticks $reqs"
+}
+cpu_per_request() { # name "ticks requests" before
+	local t0 r0 t1 r1
+	read -r t0 r0 <<<"$2"
+	read -r t1 r1 < <(cpu_mark)
+	[[ -n $t0 && -n $t1 ]] || return 0
+	awk -v t="$((t1 - t0))" -v hz="$(getconf CLK_TCK)" -v n="$((r1 - r0))" \
+		'BEGIN {printf "%.2f\n", (n > 0 ? 1000 * t / hz / n : 0)}' >"$OUT/$1.cpu_ms_per_request"
 }
 
 for run in $(seq "$RUNS"); do
@@ -150,7 +176,15 @@ for run in $(seq "$RUNS"); do
 		if [[ $side == vllm ]]; then
 			vllm_dp "vllm-dp-r$run"
 		else
-			for p in $POLICIES; do warden "warden-$p-r$run" "$p"; done
+			for spec in $POLICIES; do
+				# policy[:flag=value,...]: e.g. off:cpu-pin=threads
+				extra=()
+				if [[ $spec == *:* ]]; then
+					IFS=, read -ra kv <<<"${spec#*:}"
+					for x in "${kv[@]}"; do extra+=("--$x"); done
+				fi
+				warden "warden-$(variant "$spec")-r$run" "${spec%%:*}" "${extra[@]}"
+			done
 		fi
 	done
 done
@@ -165,7 +199,7 @@ stat() { # variant column: "sessions mean min max" lines over the runs
 			END {for (k in n) printf "%s %f %f %f\n", k, s[k]/n[k], lo[k], hi[k]}' | sort -n
 }
 variants=(vllm-dp)
-for p in $POLICIES; do variants+=("warden-$p"); done
+for p in $POLICIES; do variants+=("warden-$(variant "$p")"); done
 {
 	echo "# warden vs vLLM's own data-parallel balancer ($ENGINE)"
 	echo
@@ -173,6 +207,7 @@ for p in $POLICIES; do variants+=("warden-$p"); done
 	echo
 	echo "Each cell: $(printf '%s / ' "${variants[@]}" | sed 's| / $||'), the mean of $RUNS runs (min–max where they differ)."
 	for v in "${variants[@]}"; do [[ -f "$OUT/$v-r1.startup_s" ]] && echo "Start-up $v: $(cat "$OUT/$v"-r*.startup_s | tr '\n' ' ')s."; done
+	for v in "${variants[@]}"; do [[ -f "$OUT/$v-r1.cpu_ms_per_request" ]] && echo "The warden's own CPU, $v: $(cat "$OUT/$v"-r*.cpu_ms_per_request | tr '\n' ' ')ms per request."; done
 	echo
 	echo "| sessions | output tok/min | TTFB p50 s | TTFB p95 s | prefix hit % |"
 	echo "|---:|---|---|---|---|"

@@ -39,6 +39,7 @@ type Options struct {
 	GPUs              string
 	Device            string // "gpu" or "cpu"
 	CPUKVCache        string // --cpu-kv-cache: "auto" or a size
+	CPUPin            string // --cpu-pin: "cores" or "threads"
 	KVOffload         string // --kv-offload: "off", "auto" or a size per rank
 	Tools, Reasoning  string // --tools, --reasoning: "auto", "off" or a vLLM parser name
 	MaxNumSeqs        int
@@ -78,6 +79,12 @@ func (o Options) Config() (Config, error) {
 		return cfg, fmt.Errorf("--tp %d with --device cpu: a CPU rank is one engine on its own cores; use --dp for more replicas", cfg.TP)
 	case cfg.Device == "cpu" && cfg.GPUs != "":
 		return cfg, fmt.Errorf("--gpus is for --device gpu; a CPU rank's cores are chosen from the warden's affinity mask (taskset)")
+	}
+	switch cfg.CPUPin {
+	case "", hostcpu.PinCores, hostcpu.PinThreads:
+	default:
+		return cfg, fmt.Errorf("--cpu-pin %q: want %s (each rank's processes on its own cores) or %s (only vLLM's compute threads bound, its API server and engine core free to run on any core, as vLLM's own data parallelism does)",
+			cfg.CPUPin, hostcpu.PinCores, hostcpu.PinThreads)
 	}
 	if cfg.Device == "cpu" && cfg.CPUKVCache != "auto" {
 		if _, err := hostcpu.ParseSize(cfg.CPUKVCache); err != nil {
@@ -374,7 +381,10 @@ func engineSpecs(cfg Options, d rankDevices, tools launch.ToolsChoice, fit launc
 		backends[i] = proxy.Backend{Rank: i, URL: "http://127.0.0.1:" + strconv.Itoa(free[i]),
 			GPUs: d.gpus[i], MaxNumSeqs: d.seqs}
 		if i < len(d.cpus) {
-			specs[i].CPUs, specs[i].Env = d.cpus[i].CPUs, d.cpus[i].Env()
+			specs[i].Env = d.cpus[i].Env()
+			if cfg.CPUPin != hostcpu.PinThreads {
+				specs[i].CPUs = d.cpus[i].CPUs
+			}
 			backends[i].GPUs = []string{d.cpus[i].Label()}
 		}
 	}

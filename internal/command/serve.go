@@ -5,6 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lmwarden/warden/hostcpu"
 	"github.com/lmwarden/warden/launch"
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/serve"
@@ -78,6 +79,8 @@ func serveFlags() []cli.Flag {
 			Usage: "what vLLM runs on: gpu (NVIDIA; --tp GPUs per rank) or cpu (vLLM's CPU build; each rank on its own physical cores and NUMA node)"},
 		&cli.StringFlag{Name: "cpu-kv-cache", Value: "auto", EnvVars: envVars("CPU_KV_CACHE"),
 			Usage: "--device cpu: KV cache memory per rank (e.g. 4GiB), vLLM's --kv-cache-memory-bytes; auto: half the memory available after the engines' own (~3 GiB each), split over the ranks"},
+		&cli.StringFlag{Name: "cpu-pin", Value: hostcpu.PinCores, EnvVars: envVars("CPU_PIN"),
+			Usage: "--device cpu: cores (each rank's processes confined to its own cores) or threads (only vLLM's compute threads bound to them; its API server and engine core run on any core, as vLLM's own --data-parallel-size does)"},
 		&cli.StringFlag{Name: "kv-offload", Value: "off", EnvVars: envVars("KV_OFFLOAD"),
 			Usage: "host-RAM KV tier per rank, vLLM's native KV offloading (evicted prefix blocks kept in host memory, " +
 				"loaded back when a later prompt misses on the GPU): off, a size per rank (e.g. 32GiB), or auto: " +
@@ -194,7 +197,7 @@ func serveOptions(c *cli.Context) serve.Options {
 	return serve.Options{
 		Model: c.String("model"), ServedName: c.String("served-model-name"), DP: c.Int("dp"), TP: c.Int("tp"),
 		GPUs: c.String("gpus"), Device: c.String("device"), CPUKVCache: c.String("cpu-kv-cache"),
-		KVOffload: c.String("kv-offload"), Tools: c.String("tools"), Reasoning: c.String("reasoning"),
+		CPUPin: c.String("cpu-pin"), KVOffload: c.String("kv-offload"), Tools: c.String("tools"), Reasoning: c.String("reasoning"),
 		MaxNumSeqs: c.Int("max-num-seqs"), Engine: c.String("engine"), VLLMPath: c.String("vllm"),
 		LogDir: c.String("log-dir"), StartupTimeout: c.Duration("startup-timeout"), StopGrace: c.Duration("stop-grace"),
 		Extra: c.Args().Slice(), Router: routerOptions(c),
