@@ -45,3 +45,25 @@ func TestCPUPin(t *testing.T) {
 		t.Errorf("--cpu-pin numa: %v", err)
 	}
 }
+
+// TestOffloadHint: the overcommit warning names --kv-offload auto where the
+// engines could have a tier and have none, says the host is too small where
+// auto found too little, and says nothing on CPU engines or with a tier.
+func TestOffloadHint(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Options
+		d    rankDevices
+		want string
+	}{
+		{"GPU, off", Options{Device: "gpu"}, rankDevices{}, "--kv-offload auto"},
+		{"GPU, auto found too little", Options{Device: "gpu"}, rankDevices{offloadPlan: launch.OffloadPlan{Info: "host KV tier off: ..."}}, "cannot give each rank 2 x"},
+		{"GPU, a tier", Options{Device: "gpu"}, rankDevices{offload: 1 << 34}, ""},
+		{"CPU", Options{Device: "cpu"}, rankDevices{}, ""},
+	} {
+		got := offloadHint(tc.cfg, tc.d)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: %q, want one with %q", tc.name, got, tc.want)
+		}
+	}
+}

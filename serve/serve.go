@@ -198,6 +198,21 @@ func offloadDevices(cfg Options, facts engineFacts, cardKV uint64, from string, 
 	return nil
 }
 
+// offloadHint is what the overcommit warning adds when the engines run
+// without a host KV tier they could have: how to turn one on, or, when
+// --kv-offload auto found too little memory for a useful one, that.
+func offloadHint(cfg Options, d rankDevices) string {
+	switch {
+	case cfg.Device == "cpu" || d.offload > 0:
+		return ""
+	case d.offloadPlan.Info != "":
+		return fmt.Sprintf("A host KV tier would keep the evicted prefixes, but this host cannot give each rank "+
+			"%.0f x its KV cache (the start log says what it found): fewer ranks per host, or more RAM.", launch.OffloadUseful)
+	}
+	return "Or keep evicted prefixes in host RAM, loaded back instead of prefilled again: --kv-offload auto " +
+		"(on the simulated reference rig at 24-32 sessions: output +59-73 %, 83-87 % of prompt tokens cached; docs/kv-offload.md)."
+}
+
 // cardKV estimates one rank's GPU KV cache before its engine starts, as
 // vLLM sizes it: its cards' memory times --gpu-memory-utilization, less the
 // weights (the model's files) and about 2 GiB a card for activations, CUDA
@@ -419,6 +434,7 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 		return exit.Newf(1, "warden serve: cannot listen on %s: %v (choose another --port)", cfg.Addr, err)
 	}
 	tools, fit, setup := engineOptions(cfg.Options, facts, log)
+	setup.OffloadHint = offloadHint(cfg.Options, devices)
 	specs, backends, err := engineSpecs(cfg.Options, devices, tools, fit)
 	if err != nil {
 		ln.Close()

@@ -84,9 +84,10 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "kv-offload", Value: "off", EnvVars: envVars("KV_OFFLOAD"),
 			Usage: "host-RAM KV tier per rank, vLLM's native KV offloading (evicted prefix blocks kept in host memory, " +
 				"loaded back when a later prompt misses on the GPU): off, a size per rank (e.g. 32GiB), or auto: " +
-				"the memory available less max(25 %, 8 GiB) kept for the OS and the engines' own processes " +
-				"(the tier is pinned: it cannot be swapped), at most 90 % of /dev/shm's free space, split over " +
-				"the ranks; NVIDIA GPUs and --engine sim (vLLM's CPU platform cannot run it)"},
+				"4 x a rank's GPU KV cache within what the host can give (the memory available less what the OS " +
+				"and the engines' own processes need, at most 90 % of /dev/shm's free space, split over the ranks; " +
+				"the tier is pinned and cannot be swapped), and none under 2 x, which would hold what the GPU " +
+				"holds; NVIDIA GPUs and --engine sim (vLLM's CPU platform cannot run it)"},
 		&cli.StringFlag{Name: "tools", Value: launch.ToolsAuto, EnvVars: envVars("TOOLS"),
 			Usage: "tool calling, which every coding agent needs: auto (--enable-auto-tool-choice with the " +
 				"--tool-call-parser that fits the model, read from its files; docs/tools.md), off, or a vLLM parser name"},

@@ -54,7 +54,11 @@ func loadOf(s Status) (OvercommitPeak, bool) {
 		return OvercommitPeak{}, false
 	}
 	mean := int(s.ActiveContextTokens / uint64(s.ActiveContextSessions))
-	return OvercommitPeak{At: s.Now, Sessions: n, MeanContextTokens: mean, CapacityTokens: capTok}, true
+	p := OvercommitPeak{At: s.Now, Sessions: n, MeanContextTokens: mean, CapacityTokens: capTok}
+	if s.Engines != nil {
+		p.Hint = s.Engines.OffloadHint
+	}
+	return p, true
 }
 
 // demand is sessions x mean context, in tokens.
@@ -78,9 +82,16 @@ func (p OvercommitPeak) fits() int {
 func (p OvercommitPeak) message(lead string) string {
 	return fmt.Sprintf("%s: %d active sessions x %s tokens mean context = %s tokens > %s tokens "+
 		"of KV cache on all replicas; conversations evict each other's prefixes and are prefilled again. "+
-		"Run at most %d concurrent sessions, or add replicas.",
+		"Run at most %d concurrent sessions, or add replicas.%s",
 		lead, p.Sessions, fmtTokens(float64(p.MeanContextTokens)), fmtTokens(float64(p.demand())),
-		fmtTokens(float64(p.CapacityTokens)), p.fits())
+		fmtTokens(float64(p.CapacityTokens)), p.fits(), p.hint())
+}
+
+func (p OvercommitPeak) hint() string {
+	if p.Hint == "" {
+		return ""
+	}
+	return " " + p.Hint
 }
 
 // peakLine is the one-line note on the panel about a past overcommit.

@@ -78,3 +78,22 @@ func TestOvercommitPrefersConcurrentSessions(t *testing.T) {
 		t.Errorf("got %q", msg)
 	}
 }
+
+// TestOvercommitNamesTheHostTier: where the engines could have a host KV
+// tier and run without one, the warning (live and at exit) names it as a
+// remedy; otherwise it ends with the replicas.
+func TestOvercommitNamesTheHostTier(t *testing.T) {
+	s := loadStatus(30, 12_000, time.Time{}, 38_000, 38_000)
+	msg, _ := Overcommit(s)
+	if !strings.HasSuffix(msg, "or add replicas.") {
+		t.Errorf("no hint: %q", msg)
+	}
+	s.Engines = &EngineSetup{OffloadHint: "Or keep evicted prefixes in host RAM: --kv-offload auto."}
+	msg, _ = Overcommit(s)
+	if !strings.HasSuffix(msg, "or add replicas. Or keep evicted prefixes in host RAM: --kv-offload auto.") {
+		t.Errorf("with a hint: %q", msg)
+	}
+	if p := UpdatePeak(nil, s); p == nil || !strings.Contains(p.message("was"), "--kv-offload auto") {
+		t.Errorf("the peak kept for the exit summary lost the hint: %+v", p)
+	}
+}

@@ -77,6 +77,9 @@ type EngineSetup struct {
 	// when they are off, how to turn them on.
 	Tools    string `json:"tools,omitempty"`
 	ToolsFix string `json:"tools_fix,omitempty"`
+	// OffloadHint, when the engines run without a host KV tier that they
+	// could have, is what the overcommit warning adds as a remedy.
+	OffloadHint string `json:"offload_hint,omitempty"`
 }
 
 // OvercommitPeak records a moment at which the active conversations needed
@@ -86,6 +89,7 @@ type OvercommitPeak struct {
 	Sessions          int       `json:"sessions"`            // active sessions then
 	MeanContextTokens int       `json:"mean_context_tokens"` // their mean context then
 	CapacityTokens    int       `json:"capacity_tokens"`     // total KV capacity then
+	Hint              string    `json:"hint,omitempty"`      // a further remedy (EngineSetup.OffloadHint)
 }
 
 // Replica is one row of the panel.
