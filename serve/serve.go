@@ -40,15 +40,19 @@ type Options struct {
 	Device            string // "gpu" or "cpu"
 	CPUKVCache        string // --cpu-kv-cache: "auto" or a size
 	CPUPin            string // --cpu-pin: "cores" or "threads"
-	KVOffload         string // --kv-offload: "off", "auto" or a size per rank
-	Tools, Reasoning  string // --tools, --reasoning: "auto", "off" or a vLLM parser name
-	MaxNumSeqs        int
-	Engine, VLLMPath  string
-	LogDir            string
-	StartupTimeout    time.Duration
-	StopGrace         time.Duration
-	Extra             []string // after --: every engine's
-	Router            Router
+	KVOffload         string // --kv-offload: "off", "auto" or a size per rank; "": the default (DefaultKVOffload)
+	// KVOffloadDefault is set by Config when KVOffload was not given: auto
+	// then falls back to no tier, with a line saying why, where an explicit
+	// --kv-offload auto would be an error.
+	KVOffloadDefault bool
+	Tools, Reasoning string // --tools, --reasoning: "auto", "off" or a vLLM parser name
+	MaxNumSeqs       int
+	Engine, VLLMPath string
+	LogDir           string
+	StartupTimeout   time.Duration
+	StopGrace        time.Duration
+	Extra            []string // after --: every engine's
+	Router           Router
 }
 
 // Config is everything `warden serve` needs, validated once: the options
@@ -97,6 +101,9 @@ func (o Options) Config() (Config, error) {
 	if err := launch.CheckToolSettings(cfg.Tools, cfg.Reasoning, cfg.Extra); err != nil {
 		return cfg, err
 	}
+	if strings.TrimSpace(cfg.KVOffload) == "" {
+		cfg.KVOffload, cfg.KVOffloadDefault = DefaultKVOffload(cfg.Engine, cfg.Device), true
+	}
 	for _, kw := range []string{"off", "auto"} {
 		if strings.EqualFold(strings.TrimSpace(cfg.KVOffload), kw) {
 			cfg.KVOffload = kw
@@ -115,6 +122,19 @@ func (o Options) Config() (Config, error) {
 	return cfg, nil
 }
 
+// DefaultKVOffload is --kv-offload when not given: auto for vLLM on GPUs,
+// where a host tier of 2-4 x a card's KV cache lost nowhere and won from
+// where the conversations overflow the cards (docs/kv-offload.md, "The
+// default"); off for vLLM's CPU build, which has no tier, and for the
+// simulator, whose results should not depend on the memory of the machine
+// that runs it (--kv-offload auto there shows what a GPU host would do).
+func DefaultKVOffload(engine, device string) string {
+	if engine == "vllm" && device == "gpu" {
+		return "auto"
+	}
+	return "off"
+}
+
 // checkKVOffload refuses a --kv-offload that cannot work, before anything
 // starts: vLLM's CPU platform cannot run its offloading worker (vLLM 0.32.0
 // v1/kv_offload/cpu/spec.py, CPUOffloadingSpec.get_worker: "CPU Offloading
@@ -128,6 +148,9 @@ func checkKVOffload(cfg Options) error {
 	}
 	if cfg.KVOffload == "off" {
 		return nil
+	}
+	if cfg.KVOffloadDefault && argv.Has(cfg.Extra, "--kv-transfer-config", "--kv_transfer_config") {
+		return nil // their connector; offloadDevices leaves the tier off
 	}
 	if cfg.Device == "cpu" {
 		return fmt.Errorf("--kv-offload %s with --device cpu: vLLM's native KV offloading runs on CUDA, ROCm "+
@@ -150,7 +173,10 @@ type rankDevices struct {
 	kvBytes     uint64        // --device cpu: --kv-cache-memory-bytes per rank; 0 when given after --
 	offload     uint64        // --kv-offload: each rank's host KV tier in bytes; 0 off
 	offloadPlan launch.OffloadPlan
-	seqs        int
+	// offloadFailed: the default --kv-offload auto could not plan a tier
+	// (logged) and the engines run without one.
+	offloadFailed bool
+	seqs          int
 }
 
 // hostMemory reads what --kv-offload auto sizes from: the memory available
@@ -175,6 +201,11 @@ func offloadDevices(cfg Options, facts engineFacts, cardKV uint64, from string, 
 	if cfg.KVOffload == "off" || cfg.KVOffload == "" {
 		return nil
 	}
+	if cfg.KVOffloadDefault && argv.Has(cfg.Extra, "--kv-transfer-config", "--kv_transfer_config") {
+		log.Info("host KV tier off: -- --kv-transfer-config gives the engines a connector of yours, which vLLM's " +
+			"offloading would replace")
+		return nil
+	}
 	sim := cfg.Engine == "sim"
 	mem, err := hostMemory(!sim)
 	if err != nil {
@@ -182,6 +213,11 @@ func offloadDevices(cfg Options, facts engineFacts, cardKV uint64, from string, 
 	}
 	plan, err := launch.PlanOffload(launch.OffloadRequest{Setting: cfg.KVOffload, Ranks: cfg.DP, TP: cfg.TP, Mem: mem,
 		Version: facts.version, Sim: sim, CardKV: cardKV, CardKVFrom: from})
+	if err != nil && cfg.KVOffloadDefault {
+		d.offloadFailed = true
+		log.Info("host KV tier off (the default --kv-offload auto): " + err.Error())
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -205,6 +241,9 @@ func offloadHint(cfg Options, d rankDevices) string {
 	switch {
 	case cfg.Device == "cpu" || d.offload > 0:
 		return ""
+	case d.offloadFailed:
+		return "A host KV tier would keep the evicted prefixes; the default --kv-offload auto made none (the start " +
+			"log says why): --kv-offload SIZE gives one."
 	case d.offloadPlan.Info != "":
 		return fmt.Sprintf("A host KV tier would keep the evicted prefixes, but this host cannot give each rank "+
 			"%.0f x its KV cache (the start log says what it found): fewer ranks per host, or more RAM.", launch.OffloadUseful)

@@ -229,3 +229,60 @@ func TestServeRemovesTheTierFileOfAKilledEngine(t *testing.T) {
 		t.Errorf("after a clean stop: %q", left)
 	}
 }
+
+// testRouter is a valid Router of the flags' defaults.
+var testRouter = Router{Host: "127.0.0.1", Port: 8000, Policy: "adaptive", Affinity: true, BalancerInterval: 100 * time.Millisecond,
+	Subagents: "own", RampUp: 30 * time.Second, MaxBodyBytes: "32MiB", ResponseHeaderTimeout: time.Minute,
+	DecisionLogMaxMB: 100, DrainTimeout: time.Second}
+
+// TestKVOffloadDefault: not given, --kv-offload is auto for vLLM on GPUs and
+// off for vLLM's CPU build and the simulator; the default auto never stops
+// a start: where an explicit auto is an error (the engines' version
+// unknown), or the user gave a connector of theirs, it runs without a tier
+// and says why, and the overcommit warning points at the start log.
+func TestKVOffloadDefault(t *testing.T) {
+	for _, c := range []struct{ engine, device, want string }{
+		{"vllm", "gpu", "auto"}, {"vllm", "cpu", "off"}, {"sim", "gpu", "off"},
+	} {
+		cfg, err := Options{Model: "m", DP: 1, TP: 1, Engine: c.engine, Device: c.device, CPUKVCache: "auto", Tools: "auto", Reasoning: "auto", Router: testRouter}.Config()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.KVOffload != c.want || !cfg.KVOffloadDefault {
+			t.Errorf("%s on %s: --kv-offload %q (default %v), want %q", c.engine, c.device, cfg.KVOffload, cfg.KVOffloadDefault, c.want)
+		}
+	}
+	cfg, err := Options{Model: "m", DP: 1, TP: 1, Engine: "vllm", Device: "gpu", KVOffload: "auto", Tools: "auto", Reasoning: "auto", Router: testRouter}.Config()
+	if err != nil || cfg.KVOffloadDefault {
+		t.Errorf("an explicit auto taken for the default: %v %v", cfg.KVOffloadDefault, err)
+	}
+
+	const G = 1 << 30
+	fakeHostMemory(t, launch.HostMemory{Available: 256 * G, ShmFree: 128 * G, ShmChecked: true})
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	def := Options{Engine: "vllm", Device: "gpu", KVOffload: "auto", KVOffloadDefault: true, DP: 2, TP: 1}
+	d := rankDevices{}
+	if err := offloadDevices(def, engineFacts{}, 5*G, "test", &d, log); err != nil {
+		t.Fatalf("the default auto without the vLLM version stopped the start: %v", err)
+	}
+	if d.offload != 0 || !strings.Contains(logs.String(), "host KV tier off (the default --kv-offload auto)") {
+		t.Errorf("tier %d, log:\n%s", d.offload, logs.String())
+	}
+	if h := offloadHint(def, d); !strings.Contains(h, "--kv-offload SIZE") {
+		t.Errorf("hint %q", h)
+	}
+	d = rankDevices{}
+	if err := offloadDevices(def, engineFacts{version: "0.32.0"}, 5*G, "test", &d, log); err != nil || d.offload != 20*G {
+		t.Errorf("the default on a big host: %v, %.1f GiB a rank, want 20", err, float64(d.offload)/G)
+	}
+	user := def
+	user.Extra = []string{"--kv-transfer-config", `{"kv_connector":"LMCacheConnectorV1"}`}
+	if err := checkKVOffload(user); err != nil {
+		t.Errorf("the default refused the user's connector: %v", err)
+	}
+	d = rankDevices{}
+	if err := offloadDevices(user, engineFacts{version: "0.32.0"}, 5*G, "test", &d, log); err != nil || d.offload != 0 {
+		t.Errorf("the default over the user's connector: %v, %d", err, d.offload)
+	}
+}

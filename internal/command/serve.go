@@ -81,7 +81,7 @@ func serveFlags() []cli.Flag {
 			Usage: "--device cpu: KV cache memory per rank (e.g. 4GiB), vLLM's --kv-cache-memory-bytes; auto: half the memory available after the engines' own (~3 GiB each), split over the ranks"},
 		&cli.StringFlag{Name: "cpu-pin", Value: hostcpu.PinCores, EnvVars: envVars("CPU_PIN"),
 			Usage: "--device cpu: cores (each rank's processes confined to its own cores) or threads (only vLLM's compute threads bound to them; its API server and engine core run on any core, as vLLM's own --data-parallel-size does)"},
-		&cli.StringFlag{Name: "kv-offload", Value: "off", EnvVars: envVars("KV_OFFLOAD"),
+		&cli.StringFlag{Name: "kv-offload", EnvVars: envVars("KV_OFFLOAD"), DefaultText: "auto on NVIDIA GPUs, off with --device cpu and --engine sim",
 			Usage: "host-RAM KV tier per rank, vLLM's native KV offloading (evicted prefix blocks kept in host memory, " +
 				"loaded back when a later prompt misses on the GPU): off, a size per rank (e.g. 32GiB), or auto: " +
 				"4 x a rank's GPU KV cache within what the host can give (the memory available less what the OS " +
