@@ -10,6 +10,17 @@ import (
 	"github.com/lmwarden/warden/proxy/place/placetest"
 )
 
+// waits is four replicas with room whose measured times to first byte are
+// 0.9 s at home (rank 0), 0.2 s on rank 1 and 0.5 s on the others, rank 1
+// idle, with prefill measured at perToken seconds a token.
+func waits(perToken float64) []ReplicaView {
+	return with(kv4(30000, 10000, 30000, 30000), func(s []ReplicaView) {
+		s[0].WaitSeconds, s[1].WaitSeconds, s[2].WaitSeconds, s[3].WaitSeconds = 0.9, 0.2, 0.5, 0.5
+		s[0].InFlight, s[2].InFlight, s[3].InFlight = 3, 3, 3
+		s[0].PrefillSecPerToken, s[1].PrefillSecPerToken = perToken, perToken
+	})
+}
+
 // kv4 is four healthy replicas of 40k tokens of KV, 10 s turns.
 func kv4(ws ...int) []ReplicaView {
 	s := idle4()
@@ -90,19 +101,9 @@ func TestPickAdaptive(t *testing.T) {
 			with(kv4(44000, 10000, 39000, 39000), func(s []ReplicaView) { s[0].WaitSeconds = 2; s[1].PrefillSecPerToken = 1e-3 }),
 			known(0, 0, 1<<30), cfg, Decision{0, ReasonSticky}},
 		{"a home with room but a longer wait: cheap prefill (a small model on CPUs) moves it, as a balancer would",
-			with(kv4(30000, 10000, 30000, 30000), func(s []ReplicaView) {
-				s[0].WaitSeconds, s[1].WaitSeconds, s[2].WaitSeconds, s[3].WaitSeconds = 0.9, 0.2, 0.5, 0.5
-				s[0].InFlight, s[2].InFlight, s[3].InFlight = 3, 3, 3
-				s[0].PrefillSecPerToken, s[1].PrefillSecPerToken = 1e-5, 1e-5 // 10k tokens: 0.1 s
-			}),
-			known(0, 0, 1<<30), cfg, Decision{1, ReasonMove}},
+			waits(1e-5), known(0, 0, 1<<30), cfg, Decision{1, ReasonMove}}, // 10k tokens: 0.1 s
 		{"the same wait with dear prefill (the reference rig's ~130 us a token): it stays",
-			with(kv4(30000, 10000, 30000, 30000), func(s []ReplicaView) {
-				s[0].WaitSeconds, s[1].WaitSeconds, s[2].WaitSeconds, s[3].WaitSeconds = 0.9, 0.2, 0.5, 0.5
-				s[0].InFlight, s[2].InFlight, s[3].InFlight = 3, 3, 3
-				s[0].PrefillSecPerToken, s[1].PrefillSecPerToken = 1.3e-4, 1.3e-4 // 10k tokens: 1.3 s
-			}),
-			known(0, 0, 1<<30), cfg, Decision{0, ReasonSticky}},
+			waits(1.3e-4), known(0, 0, 1<<30), cfg, Decision{0, ReasonSticky}}, // 10k tokens: 1.3 s
 		{"prefill cost not measured yet: no move on a wait alone",
 			with(kv4(30000, 10000, 30000, 30000), func(s []ReplicaView) {
 				s[0].WaitSeconds, s[1].WaitSeconds = 0.9, 0.2
