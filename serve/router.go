@@ -29,6 +29,7 @@ type Router struct {
 	Policy                string
 	Affinity              bool // false: --policy off
 	BalancerInterval      time.Duration
+	ScrapeInterval        time.Duration // the engines' /metrics and /health poll
 	SpillThreshold        int
 	AdmitWait             time.Duration
 	MoveCooldown          int
@@ -55,6 +56,9 @@ func (r Router) proxyConfig(servedName string) (proxy.Config, string, error) {
 	}
 	// Zero is a user's mistake for these two (their defaults are not zero);
 	// in proxy.Config zero means the default, so they are checked here.
+	if r.ScrapeInterval <= 0 {
+		return proxy.Config{}, "", fmt.Errorf("--scrape-interval must be positive, got %v", r.ScrapeInterval)
+	}
 	if r.BalancerInterval <= 0 {
 		return proxy.Config{}, "", fmt.Errorf("--balancer-interval must be positive, got %v", r.BalancerInterval)
 	}
@@ -83,7 +87,7 @@ func (r Router) proxyConfig(servedName string) (proxy.Config, string, error) {
 		SessionHeaders: r.SessionHeaders, KeepBillingHeader: r.KeepBillingHeader,
 		AdminToken: r.AdminToken, APIKey: r.APIKey,
 		ResponseHeaderTimeout: r.ResponseHeaderTimeout, StrictModel: r.StrictModel,
-		BalancerInterval: r.BalancerInterval, MaxBodyBytes: int64(maxBody),
+		BalancerInterval: r.BalancerInterval, ScrapeInterval: r.ScrapeInterval, MaxBodyBytes: int64(maxBody),
 		AdmitWait: r.AdmitWait, MoveCooldown: r.MoveCooldown, KVFill: r.KVFill,
 		RampUp: r.RampUp, SubagentsWithParent: r.Subagents == "parent",
 		DecisionLog: r.DecisionLog, DecisionLogMaxMB: r.DecisionLogMaxMB,

@@ -231,7 +231,7 @@ func TestServeRemovesTheTierFileOfAKilledEngine(t *testing.T) {
 }
 
 // testRouter is a valid Router of the flags' defaults.
-var testRouter = Router{Host: "127.0.0.1", Port: 8000, Policy: "adaptive", Affinity: true, BalancerInterval: 100 * time.Millisecond,
+var testRouter = Router{Host: "127.0.0.1", Port: 8000, Policy: "adaptive", Affinity: true, BalancerInterval: 100 * time.Millisecond, ScrapeInterval: time.Second,
 	Subagents: "own", RampUp: 30 * time.Second, MaxBodyBytes: "32MiB", ResponseHeaderTimeout: time.Minute,
 	DecisionLogMaxMB: 100, DrainTimeout: time.Second}
 
