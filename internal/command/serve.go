@@ -185,8 +185,8 @@ func routerOptions(c *cli.Context) serve.Router {
 	return serve.Router{
 		Host: c.String("host"), Port: c.Int("port"), Policy: c.String("policy"), Affinity: c.Bool("affinity"),
 		BalancerInterval: c.Duration("balancer-interval"), ScrapeInterval: c.Duration("scrape-interval"),
-		SpillThreshold: c.Int("spill-threshold"),
-		AdmitWait:      c.Duration("admit-wait"), MoveCooldown: c.Int("move-cooldown"), Subagents: c.String("subagents"),
+		SpillThreshold: c.Int("spill-threshold"), AdmitWait: c.Duration("admit-wait"),
+		MoveCooldown: c.Int("move-cooldown"), Subagents: c.String("subagents"),
 		RampUp: c.Duration("ramp-up"), KVFill: c.Float64("kv-fill"), SessionHeaders: c.StringSlice("session-header"),
 		KeepBillingHeader: c.Bool("keep-billing-header"), StrictModel: c.Bool("strict-model"),
 		AdminToken: c.String("admin-token"), APIKey: c.String("api-key"), MaxBodyBytes: c.String("max-body-bytes"),
