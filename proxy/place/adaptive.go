@@ -246,7 +246,7 @@ func stayOrMove(snap []ReplicaView, home int, s SessionView, cfg Config, rng Ran
 // there (its footprint at that replica's measured prefill rate; nothing
 // when its prefix is probably gone from home anyway), and half the gap
 // exceeds twice that re-prefill. Where prefill is dear
-// (the reference rig: ~1.3 s for a 10k-token context) the waits must differ
+// (the reference rig: ~1.8 s for a 10k-token context) the waits must differ
 // by seconds, so conversations stay as under the sticky rule; where it is
 // cheap (a small model on CPU cores: ~30 ms for 1k tokens) a small
 // imbalance moves them, as a balancer would. Else spillOr.
