@@ -103,6 +103,9 @@ func (o Options) Config() (Config, error) {
 	}
 	if strings.TrimSpace(cfg.KVOffload) == "" {
 		cfg.KVOffload, cfg.KVOffloadDefault = DefaultKVOffload(cfg.Engine, cfg.Device), true
+		if argv.Has(cfg.Extra, "--kv-transfer-config", "--kv_transfer_config") {
+			cfg.KVOffload = "off" // a connector of the user's, which vLLM's offloading would replace
+		}
 	}
 	for _, kw := range []string{"off", "auto"} {
 		if strings.EqualFold(strings.TrimSpace(cfg.KVOffload), kw) {
@@ -148,9 +151,6 @@ func checkKVOffload(cfg Options) error {
 	}
 	if cfg.KVOffload == "off" {
 		return nil
-	}
-	if cfg.KVOffloadDefault && argv.Has(cfg.Extra, "--kv-transfer-config", "--kv_transfer_config") {
-		return nil // their connector; offloadDevices leaves the tier off
 	}
 	if cfg.Device == "cpu" {
 		return fmt.Errorf("--kv-offload %s with --device cpu: vLLM's native KV offloading runs on CUDA, ROCm "+
@@ -199,11 +199,6 @@ var hostMemory = func(shm bool) (launch.HostMemory, error) {
 // (cardKV, 0 unknown; from stands for where it came from).
 func offloadDevices(cfg Options, facts engineFacts, cardKV uint64, from string, d *rankDevices, log *slog.Logger) error {
 	if cfg.KVOffload == "off" || cfg.KVOffload == "" {
-		return nil
-	}
-	if cfg.KVOffloadDefault && argv.Has(cfg.Extra, "--kv-transfer-config", "--kv_transfer_config") {
-		log.Info("host KV tier off: -- --kv-transfer-config gives the engines a connector of yours, which vLLM's " +
-			"offloading would replace")
 		return nil
 	}
 	sim := cfg.Engine == "sim"

@@ -276,13 +276,9 @@ func TestKVOffloadDefault(t *testing.T) {
 	if err := offloadDevices(def, engineFacts{version: "0.32.0"}, 5*G, "test", &d, log); err != nil || d.offload != 20*G {
 		t.Errorf("the default on a big host: %v, %.1f GiB a rank, want 20", err, float64(d.offload)/G)
 	}
-	user := def
-	user.Extra = []string{"--kv-transfer-config", `{"kv_connector":"LMCacheConnectorV1"}`}
-	if err := checkKVOffload(user); err != nil {
-		t.Errorf("the default refused the user's connector: %v", err)
-	}
-	d = rankDevices{}
-	if err := offloadDevices(user, engineFacts{version: "0.32.0"}, 5*G, "test", &d, log); err != nil || d.offload != 0 {
-		t.Errorf("the default over the user's connector: %v, %d", err, d.offload)
+	user, err := Options{Model: "m", DP: 1, TP: 1, Engine: "vllm", Device: "gpu", Tools: "auto", Reasoning: "auto",
+		Router: testRouter, Extra: []string{"--kv-transfer-config", `{"kv_connector":"LMCacheConnectorV1"}`}}.Config()
+	if err != nil || user.KVOffload != "off" {
+		t.Errorf("the default over a connector of the user's: --kv-offload %q, %v; want off", user.KVOffload, err)
 	}
 }
