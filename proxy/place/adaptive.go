@@ -244,8 +244,9 @@ func stayOrMove(snap []ReplicaView, home int, s SessionView, cfg Config, rng Ran
 // measured at home exceeds, by moveMargin, the one measured on the
 // least-loaded other replica with room plus the re-prefill a move costs
 // there (its footprint at that replica's measured prefill rate; nothing
-// when its prefix is probably gone from home anyway), and half the gap
-// exceeds twice that re-prefill. Where prefill is dear
+// when its prefix is probably gone from home anyway), half the gap
+// exceeds twice that re-prefill, and home has more requests in flight than
+// that replica now. Where prefill is dear
 // (the reference rig: ~1.8 s for a 10k-token context) the waits must differ
 // by seconds, so conversations stay as under the sticky rule; where it is
 // cheap (a small model on CPU cores: ~30 ms for 1k tokens) a small
@@ -257,6 +258,13 @@ func balanceOr(snap []ReplicaView, home int, s SessionView, cfg Config, rng Rand
 		return spillOr(snap, home, cfg, rng, stay)
 	}
 	r := snap[i]
+	// The times to first byte are history; the move needs home busier now
+	// than the other, or an idle home would lose its conversations to a
+	// replica that once answered faster (a long prompt at home, a short one
+	// there).
+	if h.InFlight <= r.InFlight {
+		return spillOr(snap, home, cfg, rng, stay)
+	}
 	reprefill := 0.0
 	if s.ResidentOn == h.Rank {
 		reprefill = float64(s.Footprint) * prefillRate(h, r)

@@ -104,6 +104,8 @@ func TestPickAdaptive(t *testing.T) {
 			waits(1e-5), known(0, 0, 1<<30), cfg, Decision{1, ReasonMove}}, // 10k tokens: 0.1 s
 		{"the same wait with dear prefill (the reference rig's ~130 us a token): it stays",
 			waits(1.3e-4), known(0, 0, 1<<30), cfg, Decision{0, ReasonSticky}}, // 10k tokens: 1.3 s
+		{"cheap prefill, a longer wait measured at home, but home idle now: it stays",
+			with(waits(1e-5), func(s []ReplicaView) { s[0].InFlight = 0 }), known(0, 0, 1<<30), cfg, Decision{0, ReasonSticky}},
 		{"prefill cost not measured yet: no move on a wait alone",
 			with(kv4(30000, 10000, 30000, 30000), func(s []ReplicaView) {
 				s[0].WaitSeconds, s[1].WaitSeconds = 0.9, 0.2
