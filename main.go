@@ -5,7 +5,7 @@
 // This package only wires: the command tree, every flag and its WARDEN_*
 // variable are internal/command's, and each command's work is its package's
 // (serve: `warden serve`, `route` and `devices`; run; sweep; bench; gpu;
-// proxy/panel: `warden status`; sim; internal/wardenproc: `warden wait`).
+// router/panel: `warden status`; sim; internal/wardenproc: `warden wait`).
 package main
 
 import (

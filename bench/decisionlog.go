@@ -16,7 +16,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/report"
-	"github.com/lmwarden/warden/proxy/decision"
+	"github.com/lmwarden/warden/router/decision"
 )
 
 // Joining the warden's decision log (warden serve/route --decision-log)

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/proxy"
-	"github.com/lmwarden/warden/proxy/decision"
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/decision"
+	"github.com/lmwarden/warden/router/place"
 )
 
 // readCSV returns the header and rows of a CSV file as maps.

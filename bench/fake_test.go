@@ -14,7 +14,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/lmwarden/warden/proxy/panel"
+	"github.com/lmwarden/warden/router/panel"
 )
 
 // fakeServer speaks just enough Anthropic and OpenAI SSE, vLLM /metrics and

@@ -14,7 +14,7 @@ import (
 var (
 	// goFile is a Go file a page names: proxy/request.go, `request.go`.
 	goFile = regexp.MustCompile(`[A-Za-z0-9_./-]*[A-Za-z0-9_-]\.go\b`)
-	// repoPath is a path in backticks or a Markdown link: `proxy/place`,
+	// repoPath is a path in backticks or a Markdown link: `router/place`,
 	// `sim/model/`, [x](../scripts/yardstick.sh).
 	repoPath = regexp.MustCompile("(?:`|\\]\\()((?:\\.\\./|\\./)?[a-z][a-z0-9_-]*/[A-Za-z0-9_./-]*)[`)#]")
 )

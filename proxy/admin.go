@@ -15,8 +15,8 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/lmwarden/warden/proxy/panel"
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/place"
 )
 
 // routes builds the warden's mux: its own endpoints and everything else

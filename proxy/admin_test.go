@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/tidwall/gjson"
 
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/place"
 )
 
 func TestPolicyEndpoint(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/simproc"
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/place"
 )
 
 // TestOffSeesTheLoadOfTheLastTick checks the vLLM-style balancer's view is

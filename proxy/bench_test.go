@@ -16,8 +16,8 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/lmwarden/warden/proxy/compat"
-	"github.com/lmwarden/warden/proxy/identity"
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/identity"
+	"github.com/lmwarden/warden/router/place"
 )
 
 // BenchmarkOverhead compares a request through the warden with the same

@@ -9,7 +9,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/lmwarden/warden/proxy/identity"
+	"github.com/lmwarden/warden/router/identity"
 )
 
 // claudeHeaders are the headers Claude Code 2.1.332 sends on every Messages

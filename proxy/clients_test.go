@@ -9,7 +9,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/lmwarden/warden/proxy/identity"
+	"github.com/lmwarden/warden/router/identity"
 )
 
 // Names Claude Code sends for its main loop and its small background model

@@ -14,13 +14,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"gopkg.in/natefinch/lumberjack.v2"
 
-	"github.com/lmwarden/warden/proxy/decision"
+	"github.com/lmwarden/warden/router/decision"
 )
 
 // The decision log's writer (--decision-log): one JSON line per routed
 // request, for tuning the placement offline and for joining with `warden
 // bench`'s per-turn table by request id; the line's schema and encoding are
-// proxy/decision's. The request path never touches the disk: account hands
+// router/decision's. The request path never touches the disk: account hands
 // a decision.Record (a small struct) to a bounded channel and goes on; one
 // writer goroutine wakes every decisionFlush, encodes what is there and
 // writes it in batches of whole lines to a size-rotated file (lumberjack).

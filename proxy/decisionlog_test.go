@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/simproc"
-	"github.com/lmwarden/warden/proxy/decision"
-	"github.com/lmwarden/warden/proxy/identity"
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/decision"
+	"github.com/lmwarden/warden/router/identity"
+	"github.com/lmwarden/warden/router/place"
 )
 
 // readDecisions parses every line of the decision log files.
@@ -426,7 +426,7 @@ func BenchmarkOverheadDecisionLog(b *testing.B) {
 
 // BenchmarkDecisionLogAdd is the request path's share of the decision log:
 // handing one decision to the writer (the buffer is emptied with the timer
-// stopped, so every add is taken); proxy/decision's BenchmarkDecisionLogEncode is the
+// stopped, so every add is taken); router/decision's BenchmarkDecisionLogEncode is the
 // writer's work per line, off the request path.
 func BenchmarkDecisionLogAdd(b *testing.B) {
 	l := &decisionLog{ch: make(chan decision.Record, decisionBuffer), log: slog.New(slog.DiscardHandler), clock: time.Now}

@@ -15,21 +15,21 @@
 //	  the decision log's writer).
 //
 // What lives where:
-//   - proxy/identity — which conversation a request belongs to; no state.
-//   - proxy/tap — usage read from JSON or SSE without changing the bytes.
+//   - router/identity — which conversation a request belongs to; no state.
+//   - router/tap — usage read from JSON or SSE without changing the bytes.
 //   - proxy/compat — client compatibility rewrites and engine fallbacks.
-//   - proxy/place — placement: the policies (pure: Pick), the adaptive
+//   - router/place — placement: the policies (pure: Pick), the adaptive
 //     policy's Memory, the session Table, and their one owner Placer (its
 //     own lock; the decision, holding, the end of a request, the balancer
 //     ticks). The proxy's replicas are its place.Replicas.
-//   - proxy/engine — one replica's rotation state machine and scraped
+//   - router/engine — one replica's rotation state machine and scraped
 //     /metrics state; no I/O.
-//   - proxy/metricname — the engine metric names (vLLM's and the warden's
+//   - router/metricname — the engine metric names (vLLM's and the warden's
 //     mirrors), shared by engine and panel.
-//   - proxy/decision — the decision log's line: its schema and encoding
+//   - router/decision — the decision log's line: its schema and encoding
 //     (bench reads the log through it without linking the router).
-//   - proxy/panel — the status schema, HTML page, `warden status`, summary.
-//   - proxy/replay — a discrete-event replay of placement (through a
+//   - router/panel — the status schema, HTML page, `warden status`, summary.
+//   - sim/replay — a discrete-event replay of placement (through a
 //     place.Placer) on the simulator's scheduler (research; not in the
 //     warden's path).
 //

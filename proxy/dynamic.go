@@ -16,8 +16,8 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/lmwarden/warden/proxy/engine"
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/engine"
+	"github.com/lmwarden/warden/router/place"
 )
 
 // replicaSet is the set of replicas in rank order. It is never changed in

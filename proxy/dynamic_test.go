@@ -15,9 +15,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/lmwarden/warden/internal/simproc"
-	"github.com/lmwarden/warden/proxy/identity"
-	"github.com/lmwarden/warden/proxy/place"
-	"github.com/lmwarden/warden/proxy/place/placetest"
+	"github.com/lmwarden/warden/router/identity"
+	"github.com/lmwarden/warden/router/place"
+	"github.com/lmwarden/warden/router/place/placetest"
 )
 
 func TestParseReplica(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lmwarden/warden/proxy/identity"
+	"github.com/lmwarden/warden/router/identity"
 )
 
 // Fuzz targets for the parsers of the request path that read what clients

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/lmwarden/warden/internal/simproc"
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/place"
 )
 
 // bigChat is a chat body of about n bytes for session key.

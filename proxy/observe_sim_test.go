@@ -15,9 +15,9 @@ import (
 
 	"github.com/lmwarden/warden/internal/simproc"
 	"github.com/lmwarden/warden/internal/usage"
-	"github.com/lmwarden/warden/proxy/identity"
-	"github.com/lmwarden/warden/proxy/panel"
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/identity"
+	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/place"
 )
 
 // observed is what the clients themselves saw, per replica.

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lmwarden/warden/proxy/compat"
-	"github.com/lmwarden/warden/proxy/panel"
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/place"
 )
 
 // Config configures a Proxy. Zero values get the defaults named per field.

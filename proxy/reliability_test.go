@@ -16,9 +16,9 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/simproc"
-	"github.com/lmwarden/warden/proxy/engine"
-	"github.com/lmwarden/warden/proxy/identity"
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/engine"
+	"github.com/lmwarden/warden/router/identity"
+	"github.com/lmwarden/warden/router/place"
 )
 
 // Reliability tests against real simulator processes: engines killed,

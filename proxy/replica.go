@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lmwarden/warden/proxy/engine"
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/engine"
+	"github.com/lmwarden/warden/router/place"
 )
 
 // Backend is one engine replica the proxy forwards to.

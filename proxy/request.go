@@ -20,10 +20,10 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/proxy/compat"
-	"github.com/lmwarden/warden/proxy/decision"
-	"github.com/lmwarden/warden/proxy/identity"
-	"github.com/lmwarden/warden/proxy/place"
-	"github.com/lmwarden/warden/proxy/tap"
+	"github.com/lmwarden/warden/router/decision"
+	"github.com/lmwarden/warden/router/identity"
+	"github.com/lmwarden/warden/router/place"
+	"github.com/lmwarden/warden/router/tap"
 )
 
 // The request path, top down: read the body, identify (and adapt) the

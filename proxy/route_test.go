@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/simproc"
-	"github.com/lmwarden/warden/proxy/identity"
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/identity"
+	"github.com/lmwarden/warden/router/place"
 )
 
 // fakeClock is a settable clock for Config.Clock.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/lmwarden/warden/proxy/engine"
+	"github.com/lmwarden/warden/router/engine"
 )
 
 // check polls one replica's /health and /metrics and records the outcome.

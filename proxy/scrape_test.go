@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/lmwarden/warden/internal/simproc"
-	"github.com/lmwarden/warden/proxy/engine"
+	"github.com/lmwarden/warden/router/engine"
 )
 
 func TestCheckScrapesAndMarksDown(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/lmwarden/warden/internal/simproc"
-	"github.com/lmwarden/warden/proxy/identity"
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/identity"
+	"github.com/lmwarden/warden/router/place"
 )
 
 func TestMain(m *testing.M) { simproc.Main(m) }

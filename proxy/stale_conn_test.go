@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/lmwarden/warden/proxy/identity"
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/identity"
+	"github.com/lmwarden/warden/router/place"
 )
 
 // resettingEngine answers its first request and resets the kept-alive

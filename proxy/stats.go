@@ -4,8 +4,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lmwarden/warden/proxy/panel"
-	"github.com/lmwarden/warden/proxy/tap"
+	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/tap"
 )
 
 // series is the token time series for the chart: fixed-width buckets of

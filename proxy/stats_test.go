@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/warden/proxy/tap"
+	"github.com/lmwarden/warden/router/tap"
 )
 
 func TestSeriesBuckets(t *testing.T) {

@@ -3,8 +3,8 @@ package proxy
 import (
 	"sync"
 
-	"github.com/lmwarden/warden/proxy/panel"
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/place"
 )
 
 // peakState is the worst KV overcommit seen so far.

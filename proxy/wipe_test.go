@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/warden/proxy/identity"
+	"github.com/lmwarden/warden/router/identity"
 )
 
 // residentOn is where the adaptive memory believes key's prefix is (-1

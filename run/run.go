@@ -17,7 +17,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/exit"
 	"github.com/lmwarden/warden/internal/wardenproc"
-	"github.com/lmwarden/warden/proxy/panel"
+	"github.com/lmwarden/warden/router/panel"
 )
 
 // Options are a run's settings: its flags, and what the agent inherits.

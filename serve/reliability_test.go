@@ -18,7 +18,7 @@ import (
 	"github.com/shirou/gopsutil/v4/process"
 
 	"github.com/lmwarden/warden/internal/simproc"
-	"github.com/lmwarden/warden/proxy/panel"
+	"github.com/lmwarden/warden/router/panel"
 )
 
 // Reliability of a whole `warden serve` on the simulator: an engine

@@ -22,7 +22,7 @@ import (
 	"github.com/lmwarden/warden/internal/exit"
 	"github.com/lmwarden/warden/internal/wardenproc"
 	"github.com/lmwarden/warden/proxy"
-	"github.com/lmwarden/warden/proxy/panel"
+	"github.com/lmwarden/warden/router/panel"
 )
 
 // RouteOptions are `warden route`'s flags as given; Config checks them.

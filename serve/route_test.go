@@ -19,7 +19,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/simproc"
 	"github.com/lmwarden/warden/proxy"
-	"github.com/lmwarden/warden/proxy/panel"
+	"github.com/lmwarden/warden/router/panel"
 )
 
 // startRoute runs `warden route` with args on port and waits for its

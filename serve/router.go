@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/lmwarden/warden/proxy"
-	"github.com/lmwarden/warden/proxy/panel"
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/place"
 )
 
 // Router is the router's settings as the command line gives them, the same

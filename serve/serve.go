@@ -26,7 +26,7 @@ import (
 	"github.com/lmwarden/warden/launch"
 	"github.com/lmwarden/warden/modelinfo"
 	"github.com/lmwarden/warden/proxy"
-	"github.com/lmwarden/warden/proxy/panel"
+	"github.com/lmwarden/warden/router/panel"
 	"github.com/lmwarden/warden/sim"
 )
 

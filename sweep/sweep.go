@@ -28,7 +28,7 @@ import (
 	"github.com/lmwarden/warden/internal/exit"
 	"github.com/lmwarden/warden/internal/ports"
 	"github.com/lmwarden/warden/internal/wardenproc"
-	"github.com/lmwarden/warden/proxy/panel"
+	"github.com/lmwarden/warden/router/panel"
 )
 
 // Options are a sweep's settings as its command line gives them.

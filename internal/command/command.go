@@ -1,7 +1,7 @@
 // Package command is the warden's command tree: every command, its flags
 // with their WARDEN_* environment variables and help, and the mapping of
 // flags to the Options and Config structs of the packages that do the work
-// (serve, run, sweep, bench, sim, gpu, proxy/panel, internal/wardenproc).
+// (serve, run, sweep, bench, sim, gpu, router/panel, internal/wardenproc).
 // It is the one package that imports urfave/cli; the main package only
 // calls App.
 package command

@@ -5,7 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/lmwarden/warden/proxy/panel"
+	"github.com/lmwarden/warden/router/panel"
 	"github.com/lmwarden/warden/run"
 )
 

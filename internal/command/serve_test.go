@@ -11,7 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/place"
 	"github.com/lmwarden/warden/serve"
 )
 

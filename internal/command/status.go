@@ -6,7 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/lmwarden/warden/proxy/panel"
+	"github.com/lmwarden/warden/router/panel"
 )
 
 // statusCommand is `warden status [--url URL] [--watch [interval]] [--json]`:

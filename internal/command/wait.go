@@ -8,7 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lmwarden/warden/internal/wardenproc"
-	"github.com/lmwarden/warden/proxy/panel"
+	"github.com/lmwarden/warden/router/panel"
 )
 
 // waitCommand is `warden wait`: for shell scripts and agent farms that start

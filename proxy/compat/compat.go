@@ -25,7 +25,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/lmwarden/warden/proxy/identity"
+	"github.com/lmwarden/warden/router/identity"
 )
 
 // maxNoted bounds the names and adaptations logged once each.

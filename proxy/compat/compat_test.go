@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/lmwarden/warden/proxy/identity"
+	"github.com/lmwarden/warden/router/identity"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )

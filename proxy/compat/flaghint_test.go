@@ -13,7 +13,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/lmwarden/warden/proxy/tap"
+	"github.com/lmwarden/warden/router/tap"
 )
 
 // vLLM 0.32.0's refusals of tools without a parser, as its CPU build sent

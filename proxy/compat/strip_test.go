@@ -5,7 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/lmwarden/warden/proxy/identity"
+	"github.com/lmwarden/warden/router/identity"
 )
 
 const (

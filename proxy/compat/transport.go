@@ -13,8 +13,8 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/lmwarden/warden/proxy/identity"
-	"github.com/lmwarden/warden/proxy/tap"
+	"github.com/lmwarden/warden/router/identity"
+	"github.com/lmwarden/warden/router/tap"
 )
 
 // Transport wraps the engines' transport for two engine answers that a

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	mn "github.com/lmwarden/warden/proxy/metricname"
+	mn "github.com/lmwarden/warden/router/metricname"
 )
 
 func TestCollectorPedanticAndLint(t *testing.T) {

@@ -6,13 +6,13 @@ import (
 	"os"
 	"testing"
 
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/place"
 	"github.com/lmwarden/warden/sim/model"
 )
 
 // The replay workloads and tables behind docs/router.md. The tables print,
 // they do not assert: WARDEN_REPLAY=1 go test -run
-// 'TestReplay(Explore|Sweep|Workloads|Scan)' -v ./proxy/replay/. TestReplayAdmission
+// 'TestReplay(Explore|Sweep|Workloads|Scan)' -v ./sim/replay/. TestReplayAdmission
 // asserts.
 
 // calLoad is the calibrated reference (docs/calibration.md): the -fit

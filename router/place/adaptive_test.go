@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/lmwarden/warden/proxy/place/placetest"
+	"github.com/lmwarden/warden/router/place/placetest"
 )
 
 // waits is four replicas with room whose measured times to first byte are

@@ -5,12 +5,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	mn "github.com/lmwarden/warden/proxy/metricname"
+	mn "github.com/lmwarden/warden/router/metricname"
 )
 
 // Metric names the collector emits, one series per replica (label
 // "replica" = rank; never a session id), besides the engine mirrors
-// (proxy/metricname's Engine*: the engines' own /metrics as deltas since
+// (router/metricname's Engine*: the engines' own /metrics as deltas since
 // warden start with engine restarts folded in by the proxy, so they never
 // go down while the warden runs).
 const (

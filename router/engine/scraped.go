@@ -8,7 +8,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/lmwarden/warden/internal/promtext"
-	mn "github.com/lmwarden/warden/proxy/metricname"
+	mn "github.com/lmwarden/warden/router/metricname"
 )
 
 // MaxMetricsBytes bounds one /metrics response.

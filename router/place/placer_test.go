@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lmwarden/warden/proxy/place/placetest"
+	"github.com/lmwarden/warden/router/place/placetest"
 )
 
 // testReplica is an always healthy replica that counts its requests.

@@ -7,7 +7,7 @@
 // (per-replica queue waits, sessions, preemptions, re-prefilled tokens)
 // read directly. The team uses it for calibration and routing research;
 // its entry points are its tests: `WARDEN_REPLAY=1 go test -run TestReplay
-// -v ./proxy/replay/` (each test's doc comment says what it measures and
+// -v ./sim/replay/` (each test's doc comment says what it measures and
 // which environment variables it reads). It is not part of the warden:
 // nothing in the warden's path imports it, and it changes no placement or
 // simulator state beyond the instances it builds.
@@ -20,7 +20,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/place"
 	"github.com/lmwarden/warden/sim/model"
 )
 

@@ -5,7 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/lmwarden/warden/proxy/place/placetest"
+	"github.com/lmwarden/warden/router/place/placetest"
 )
 
 // four healthy idle replicas with max_num_seqs 32 (auto spill threshold 8).

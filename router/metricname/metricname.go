@@ -1,7 +1,7 @@
 // Package metricname names the engine metrics the warden reads and
-// re-exports: vLLM's own series (what proxy/engine parses from an engine's
-// /metrics) and the warden's per-replica mirrors of them (what proxy/panel's
-// collector exports, and what proxy/engine reads back from another warden
+// re-exports: vLLM's own series (what router/engine parses from an engine's
+// /metrics) and the warden's per-replica mirrors of them (what router/panel's
+// collector exports, and what router/engine reads back from another warden
 // used as a replica). A leaf: it imports nothing.
 package metricname
 

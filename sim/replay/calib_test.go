@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lmwarden/warden/proxy/place"
+	"github.com/lmwarden/warden/router/place"
 	"github.com/lmwarden/warden/sim/model"
 )
 
@@ -100,7 +100,7 @@ func retune(f, gbps float64) func(*model.Profile) {
 // load and scores each point against the reference table (docs/calibration.md).
 // The points are relative to the physical profile (docs/reference-rig.md):
 // prefill ×1 is its 130 µs/token.
-// WARDEN_REPLAY=1 CAL_PREFILL=1,2 CAL_KV=40000 CAL_GBPS=310 go test -run TestReplayCalibrate -v ./proxy/replay/
+// WARDEN_REPLAY=1 CAL_PREFILL=1,2 CAL_KV=40000 CAL_GBPS=310 go test -run TestReplayCalibrate -v ./sim/replay/
 func TestReplayCalibrate(t *testing.T) {
 	exploring(t)
 	for _, f := range envFloats("CAL_PREFILL", 1, 1.5, 2) {
