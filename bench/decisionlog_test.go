@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/proxy"
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/decision"
 	"github.com/lmwarden/warden/router/place"
 )
@@ -74,14 +75,13 @@ func TestRequestIDPerTurn(t *testing.T) {
 // turn new, its follow-ups sticky under sticky), and the replica the
 // client was told.
 func TestJoinDecisionsFromWarden(t *testing.T) {
-	var backends []proxy.Backend
+	var backends []router.Backend
 	for i := range 2 {
 		_, eng := newFake(t, false)
-		backends = append(backends, proxy.Backend{Rank: i, URL: eng.URL, MaxNumSeqs: 32})
+		backends = append(backends, router.Backend{Rank: i, URL: eng.URL, MaxNumSeqs: 32})
 	}
 	logPath := filepath.Join(t.TempDir(), "decisions.jsonl")
-	w, err := proxy.New(proxy.Config{Policy: place.PolicySticky, Seed: 1, DecisionLog: logPath,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, backends)
+	w, err := proxy.New(proxy.Config{Config: router.Config{Policy: place.PolicySticky, Seed: 1, DecisionLog: logPath, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}}, backends)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestJoinDecisionsFromWarden(t *testing.T) {
 		t.Errorf("routes of the turns checked: %v, want off, new and sticky", checked)
 	}
 	t.Logf("%d turns joined, routes %v", matched, checked)
-	if err := w.CloseDecisionLog(); err != nil {
+	if err := w.Core().CloseDecisionLog(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/simproc"
 	"github.com/lmwarden/warden/proxy"
+	"github.com/lmwarden/warden/router"
 )
 
 // TestABAgainstWardenOverSimulators runs the A/B driver against the real
@@ -19,20 +20,19 @@ func TestABAgainstWardenOverSimulators(t *testing.T) {
 		t.Skip("starts simulator processes")
 	}
 	t.Setenv("VLLM_SERVER_DEV_MODE", "1") // the engines serve /reset_prefix_cache, as vLLM in dev mode
-	var backends []proxy.Backend
+	var backends []router.Backend
 	for i := 0; i < 2; i++ {
 		p := simproc.Start(t, "--sim-time-scale", "20", "--max-num-seqs", "32", "--stream-interval", "4")
-		backends = append(backends, proxy.Backend{Rank: i, URL: p.URL, MaxNumSeqs: 32})
+		backends = append(backends, router.Backend{Rank: i, URL: p.URL, MaxNumSeqs: 32})
 	}
-	w, err := proxy.New(proxy.Config{Policy: "sticky", ScrapeInterval: 50 * time.Millisecond, Seed: 1,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, backends)
+	w, err := proxy.New(proxy.Config{Config: router.Config{Policy: "sticky", ScrapeInterval: 50 * time.Millisecond, Seed: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}}, backends)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w.CheckNow(ctx)
-	go w.Run(ctx)
+	w.Core().CheckNow(ctx)
+	go w.Core().Run(ctx)
 	front := httptest.NewServer(w.Handler())
 	defer front.Close()
 
@@ -60,7 +60,7 @@ func TestABAgainstWardenOverSimulators(t *testing.T) {
 			t.Errorf("sticky/%d: stayed %.1f%%, want 100 (no spill below 8 in flight)", s.Sessions, *s.StayedPct)
 		}
 	}
-	if got := w.Status().Policy; got != "sticky" {
+	if got := w.Core().Status().Policy; got != "sticky" {
 		t.Errorf("policy after the run = %q, want the original sticky restored", got)
 	}
 }

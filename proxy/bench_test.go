@@ -110,32 +110,6 @@ func BenchmarkPick(b *testing.B) {
 	}
 }
 
-// BenchmarkPlace is the whole critical section at 8 replicas (snapshot,
-// session lookup in a 10k table, decision, in-flight increment) and the
-// end of the request (the Placer's Decide and End).
-func BenchmarkPlace(b *testing.B) {
-	var bs []Backend
-	for i := range 8 {
-		bs = append(bs, Backend{Rank: i, URL: fmt.Sprintf("http://127.0.0.1:%d", 9000+i), MaxNumSeqs: 256})
-	}
-	keys := make([]place.Request, 10_000)
-	for i := range keys {
-		keys[i] = place.Request{Key: fmt.Sprintf("session-%d", i)}
-	}
-	for _, pol := range []string{place.PolicyAdaptive, place.PolicySticky} {
-		b.Run(pol, func(b *testing.B) {
-			p, _ := testProxyBackends(b, Config{Policy: pol}, bs)
-			i := 0
-			for b.Loop() {
-				pl := p.placer.Decide(keys[i%len(keys)])
-				p.placer.End(&pl, false, place.Report{}, -1) // the request ends, as forward's accounting does
-				pl.Replica.inflight.Add(-1)
-				i++
-			}
-		})
-	}
-}
-
 // agentBody is a ~300 KB Claude Code request: billing block, large system
 // prompt, tools, a long history, metadata at the end.
 func agentBody(withMetadata bool) []byte {

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/identity"
 	"github.com/lmwarden/warden/router/place"
 	"github.com/lmwarden/warden/router/place/placetest"
@@ -40,14 +41,14 @@ func TestParseReplica(t *testing.T) {
 		{in: "http://h:1#max_num_seqs=lots", err: "positive integer"},
 		{in: "http://h:1#gpus=2", err: `unknown setting "gpus"`},
 	} {
-		b, err := ParseReplica(tc.in)
+		b, err := router.ParseReplica(tc.in)
 		switch {
 		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
-			t.Errorf("ParseReplica(%q) error %v, want one containing %q", tc.in, err, tc.err)
+			t.Errorf("router.ParseReplica(%q) error %v, want one containing %q", tc.in, err, tc.err)
 		case tc.err == "" && err != nil:
-			t.Errorf("ParseReplica(%q): %v", tc.in, err)
+			t.Errorf("router.ParseReplica(%q): %v", tc.in, err)
 		case tc.err == "" && (b.URL != tc.url || b.MaxNumSeqs != tc.seqs):
-			t.Errorf("ParseReplica(%q) = %s seqs %d, want %s seqs %d", tc.in, b.URL, b.MaxNumSeqs, tc.url, tc.seqs)
+			t.Errorf("router.ParseReplica(%q) = %s seqs %d, want %s seqs %d", tc.in, b.URL, b.MaxNumSeqs, tc.url, tc.seqs)
 		}
 	}
 }
@@ -90,7 +91,7 @@ func homes(t *testing.T, front string, sessions []string) (map[string]string, ma
 
 func TestReplicasAddedAndRemovedAtRunTimeKeepTheSessionTable(t *testing.T) {
 	e0, e1, e2 := newFakeEngine(t), newFakeEngine(t), newFakeEngine(t)
-	p, front := testProxy(t, Config{Policy: place.PolicySticky}, e0, e1)
+	p, front := testProxy(t, Config{Config: router.Config{Policy: place.PolicySticky}}, e0, e1)
 	sessions := []string{"a", "b", "c", "d", "e", "f"}
 	home, _ := homes(t, front.URL, sessions)
 
@@ -98,7 +99,7 @@ func TestReplicasAddedAndRemovedAtRunTimeKeepTheSessionTable(t *testing.T) {
 	if code != http.StatusCreated || added["rank"] != 2.0 || added["max_num_seqs"] != 12.0 {
 		t.Fatalf("add: %d %v", code, added)
 	}
-	simproc.Poll(t, "the added replica in rotation", func() bool { r := p.lookup(2); return r != nil && r.healthy() })
+	simproc.Poll(t, "the added replica in rotation", func() bool { r := p.core.Lookup(2); return r != nil && r.Healthy() })
 	if code, _ := adminCall(t, http.MethodPost, front.URL+"/warden/replicas", `{"url":"`+e2.srv.URL+`/"}`); code != http.StatusConflict {
 		t.Errorf("adding the same URL again: %d, want 409", code)
 	}
@@ -116,7 +117,7 @@ func TestReplicasAddedAndRemovedAtRunTimeKeepTheSessionTable(t *testing.T) {
 	if code != http.StatusOK || removed["rank"] != 0.0 || removed["sessions"] != float64(onZero) {
 		t.Fatalf("remove: %d %v (want rank 0 with %d sessions)", code, removed, onZero)
 	}
-	if n := p.Status().Sessions; n != len(sessions) {
+	if n := p.core.Status().Sessions; n != len(sessions) {
 		t.Errorf("sessions after removal = %d, want %d (table kept)", n, len(sessions))
 	}
 	rank, route := homes(t, front.URL, sessions)
@@ -184,16 +185,16 @@ func closedURL(t *testing.T) string {
 
 func TestProbedReplicaEntersRotationOnlyOnceItAnswers(t *testing.T) {
 	e0 := newFakeEngine(t)
-	p, front := testProxyBackends(t, Config{Policy: place.PolicySticky}, []Backend{
+	p, front := testProxyBackends(t, Config{Config: router.Config{Policy: place.PolicySticky}}, []router.Backend{
 		{Rank: 0, URL: e0.srv.URL, Probe: true, FallbackMaxNumSeqs: 32},
 		{Rank: 1, URL: closedURL(t), Probe: true, FallbackMaxNumSeqs: 32},
 	})
 	if resp, body := post(t, front.URL+"/v1/chat/completions", chatBody("x", false, "")); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("before any health check: %d %s, want 503 (no replica known to be up)", resp.StatusCode, body)
 	}
-	p.CheckNow(context.Background())
+	p.core.CheckNow(context.Background())
 	up := map[int]bool{}
-	for _, r := range p.Status().Replicas {
+	for _, r := range p.core.Status().Replicas {
 		up[r.Rank] = r.Up
 	}
 	if diff := cmp.Diff(map[int]bool{0: true, 1: false}, up); diff != "" {
@@ -229,7 +230,7 @@ func TestMaxNumSeqsLearnedFromTheServerElseTheFallback(t *testing.T) {
 		configServer(t, "", ""),
 		configServer(t, "/inference/v1/config", `{"scheduler":{"max_num_seqs":48}}`),
 	}
-	bs := []Backend{
+	bs := []router.Backend{
 		{Rank: 0, URL: urls[0], Probe: true, FallbackMaxNumSeqs: 20},
 		{Rank: 1, URL: urls[1], Probe: true, FallbackMaxNumSeqs: 20},
 		{Rank: 2, URL: urls[2], Probe: true, FallbackMaxNumSeqs: 20},
@@ -237,9 +238,9 @@ func TestMaxNumSeqsLearnedFromTheServerElseTheFallback(t *testing.T) {
 		{Rank: 4, URL: urls[4], Probe: true, FallbackMaxNumSeqs: 20, MaxNumSeqs: 12}, // the user said: no asking
 	}
 	p, _ := testProxyBackends(t, Config{}, bs)
-	p.CheckNow(context.Background())
+	p.core.CheckNow(context.Background())
 	var got []int
-	for _, r := range p.Status().Replicas {
+	for _, r := range p.core.Status().Replicas {
 		got = append(got, r.MaxNumSeqs)
 	}
 	if diff := cmp.Diff([]int{48, 96, 128, 20, 12}, got); diff != "" {
@@ -264,7 +265,7 @@ func TestSpillUsesEachReplicasOwnCapacity(t *testing.T) {
 
 func TestReplicaChangesDuringTrafficLoseNoRequest(t *testing.T) {
 	e0, e1, e2 := newFakeEngine(t), newFakeEngine(t), newFakeEngine(t)
-	p, front := testProxy(t, Config{Policy: place.PolicySticky}, e0, e1, e2)
+	p, front := testProxy(t, Config{Config: router.Config{Policy: place.PolicySticky}}, e0, e1, e2)
 	stop := make(chan struct{})
 	errs := make(chan string, 100)
 	var wg sync.WaitGroup
@@ -293,14 +294,14 @@ func TestReplicaChangesDuringTrafficLoseNoRequest(t *testing.T) {
 			}
 		}()
 	}
-	served := func() uint64 { return p.Status().Totals.Requests }
+	served := func() uint64 { return p.core.Status().Totals.Requests }
 	for range 30 { // replica 2 leaves and comes back while turns flow
 		before := served()
-		if _, err := p.RemoveReplica(e2.srv.URL, -1); err != nil {
+		if _, err := p.core.RemoveReplica(e2.srv.URL, -1); err != nil {
 			t.Fatal(err)
 		}
 		simproc.Poll(t, "turns served while a replica is out", func() bool { return served() > before+2 })
-		if _, err := p.AddReplica(Backend{URL: e2.srv.URL, MaxNumSeqs: 32}); err != nil {
+		if _, err := p.core.AddReplica(router.Backend{URL: e2.srv.URL, MaxNumSeqs: 32}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -311,8 +312,8 @@ func TestReplicaChangesDuringTrafficLoseNoRequest(t *testing.T) {
 		t.Errorf("a request failed during replica changes: %s", e)
 	}
 	settled(t, p)
-	if n := len(p.replicaList()); n != 3 || p.lookup(2) == nil {
-		t.Errorf("after the changes: %d replicas, rank 2 present %v", n, p.lookup(2) != nil)
+	if n := len(p.core.Replicas()); n != 3 || p.core.Lookup(2) == nil {
+		t.Errorf("after the changes: %d replicas, rank 2 present %v", n, p.core.Lookup(2) != nil)
 	}
 }
 
@@ -321,13 +322,13 @@ func TestAWardenAsAReplicaReportsItsEnginesSummed(t *testing.T) {
 	e0.metrics.Store(metricsText(3, 1, 0.5, 100, 50))
 	e1.metrics.Store(metricsText(1, 0, 0.25, 300, 30))
 	inner, innerFront := testProxy(t, Config{}, e0, e1) // each max_num_seqs 32, KV 40,000 tokens
-	inner.CheckNow(context.Background())
-	outer, _ := testProxyBackends(t, Config{}, []Backend{{Rank: 0, URL: innerFront.URL, Probe: true, FallbackMaxNumSeqs: 256}})
-	outer.CheckNow(context.Background())
+	inner.core.CheckNow(context.Background())
+	outer, _ := testProxyBackends(t, Config{}, []router.Backend{{Rank: 0, URL: innerFront.URL, Probe: true, FallbackMaxNumSeqs: 256}})
+	outer.core.CheckNow(context.Background())
 	e0.metrics.Store(metricsText(3, 1, 0.5, 180, 110)) // +80 queries, +60 hits
-	inner.CheckNow(context.Background())
-	outer.CheckNow(context.Background())
-	r := outer.Status().Replicas[0]
+	inner.core.CheckNow(context.Background())
+	outer.core.CheckNow(context.Background())
+	r := outer.core.Status().Replicas[0]
 	got := []float64{float64(r.MaxNumSeqs), r.Running, r.Waiting, r.KVUsed, float64(r.KVCapacityTokens), r.PrefixQueries, r.PrefixHits}
 	if diff := cmp.Diff([]float64{64, 4, 1, 0.375, 80000, 80, 60}, got); diff != "" || !r.Up {
 		t.Errorf("a warden seen as one replica: up %v; max_num_seqs, running, waiting, KV used, KV capacity, prefix queries, hits (-want +got):\n%s", r.Up, diff)

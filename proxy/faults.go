@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,14 +18,6 @@ import (
 // that breaks off, an engine that does not answer or answers 5xx, requests
 // without the API key (a body that is not JSON is refused on the request
 // path: request.go's badContentType), and the warden's own error body.
-
-// writeError answers with the warden's JSON error body.
-func writeError(w http.ResponseWriter, code int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	m, _ := json.Marshal(msg)
-	fmt.Fprintf(w, `{"error":{"message":%s,"type":"warden_error","code":%d}}`+"\n", m, code)
-}
 
 // errHeaderTimeout is the cause of an attempt cancelled because the engine
 // sent no response headers within Config.ResponseHeaderTimeout.
@@ -91,7 +82,7 @@ func (p *Proxy) requireKey(h http.HandlerFunc) http.HandlerFunc {
 		}
 		if subtle.ConstantTimeCompare([]byte(got), key) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="warden"`)
-			writeError(w, http.StatusUnauthorized,
+			writeError(w, r, http.StatusUnauthorized,
 				"missing or wrong API key: send it as Authorization: Bearer <key> or x-api-key: <key> (the warden's --api-key)")
 			return
 		}

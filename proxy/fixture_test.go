@@ -10,15 +10,19 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/router"
 )
 
 const (
@@ -157,14 +161,14 @@ func (f *fakeEngine) count() int {
 // testProxy builds a proxy over the engines (rank = index) with a frontend.
 func testProxy(t testing.TB, cfg Config, engines ...*fakeEngine) (*Proxy, *httptest.Server) {
 	t.Helper()
-	var bs []Backend
+	var bs []router.Backend
 	for i, e := range engines {
-		bs = append(bs, Backend{Rank: i, URL: e.srv.URL, MaxNumSeqs: 32})
+		bs = append(bs, router.Backend{Rank: i, URL: e.srv.URL, MaxNumSeqs: 32})
 	}
 	return testProxyBackends(t, cfg, bs)
 }
 
-func testProxyBackends(t testing.TB, cfg Config, bs []Backend) (*Proxy, *httptest.Server) {
+func testProxyBackends(t testing.TB, cfg Config, bs []router.Backend) (*Proxy, *httptest.Server) {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -208,9 +212,45 @@ func post(t testing.TB, url, body string, kv ...string) (*http.Response, string)
 // settled waits until no request is in flight, i.e. all are accounted.
 func settled(t *testing.T, p *Proxy) {
 	t.Helper()
-	simproc.Poll(t, "no request in flight", func() bool { return p.Status().InFlight == 0 })
+	simproc.Poll(t, "no request in flight", func() bool { return p.core.Status().InFlight == 0 })
 }
 
 func chatBody(session string, stream bool, extra string) string {
 	return fmt.Sprintf(`{"model":"m","stream":%v,"prompt_cache_key":%q,"messages":[{"role":"user","content":"hello"}]%s}`, stream, session, extra)
+}
+
+// metric is the value of the series of name in reg whose labels include
+// the pairs given (name, value, ...), summed; and how many series matched.
+func metric(t testing.TB, reg prometheus.Gatherer, name string, labels ...string) (float64, int) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, n := 0.0, 0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
+					return l.GetName() == labels[i] && l.GetValue() == labels[i+1]
+				}) {
+					continue series
+				}
+			}
+			n++
+			switch {
+			case m.Counter != nil:
+				sum += m.Counter.GetValue()
+			case m.Gauge != nil:
+				sum += m.Gauge.GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return sum, n
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/identity"
 )
 
@@ -38,8 +39,8 @@ func FuzzPrepareSessionKey(f *testing.F) {
 	} {
 		f.Add(s.path, s.header, []byte(s.body))
 	}
-	p, err := New(Config{ServedModel: "m", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
-		[]Backend{{Rank: 0, URL: "http://127.0.0.1:1"}})
+	p, err := New(Config{Config: router.Config{ServedModel: "m", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}},
+		[]router.Backend{{Rank: 0, URL: "http://127.0.0.1:1"}})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -92,8 +92,8 @@ func streamRound(t *testing.T, p *Proxy, client *http.Client, url string, n, max
 
 func inFlight(p *Proxy) int {
 	n := 0
-	for _, r := range p.replicaList() {
-		n += int(r.inflight.Load())
+	for _, r := range p.core.Replicas() {
+		n += int(r.InFlight())
 	}
 	return n
 }
@@ -149,7 +149,7 @@ func TestLoadThousandConcurrentStreamsThenNoGrowth(t *testing.T) {
 	quiet := func() (heap uint64, gor int) {
 		settled(t, p)
 		client.CloseIdleConnections()
-		p.client.CloseIdleConnections()
+		p.CloseIdleConnections()
 		return simproc.HeapAfterGC(), runtime.NumGoroutine()
 	}
 	warm := streamRound(t, p, client, front.URL, n, 2, "warm")
@@ -177,7 +177,7 @@ func TestLoadThousandConcurrentStreamsThenNoGrowth(t *testing.T) {
 	if heap1 > heap0+4<<20 {
 		t.Errorf("heap grew from %d to %d bytes over %d streams", heap0, heap1, n)
 	}
-	st := p.Status()
+	st := p.core.Status()
 	for _, r := range st.Replicas {
 		if r.Errors != 0 || !r.Up {
 			t.Errorf("replica %d: %d errors, up %v", r.Rank, r.Errors, r.Up)

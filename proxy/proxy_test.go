@@ -15,6 +15,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/identity"
 	"github.com/lmwarden/warden/router/place"
 )
@@ -36,7 +37,7 @@ func TestStreamWithoutIncludeUsageNeverShowsTheUsageChunk(t *testing.T) {
 		t.Errorf("engine was not asked for usage: %s", e.lastBody())
 	}
 	settled(t, p)
-	r := p.Status().Replicas[0]
+	r := p.core.Status().Replicas[0]
 	if r.PromptTokens != 100 || r.CachedTokens != 64 || r.CompletionTokens != 3 {
 		t.Errorf("usage not collected: prompt %d cached %d completion %d", r.PromptTokens, r.CachedTokens, r.CompletionTokens)
 	}
@@ -56,7 +57,7 @@ func TestStreamWithIncludeUsageKeepsTheUsageChunk(t *testing.T) {
 		t.Errorf("client that asked lost the usage chunk:\n%s", body)
 	}
 	settled(t, p)
-	if got := p.Status().Totals.CachedTokens; got != 64 {
+	if got := p.core.Status().Totals.CachedTokens; got != 64 {
 		t.Errorf("cached tokens = %d, want 64", got)
 	}
 }
@@ -71,7 +72,7 @@ func TestNonStreamingAndAnthropicUsage(t *testing.T) {
 	post(t, front.URL+"/v1/messages?beta=true", `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`,
 		"X-Claude-Code-Session-Id", ccID)
 	settled(t, p)
-	tot := p.Status().Totals
+	tot := p.core.Status().Totals
 	if tot.PromptTokens != 300 || tot.CachedTokens != 224 || tot.CompletionTokens != 10 {
 		t.Errorf("totals prompt %d cached %d completion %d, want 300 224 10", tot.PromptTokens, tot.CachedTokens, tot.CompletionTokens)
 	}
@@ -123,7 +124,7 @@ func TestRetryOnAnotherReplicaWhenTheFirstRefusesConnections(t *testing.T) {
 	dead := "http://" + l.Addr().String()
 	l.Close() // nothing listens there now: connection refused
 	e := newFakeEngine(t)
-	p, front := testProxyBackends(t, Config{Policy: place.PolicyOff}, []Backend{{Rank: 0, URL: dead}, {Rank: 1, URL: e.srv.URL}})
+	p, front := testProxyBackends(t, Config{Config: router.Config{Policy: place.PolicyOff}}, []router.Backend{{Rank: 0, URL: dead}, {Rank: 1, URL: e.srv.URL}})
 	resp, body := post(t, front.URL+"/v1/chat/completions", chatBody("s", false, ""))
 	if resp.StatusCode != 200 || resp.Header.Get(identity.PinHeader) != "1" {
 		t.Fatalf("status %d replica %q: %s", resp.StatusCode, resp.Header.Get(identity.PinHeader), body)
@@ -132,7 +133,7 @@ func TestRetryOnAnotherReplicaWhenTheFirstRefusesConnections(t *testing.T) {
 		t.Errorf("the retry did not replay the body: %q", e.lastBody())
 	}
 	settled(t, p)
-	if st := p.Status(); st.Replicas[0].Up || st.Replicas[0].InFlight != 0 || st.Replicas[1].Requests != 1 {
+	if st := p.core.Status(); st.Replicas[0].Up || st.Replicas[0].InFlight != 0 || st.Replicas[1].Requests != 1 {
 		t.Errorf("after retry: replica 0 up=%v in-flight=%d; replica 1 requests %d",
 			st.Replicas[0].Up, st.Replicas[0].InFlight, st.Replicas[1].Requests)
 	}
@@ -142,7 +143,7 @@ func TestBodyOverTheLimitGets413(t *testing.T) {
 	e := newFakeEngine(t)
 	_, front := testProxy(t, Config{MaxBodyBytes: 1000}, e)
 	resp, body := post(t, front.URL+"/v1/chat/completions", chatBody("s", false, `,"pad":"`+strings.Repeat("x", 2000)+`"`))
-	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "1000 bytes") {
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "1000 B (--max-body-bytes)") {
 		t.Errorf("status %d body %s", resp.StatusCode, body)
 	}
 	if e.count() != 0 {
@@ -204,7 +205,7 @@ func TestClientDisconnectCancelsTheEngineRequest(t *testing.T) {
 	<-e.gone // the engine saw its request cancelled
 	<-done
 	settled(t, p)
-	if st := p.Status(); st.Replicas[0].Errors != 0 || st.Replicas[0].Requests != 0 {
+	if st := p.core.Status(); st.Replicas[0].Errors != 0 || st.Replicas[0].Requests != 0 {
 		t.Errorf("a client cancel counted as errors=%d requests=%d", st.Replicas[0].Errors, st.Replicas[0].Requests)
 	}
 }
@@ -227,8 +228,8 @@ func TestBurstOfNewConversationsSpreadsEvenly(t *testing.T) {
 			post(t, front.URL+"/v1/chat/completions", chatBody(fmt.Sprintf("burst-%d", i), false, ""))
 		}()
 	}
-	simproc.Poll(t, "all requests in flight", func() bool { return p.Status().InFlight == n })
-	for _, r := range p.Status().Replicas {
+	simproc.Poll(t, "all requests in flight", func() bool { return p.core.Status().InFlight == n })
+	for _, r := range p.core.Status().Replicas {
 		if r.InFlight != n/replicas || r.ActiveSessions != n/replicas {
 			t.Errorf("replica %d: in flight %d, sessions %d; want %d each", r.Rank, r.InFlight, r.ActiveSessions, n/replicas)
 		}
@@ -248,7 +249,7 @@ func TestPinHeader(t *testing.T) {
 		t.Errorf("pin header forwarded to the engine: %q", h)
 	}
 	settled(t, p)
-	if p.Status().Replicas[1].Pinned != 1 {
+	if p.core.Status().Replicas[1].Pinned != 1 {
 		t.Error("pinned turn not counted")
 	}
 	for _, v := range []string{"7", "x"} {

@@ -16,6 +16,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/engine"
 	"github.com/lmwarden/warden/router/identity"
 	"github.com/lmwarden/warden/router/place"
@@ -27,7 +28,7 @@ import (
 
 // simSet starts one simulator per argument list (rank = index), in
 // parallel, and returns them with their backends.
-func simSet(t *testing.T, perSim ...[]string) ([]*simproc.Proc, []Backend) {
+func simSet(t *testing.T, perSim ...[]string) ([]*simproc.Proc, []router.Backend) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts simulator processes")
@@ -41,12 +42,12 @@ func simSet(t *testing.T, perSim ...[]string) ([]*simproc.Proc, []Backend) {
 		go func() { defer wg.Done(); procs[i] = simproc.StartNoWait(t, args...) }()
 	}
 	wg.Wait()
-	bs := make([]Backend, len(procs))
+	bs := make([]router.Backend, len(procs))
 	for i, p := range procs {
 		if err := p.WaitHealthy(30 * time.Second); err != nil {
 			t.Fatalf("sim %d: %v\n%s", i, err, p.Output())
 		}
-		bs[i] = Backend{Rank: i, URL: p.URL, MaxNumSeqs: 32}
+		bs[i] = router.Backend{Rank: i, URL: p.URL, MaxNumSeqs: 32}
 	}
 	return procs, bs
 }
@@ -128,7 +129,7 @@ func TestEngineKilledMidStreamEndsWithAnErrorEventAndSessionsFailOver(t *testing
 		t.Errorf("the dead replica's session: status %d route %q: %s", r.StatusCode, r.Header.Get(routeHeader), body)
 	}
 	settled(t, p)
-	st := p.Status()
+	st := p.core.Status()
 	if st.Replicas[0].Up || st.Replicas[0].Errors == 0 || st.Replicas[1].Requests < 21 {
 		t.Errorf("after the kill: replica 0 up=%v errors=%d; replica 1 requests %d",
 			st.Replicas[0].Up, st.Replicas[0].Errors, st.Replicas[1].Requests)
@@ -157,7 +158,7 @@ func TestEngineDiesBeforeHeadersGets502NamingTheReplica(t *testing.T) {
 func TestEngineAnswering500sIsNamedThenTakenOutAndBackWhenHealthy(t *testing.T) {
 	_, bs := simSet(t, append([]string{"--sim-http-error", "500"}, fast...), fast)
 	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
-	p, front := testProxyBackends(t, Config{Clock: clock.now, FailCooldown: time.Minute}, bs)
+	p, front := testProxyBackends(t, Config{Config: router.Config{Clock: clock.now, FailCooldown: time.Minute}}, bs)
 	for i := range engine.ReqFailsDown {
 		resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"), identity.PinHeader, "0")
 		msg := gjson.Get(body, "error.message").Str
@@ -166,7 +167,7 @@ func TestEngineAnswering500sIsNamedThenTakenOutAndBackWhenHealthy(t *testing.T) 
 		}
 	}
 	settled(t, p)
-	if st := p.Status(); st.Replicas[0].Up || st.Replicas[0].Errors != engine.ReqFailsDown {
+	if st := p.core.Status(); st.Replicas[0].Up || st.Replicas[0].Errors != engine.ReqFailsDown {
 		t.Fatalf("after %d failures: replica 0 up=%v errors=%d", engine.ReqFailsDown, st.Replicas[0].Up, st.Replicas[0].Errors)
 	}
 	for i := range 10 {
@@ -175,24 +176,23 @@ func TestEngineAnswering500sIsNamedThenTakenOutAndBackWhenHealthy(t *testing.T) 
 			t.Fatalf("request %d while replica 0 is out: status %d replica %s", i, resp.StatusCode, resp.Header.Get(identity.PinHeader))
 		}
 	}
-	p.CheckNow(context.Background()) // healthy, but still within the cooldown
-	if p.Status().Replicas[0].Up {
+	p.core.CheckNow(context.Background()) // healthy, but still within the cooldown
+	if p.core.Status().Replicas[0].Up {
 		t.Fatal("back in rotation before the cooldown ended")
 	}
 	clock.add(time.Minute)
-	p.CheckNow(context.Background())
-	if !p.Status().Replicas[0].Up {
+	p.core.CheckNow(context.Background())
+	if !p.core.Status().Replicas[0].Up {
 		t.Fatal("not back in rotation after the cooldown and a good health check")
 	}
 }
 
 func TestHungEngineTimesOutNamedAndIsBackAfterItRecovers(t *testing.T) {
 	procs, bs := simSet(t, fast, fast)
-	p, front := testProxyBackends(t, Config{ResponseHeaderTimeout: 300 * time.Millisecond,
-		FailCooldown: time.Millisecond, ScrapeInterval: 50 * time.Millisecond}, bs)
+	p, front := testProxyBackends(t, Config{Config: router.Config{FailCooldown: time.Millisecond, ScrapeInterval: 50 * time.Millisecond}, ResponseHeaderTimeout: 300 * time.Millisecond}, bs)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go p.Run(ctx)
+	go p.core.Run(ctx)
 	pid := procs[0].Cmd.Process.Pid
 	if err := syscall.Kill(-pid, syscall.SIGSTOP); err != nil { // a real hang: the process is frozen
 		t.Fatal(err)
@@ -204,7 +204,7 @@ func TestHungEngineTimesOutNamedAndIsBackAfterItRecovers(t *testing.T) {
 			t.Fatalf("hung engine: status %d: %s", resp.StatusCode, body)
 		}
 	}
-	simproc.Poll(t, "the hung replica out of rotation", func() bool { return !p.Status().Replicas[0].Up })
+	simproc.Poll(t, "the hung replica out of rotation", func() bool { return !p.core.Status().Replicas[0].Up })
 	for i := range 5 {
 		resp, _ := post(t, front.URL+"/v1/chat/completions", simChat(fmt.Sprintf("n%d", i)))
 		if resp.StatusCode != http.StatusOK || resp.Header.Get(identity.PinHeader) != "1" {
@@ -214,7 +214,7 @@ func TestHungEngineTimesOutNamedAndIsBackAfterItRecovers(t *testing.T) {
 	if err := syscall.Kill(-pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	simproc.Poll(t, "the recovered replica back in rotation", func() bool { return p.Status().Replicas[0].Up })
+	simproc.Poll(t, "the recovered replica back in rotation", func() bool { return p.core.Status().Replicas[0].Up })
 	resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"), identity.PinHeader, "0")
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("after recovery: status %d: %s", resp.StatusCode, body)
@@ -237,7 +237,7 @@ func TestClientDisconnectMidStreamCancelsTheEngineWork(t *testing.T) {
 	settled(t, p)
 	http.DefaultClient.CloseIdleConnections()
 	simproc.Poll(t, "goroutines to settle", func() bool { return goroutines() <= before })
-	if st := p.Status(); st.Replicas[0].Errors != 0 || !st.Replicas[0].Up {
+	if st := p.core.Status(); st.Replicas[0].Errors != 0 || !st.Replicas[0].Up {
 		t.Errorf("a client cancel counted against the replica: errors %d up %v", st.Replicas[0].Errors, st.Replicas[0].Up)
 	}
 }
@@ -252,7 +252,7 @@ func TestTheLastReplicaInRotationStaysDespiteFailures(t *testing.T) {
 		}
 	}
 	settled(t, p)
-	if r := p.Status().Replicas[0]; !r.Up || r.Errors != 2*engine.ReqFailsDown {
+	if r := p.core.Status().Replicas[0]; !r.Up || r.Errors != 2*engine.ReqFailsDown {
 		t.Errorf("the only replica: up %v, errors %d", r.Up, r.Errors)
 	}
 }

@@ -19,7 +19,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
 	"github.com/lmwarden/warden/proxy/compat"
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/decision"
 	"github.com/lmwarden/warden/router/identity"
 	"github.com/lmwarden/warden/router/place"
@@ -38,7 +41,7 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 	start := p.clock()
 	// Read.
 	if msg := badContentType(r); msg != "" {
-		writeError(w, http.StatusUnsupportedMediaType, msg)
+		writeError(w, r, http.StatusUnsupportedMediaType, msg)
 		return
 	}
 	body, ok := p.readBody(w, r)
@@ -53,16 +56,15 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 	}
 	pin, pinned, err := identity.ParsePin(r.Header)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeError(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
 	// Place or hold, then forward (and account); again elsewhere while the
 	// request never reached an engine. Each try skips the replicas tried
 	// before (they are unavailable to the policies), so the tries end.
-	pr := place.Request{Key: req.key.Key, Subagent: req.key.Subagent && (req.key.Agent == "" || !p.cfg.SubagentsWithParent),
-		Pinned: pinned, Pin: pin, BodyBytes: len(req.body)}
+	pr := p.core.PlaceRequest(req.key, pinned, pin, len(req.body))
 	for {
-		pl := p.placer.Place(r.Context(), pr)
+		pl := p.core.Place(r.Context(), pr)
 		if pl.Rank < 0 {
 			if pl.Reason == place.ReasonWait { // client went away while held
 				w.WriteHeader(499)
@@ -79,7 +81,7 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 	if pinned {
 		msg = fmt.Sprintf("replica %d (X-Warden-Replica) does not exist or is not available", pin)
 	}
-	writeError(w, http.StatusServiceUnavailable, msg)
+	writeError(w, r, http.StatusServiceUnavailable, msg)
 }
 
 // badContentType returns a message when r posts a body with a content type
@@ -120,7 +122,7 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, p.cfg.MaxBodyBytes+1))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "reading request body: "+err.Error())
+		writeError(w, r, http.StatusBadRequest, "reading request body: "+err.Error())
 		return nil, false
 	}
 	if int64(len(body)) > p.cfg.MaxBodyBytes {
@@ -128,8 +130,8 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 		if n, _ := io.CopyN(io.Discard, r.Body, drainMaxBytes); n == drainMaxBytes {
 			w.Header().Set("Connection", "close") // more is coming: this connection cannot be reused
 		}
-		writeError(w, http.StatusRequestEntityTooLarge,
-			fmt.Sprintf("request body exceeds the warden's limit of %d bytes (--max-body-bytes)", p.cfg.MaxBodyBytes))
+		writeError(w, r, http.StatusRequestEntityTooLarge,
+			fmt.Sprintf("request body exceeds the warden's limit of %s (--max-body-bytes)", humanize.IBytes(uint64(p.cfg.MaxBodyBytes))))
 		return nil, false
 	}
 	return body, true
@@ -152,7 +154,7 @@ type request struct {
 // its usage chunk when the client did not, and finds the session key.
 func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 	req := &request{body: body, kind: tap.KindOf(r.URL.Path)}
-	if p.decisions != nil {
+	if p.core.LogsDecisions() {
 		req.id = r.Header.Get(decision.RequestIDHeader)
 		req.id = req.id[:min(len(req.id), decision.MaxRequestID)]
 	}
@@ -168,8 +170,7 @@ func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 	case compat.ModelRewrite:
 		f.Model = p.clients.ServedModel() // identity sees the served name on every turn
 	}
-	req.key = identity.ExtractFrom(r.Header, f, p.cfg.SessionHeaders)
-	req.key.Key = req.key.Conversation(p.cfg.SubagentsWithParent)
+	req.key = p.core.Identify(r.Header, f)
 	var drop compat.ToolDrop
 	if strings.HasPrefix(r.URL.Path, "/v1/messages") {
 		drop = compat.ServerTools(f.Tools) // read now: the edits below move bytes under f
@@ -193,7 +194,7 @@ func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 // attempt is one try of forwarding a request to one replica; the reverse
 // proxy's hooks find it in the request context.
 type attempt struct {
-	rep    *replica
+	rep    *router.Replica
 	req    *request
 	retry  bool        // never reached the engine: try another replica
 	reused atomic.Bool // sent on a kept-alive connection (httptrace GotConn)
@@ -235,19 +236,14 @@ func routeValue(r place.Reason) []string {
 // forward sends the request to the placed replica and accounts for it. It
 // reports true when the request never reached the engine and may be
 // retried elsewhere.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl *placement, start time.Time) bool {
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl *router.Placement, start time.Time) bool {
 	rep := pl.Replica
 	at := &attempt{rep: rep, req: req}
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	at.timer = time.AfterFunc(p.cfg.ResponseHeaderTimeout, func() { cancel(errHeaderTimeout) })
 	defer at.timer.Stop()
-	p.metrics.inFlight.Inc()
-	defer func() {
-		p.account(at, req, pl, start)
-		rep.inflight.Add(-1) // after accounting: in-flight 0 means counted
-		p.metrics.inFlight.Dec()
-	}()
+	defer func() { p.core.Finish(pl, p.outcome(at, req, start)) }()
 	at.trace.GotConn = func(c httptrace.GotConnInfo) { at.reused.Store(c.Reused) }
 	ctx = httptrace.WithClientTrace(ctx, &at.trace)
 	// A shallow copy: the ReverseProxy clones it, header included, for the
@@ -259,9 +255,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 	out.ContentLength = int64(len(req.body))
 	out.GetBody = nil
 	h := w.Header()
-	h[identity.PinHeader] = rep.pinHeader // shared, never changed: Set would allocate per request
+	h[identity.PinHeader] = rep.RankValue() // shared, never changed: Set would allocate per request
 	h[routeHeader] = routeValue(pl.Reason)
-	rep.rp.ServeHTTP(w, out)
+	p.rp.ServeHTTP(w, out)
 	if at.retry {
 		h.Del(identity.PinHeader)
 		h.Del(routeHeader)
@@ -269,12 +265,13 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 	return at.retry
 }
 
-// reverseProxy is replica r's hop: the engine's URL, no client API key or
-// pin header, plain bytes for the tap, and the hooks below.
-func (p *Proxy) reverseProxy(r *replica, tr http.RoundTripper) *httputil.ReverseProxy {
+// reverseProxy is the hop to every replica: the placed engine's URL (the
+// attempt in the request's context names it), no client API key or pin
+// header, plain bytes for the tap, and the hooks below.
+func (p *Proxy) reverseProxy(tr http.RoundTripper) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(r.target)
+			pr.SetURL(pr.In.Context().Value(attemptKey{}).(*attempt).rep.URL())
 			pr.SetXForwarded()
 			h := pr.Out.Header
 			h.Del(identity.PinHeader)
@@ -287,7 +284,7 @@ func (p *Proxy) reverseProxy(r *replica, tr http.RoundTripper) *httputil.Reverse
 		Transport:      tr,
 		FlushInterval:  -1,
 		BufferPool:     copyBuffers,
-		ErrorLog:       slog.NewLogLogger(r.log.Handler(), slog.LevelWarn),
+		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.proxyError,
 	}
@@ -318,13 +315,12 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	at.timer.Stop()
 	at.status = resp.StatusCode
 	if resp.StatusCode >= 500 {
-		at.rep.errors.Add(1)
 		at.cause = resp.Status
-		nameReplicaInError(resp, at.rep.rank)
+		nameReplicaInError(resp, at.rep.Rank())
 	}
 	if resp.StatusCode == http.StatusOK && at.req.kind != tap.None {
 		sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
-		ctx, rank, kind := resp.Request.Context(), at.rep.rank, at.req.kind
+		ctx, rank, kind := resp.Request.Context(), at.rep.Rank(), at.req.kind
 		o := tap.Options{Stream: at.req.stream, Strip: at.req.strip && sse, Now: p.clock,
 			Alive: func() bool { return ctx.Err() == nil }}
 		if sse {
@@ -342,27 +338,26 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	at, _ := r.Context().Value(attemptKey{}).(*attempt)
 	if at == nil {
-		writeError(w, http.StatusBadGateway, err.Error())
+		writeError(w, r, http.StatusBadGateway, err.Error())
 		return
 	}
 	if errors.Is(context.Cause(r.Context()), errHeaderTimeout) {
-		at.rep.errors.Add(1)
 		at.status, at.cause = http.StatusGatewayTimeout, errHeaderTimeout.Error()
-		at.rep.log.Warn("engine sent no response headers in time", "timeout", p.cfg.ResponseHeaderTimeout.String())
-		writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("replica %d: no response headers within %s (--response-header-timeout)",
-			at.rep.rank, p.cfg.ResponseHeaderTimeout))
+		at.rep.Log().Warn("engine sent no response headers in time", "timeout", p.cfg.ResponseHeaderTimeout.String())
+		writeError(w, r, http.StatusGatewayTimeout, fmt.Sprintf("replica %d: no response headers within %s (--response-header-timeout)",
+			at.rep.Rank(), p.cfg.ResponseHeaderTimeout))
 		return
 	}
 	if r.Context().Err() != nil {
 		at.status = 499
 		w.WriteHeader(499)
-		at.rep.log.Debug("client went away", "error", err)
+		at.rep.Log().Debug("client went away", "error", err)
 		return
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		at.retry = true
-		at.rep.health.Refused(err)
+		at.rep.Refused(err)
 		return
 	}
 	if at.reused.Load() && closedBeforeAnswer(err) {
@@ -371,13 +366,12 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		// so the request goes elsewhere, as after a dial error. The health
 		// checks decide whether the replica is down.
 		at.retry = true
-		at.rep.log.Info("engine closed a kept-alive connection before answering; trying another replica", "error", err)
+		at.rep.Log().Info("engine closed a kept-alive connection before answering; trying another replica", "error", err)
 		return
 	}
-	at.rep.errors.Add(1)
 	at.status, at.cause = http.StatusBadGateway, err.Error()
-	at.rep.log.Warn("proxy error", "error", err)
-	writeError(w, http.StatusBadGateway, "replica "+strconv.Itoa(at.rep.rank)+": "+err.Error())
+	at.rep.Log().Warn("proxy error", "error", err)
+	writeError(w, r, http.StatusBadGateway, "replica "+strconv.Itoa(at.rep.Rank())+": "+err.Error())
 }
 
 // closedBeforeAnswer reports an error of a connection the engine closed or
@@ -389,95 +383,16 @@ func closedBeforeAnswer(err error) bool {
 		errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-// account counts a finished attempt (its route, stickiness, usage and time
-// to first byte), logs its decision, and tells the Placer the request
-// ended. An attempt that never reached its engine (a retry) only ends.
-func (p *Proxy) account(at *attempt, req *request, pl *placement, start time.Time) {
-	if at.retry {
-		p.placer.End(pl, false, place.Report{}, -1)
-		return
-	}
-	rep := at.rep
-	rank := strconv.Itoa(rep.rank)
-	if at.tap != nil && at.tap.Failed() != nil {
-		rep.errors.Add(1)
-		at.status, at.cause = http.StatusBadGateway, at.tap.Failed().Error()
-		rep.log.Warn("engine stream broke off", "error", at.tap.Failed())
-	}
-	if at.status != 499 {
-		rep.health.Request(at.status >= 500, at.cause, p.clock(), p.cfg.FailCooldown, p.othersUp(rep))
-		countTurn(rep, pl.Reason)
-		p.metrics.requests.WithLabelValues(rank, string(pl.Reason)).Inc()
-	}
-	var raw tap.Usage
-	ttfb := -1.0
+// outcome is what the attempt saw, for the core's accounting: a stream
+// that broke off after its headers counts as a 502.
+func (p *Proxy) outcome(at *attempt, req *request, start time.Time) router.Outcome {
+	o := router.Outcome{Retry: at.retry, Status: at.status, Cause: at.cause, Start: start, Key: req.key, RequestID: req.id}
 	if at.tap != nil {
-		raw = at.tap.Usage()
-		if first := at.tap.FirstByte(); !first.IsZero() {
-			ttfb = first.Sub(start).Seconds()
-			p.metrics.ttfb.WithLabelValues(rank).Observe(ttfb)
+		if err := at.tap.Failed(); err != nil {
+			o.Status, o.Cause = http.StatusBadGateway, err.Error()
+			at.rep.Log().Warn("engine stream broke off", "error", err)
 		}
+		o.Usage, o.FirstByte = at.tap.Usage(), at.tap.FirstByte()
 	}
-	u := raw
-	if u.Known {
-		u.Cached = min(u.Cached, u.Prompt)
-		rep.prompt.Add(u.Prompt)
-		rep.cached.Add(u.Cached)
-		rep.completion.Add(u.Completion)
-		p.metrics.prompt.WithLabelValues(rank).Add(float64(u.Prompt))
-		p.metrics.cached.WithLabelValues(rank).Add(float64(u.Cached))
-		p.metrics.completion.WithLabelValues(rank).Add(float64(u.Completion))
-		p.series.add(p.clock(), u)
-	}
-	p.logDecision(at, req, pl, start, u)
-	if p.log.Enabled(context.Background(), slog.LevelDebug) { // the arguments would allocate when it is off
-		p.log.Debug("routed", "replica", rep.rank, "route", pl.Reason, "session_source", req.key.Source,
-			"status", at.status, "prompt_tokens", u.Prompt, "cached_tokens", u.Cached)
-	}
-	p.placer.End(pl, at.status != 499, place.Report(raw), ttfb)
-}
-
-// countTurn adds one served turn to the replica's counter of its reason.
-func countTurn(r *replica, reason place.Reason) {
-	r.requests.Add(1)
-	switch reason {
-	case place.ReasonNew:
-		r.newTurns.Add(1)
-	case place.ReasonSticky:
-		r.sticky.Add(1)
-	case place.ReasonSpill:
-		r.spilledIn.Add(1)
-	case place.ReasonPinned:
-		r.pinned.Add(1)
-	case place.ReasonFailover:
-		r.failover.Add(1)
-	case place.ReasonOff, place.ReasonHash:
-		r.balanced.Add(1)
-	}
-}
-
-// othersUp reports whether a replica other than r is in rotation.
-func (p *Proxy) othersUp(r *replica) bool {
-	for _, o := range p.set.Load().list {
-		if o != r && o.healthy() {
-			return true
-		}
-	}
-	return false
-}
-
-// logDecision hands one accounted request to the decision log (nothing
-// when the log is off).
-func (p *Proxy) logDecision(at *attempt, req *request, pl *placement, start time.Time, u tap.Usage) {
-	if p.decisions == nil {
-		return
-	}
-	now := p.clock()
-	d := decision.Record{At: now, RequestID: req.id, Source: req.key.Source, Key: req.key.Key, Subagent: req.key.Subagent,
-		Policy: pl.Policy, Route: string(pl.Reason), Replica: at.rep.rank, Wait: pl.Waited,
-		Prompt: u.Prompt, Cached: u.Cached, Completion: u.Completion, TTFB: -1, Duration: now.Sub(start), Status: at.status}
-	if at.tap != nil && !at.tap.FirstByte().IsZero() {
-		d.TTFB = at.tap.FirstByte().Sub(start)
-	}
-	p.decisions.add(d)
+	return o
 }

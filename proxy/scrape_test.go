@@ -8,16 +8,17 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/engine"
 )
 
 func TestCheckScrapesAndMarksDown(t *testing.T) {
 	e := newFakeEngine(t)
 	p, _ := testProxy(t, Config{}, e)
-	p.CheckNow(context.Background())
+	p.core.CheckNow(context.Background())
 	e.metrics.Store(metricsText(2, 1, 0.4, 300, 200))
-	p.CheckNow(context.Background())
-	r := p.Status().Replicas[0]
+	p.core.CheckNow(context.Background())
+	r := p.core.Status().Replicas[0]
 	want := struct{ Running, Waiting, KV, Q, H float64 }{2, 1, 0.4, 200, 150}
 	got := struct{ Running, Waiting, KV, Q, H float64 }{r.Running, r.Waiting, r.KVUsed, r.PrefixQueries, r.PrefixHits}
 	if diff := cmp.Diff(want, got); diff != "" || r.KVCapacityTokens != 40000 || r.HitRate != 0.75 {
@@ -25,24 +26,24 @@ func TestCheckScrapesAndMarksDown(t *testing.T) {
 	}
 	e.srv.Close()
 	for range engine.CheckFailsDown - 1 {
-		p.CheckNow(context.Background())
+		p.core.CheckNow(context.Background())
 	}
-	if !p.Status().Replicas[0].Up {
+	if !p.core.Status().Replicas[0].Up {
 		t.Error("down before the failure limit")
 	}
-	p.CheckNow(context.Background())
-	if r := p.Status().Replicas[0]; r.Up || r.ScrapeError == "" {
+	p.core.CheckNow(context.Background())
+	if r := p.core.Status().Replicas[0]; r.Up || r.ScrapeError == "" {
 		t.Errorf("still up after %d failed checks (error %q)", engine.CheckFailsDown, r.ScrapeError)
 	}
 }
 
 func TestRunStopsWithItsContext(t *testing.T) {
 	e := newFakeEngine(t)
-	p, _ := testProxy(t, Config{ScrapeInterval: time.Millisecond}, e)
+	p, _ := testProxy(t, Config{Config: router.Config{ScrapeInterval: time.Millisecond}}, e)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { p.Run(ctx); close(done) }()
-	simproc.Poll(t, "a scrape", func() bool { return !p.Status().Replicas[0].ScrapedAt.IsZero() })
+	go func() { p.core.Run(ctx); close(done) }()
+	simproc.Poll(t, "a scrape", func() bool { return !p.core.Status().Replicas[0].ScrapedAt.IsZero() })
 	cancel()
 	<-done
 }

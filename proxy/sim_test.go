@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/identity"
 	"github.com/lmwarden/warden/router/place"
 )
@@ -20,7 +21,7 @@ func TestMain(m *testing.M) { simproc.Main(m) }
 
 // startSims runs n simulator processes concurrently and returns them as
 // backends (rank = index).
-func startSims(t *testing.T, n int, args ...string) ([]*simproc.Proc, []Backend) {
+func startSims(t *testing.T, n int, args ...string) ([]*simproc.Proc, []router.Backend) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts simulator processes")
@@ -37,12 +38,12 @@ func startSims(t *testing.T, n int, args ...string) ([]*simproc.Proc, []Backend)
 		go func() { defer wg.Done(); procs[i] = simproc.StartNoWait(t, args...) }()
 	}
 	wg.Wait()
-	var bs []Backend
+	var bs []router.Backend
 	for i, p := range procs {
 		if err := p.WaitHealthy(30e9); err != nil {
 			t.Fatalf("sim %d: %v\n%s", i, err, p.Output())
 		}
-		bs = append(bs, Backend{Rank: i, URL: p.URL, MaxNumSeqs: 32})
+		bs = append(bs, router.Backend{Rank: i, URL: p.URL, MaxNumSeqs: 32})
 	}
 	return procs, bs
 }
@@ -112,7 +113,7 @@ func TestSimConversationStaysAndItsHitsRise(t *testing.T) {
 		lastRate = rate
 	}
 	settled(t, p)
-	if st := p.Status(); st.StickyShare != 1 || st.Replicas[home].Sticky != 3 || st.Totals.CachedTokens == 0 {
+	if st := p.core.Status(); st.StickyShare != 1 || st.Replicas[home].Sticky != 3 || st.Totals.CachedTokens == 0 {
 		t.Errorf("status: sticky share %v, sticky turns %d, cached %d", st.StickyShare, st.Replicas[home].Sticky, st.Totals.CachedTokens)
 	}
 	// Distinct conversations spread: the next one goes to the other replica.
@@ -137,7 +138,7 @@ func TestSimDeadReplicaFailsOver(t *testing.T) {
 		t.Errorf("after failover: replica %d route %s cached %d; want the new home, sticky, cached", rank, route, cached)
 	}
 	settled(t, p)
-	if st := p.Status(); st.Replicas[home].Up || st.Replicas[1-home].Failover != 1 {
+	if st := p.core.Status(); st.Replicas[home].Up || st.Replicas[1-home].Failover != 1 {
 		t.Errorf("status: dead replica up=%v, failovers %d", st.Replicas[home].Up, st.Replicas[1-home].Failover)
 	}
 }
@@ -163,7 +164,7 @@ func TestSimBillingStripGivesCrossConversationHits(t *testing.T) {
 			post(t, front.URL+"/v1/messages?beta=true", claudeTurn("0b8", system, words("one", 200)), "X-Claude-Code-Session-Id", "a")
 			post(t, front.URL+"/v1/messages?beta=true", claudeTurn("1c9", system, words("two", 200)), "X-Claude-Code-Session-Id", "b")
 			settled(t, p)
-			cached := p.Status().Totals.CachedTokens
+			cached := p.core.Status().Totals.CachedTokens
 			t.Logf("keep billing header=%v: cached tokens on the second conversation's first turn: %d", keep, cached)
 			if !keep && cached < 900 {
 				t.Errorf("with the billing block removed the shared system prompt should hit: cached %d", cached)
@@ -178,7 +179,7 @@ func TestSimBillingStripGivesCrossConversationHits(t *testing.T) {
 func TestSimOffSpreadsByQueueAndStickyKeepsTheCache(t *testing.T) {
 	_, bs := startSims(t, 4)
 	clk := &fakeClock{t: time.Unix(1_000_000, 0)} // frozen: one balancer stats period
-	p, front := testProxyBackends(t, Config{Policy: place.PolicyOff, Clock: clk.now}, bs)
+	p, front := testProxyBackends(t, Config{Config: router.Config{Policy: place.PolicyOff, Clock: clk.now}}, bs)
 	c := newConversation(front.URL, "conv-off", words("sys", 200), words("task", 200))
 	var got []string
 	for turn := range 4 {
@@ -190,7 +191,7 @@ func TestSimOffSpreadsByQueueAndStickyKeepsTheCache(t *testing.T) {
 	if want := "[0:off:0 1:off:0 2:off:0 3:off:0]"; fmt.Sprint(got) != want {
 		t.Errorf("off: %v, want %s", got, want)
 	}
-	if _, err := p.SetPolicy(place.PolicySticky); err != nil {
+	if _, err := p.core.SetPolicy(place.PolicySticky); err != nil {
 		t.Fatal(err)
 	}
 	rank, route, _, cached := c.turn(t, "back home")

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/identity"
 	"github.com/lmwarden/warden/router/place"
 )
@@ -42,8 +43,8 @@ func resettingEngine(t *testing.T) (*httptest.Server, *atomic.Int32) {
 func TestResetOnAKeptAliveConnectionGoesToAnotherReplica(t *testing.T) {
 	a, na := resettingEngine(t)
 	b, nb := resettingEngine(t)
-	_, front := testProxyBackends(t, Config{Policy: place.PolicySticky},
-		[]Backend{{Rank: 0, URL: a.URL, MaxNumSeqs: 32}, {Rank: 1, URL: b.URL, MaxNumSeqs: 32}})
+	_, front := testProxyBackends(t, Config{Config: router.Config{Policy: place.PolicySticky}},
+		[]router.Backend{{Rank: 0, URL: a.URL, MaxNumSeqs: 32}, {Rank: 1, URL: b.URL, MaxNumSeqs: 32}})
 	body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 	resp, _ := post(t, front.URL+"/v1/chat/completions", body, "X-Claude-Code-Session-Id", "s1")
 	home, _ := strconv.Atoi(resp.Header.Get(identity.PinHeader))

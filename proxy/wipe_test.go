@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/identity"
 )
 
 // residentOn is where the adaptive memory believes key's prefix is (-1
 // nowhere), on a snapshot taken as a decision takes it.
-func residentOn(p *Proxy, key string) int { return p.placer.ResidentOn(key) }
+func residentOn(p *Proxy, key string) int { return p.core.Placer().ResidentOn(key) }
 
 // TestCacheWipesForgotten: after the engine's prefix cache is emptied — a
 // restart the launcher reports, counters that went down (a restart nobody
@@ -25,13 +26,13 @@ func TestCacheWipesForgotten(t *testing.T) {
 		name string
 		wipe func(t *testing.T, p *Proxy, front string, e *fakeEngine, rank int)
 	}{
-		{"launcher restart", func(t *testing.T, p *Proxy, _ string, _ *fakeEngine, rank int) { p.NoteRestart(rank) }},
+		{"launcher restart", func(t *testing.T, p *Proxy, _ string, _ *fakeEngine, rank int) { p.core.NoteRestart(rank) }},
 		{"counters went down", func(t *testing.T, p *Proxy, _ string, e *fakeEngine, rank int) {
-			r := p.lookup(rank)
+			r := p.core.Lookup(rank)
 			e.metrics.Store(metricsText(0, 0, 0.1, 5000, 4000))
-			p.check(context.Background(), r) // the baseline
+			p.core.CheckReplica(context.Background(), r.Rank()) // the baseline
 			e.metrics.Store(metricsText(0, 0, 0.1, 10, 0))
-			p.check(context.Background(), r) // lower: the engine restarted
+			p.core.CheckReplica(context.Background(), r.Rank()) // lower: the engine restarted
 		}},
 		{"reset_prefix_cache", func(t *testing.T, _ *Proxy, front string, _ *fakeEngine, _ int) {
 			if resp, body := post(t, front+"/warden/reset_prefix_cache", ""); resp.StatusCode != 200 {
@@ -42,9 +43,9 @@ func TestCacheWipesForgotten(t *testing.T) {
 		for _, policy := range []string{"sticky", "adaptive"} {
 			t.Run(tc.name+"/"+policy, func(t *testing.T) {
 				engines := []*fakeEngine{newFakeEngine(t), newFakeEngine(t)}
-				p, front := testProxy(t, Config{Policy: policy}, engines...)
-				for _, r := range p.replicaList() {
-					p.check(context.Background(), r) // KV capacities known
+				p, front := testProxy(t, Config{Config: router.Config{Policy: policy}}, engines...)
+				for _, r := range p.core.Replicas() {
+					p.core.CheckReplica(context.Background(), r.Rank()) // KV capacities known
 				}
 				turn := func() (rank, route string) {
 					t.Helper()
@@ -93,9 +94,9 @@ func TestActiveMeansActive(t *testing.T) {
 	for _, e := range engines {
 		e.metrics.Store(small)
 	}
-	p, front := testProxy(t, Config{Policy: "sticky", Clock: clk.now}, engines...)
-	for _, r := range p.replicaList() {
-		p.check(context.Background(), r)
+	p, front := testProxy(t, Config{Config: router.Config{Policy: "sticky", Clock: clk.now}}, engines...)
+	for _, r := range p.core.Replicas() {
+		p.core.CheckReplica(context.Background(), r.Rank())
 	}
 	for g := 0; g < 51; g += 4 { // groups of 4 concurrent conversations, 3 turns 20 s apart
 		for turn := range 3 {
@@ -111,7 +112,7 @@ func TestActiveMeansActive(t *testing.T) {
 		}
 		clk.add(time.Second)
 	}
-	st := p.Status()
+	st := p.core.Status()
 	if st.Sessions != 51 {
 		t.Fatalf("table holds %d sessions, want 51", st.Sessions)
 	}
@@ -129,7 +130,7 @@ func TestActiveMeansActive(t *testing.T) {
 		}
 	}
 	clk.add(time.Hour / 2)
-	if st = p.Status(); st.ConcurrentSessions != 0 || st.Sessions != 51 {
+	if st = p.core.Status(); st.ConcurrentSessions != 0 || st.Sessions != 51 {
 		t.Errorf("half an hour later: %d active of %d, want 0 of 51", st.ConcurrentSessions, st.Sessions)
 	}
 }
@@ -141,7 +142,7 @@ func TestReturningReplicaRampsUp(t *testing.T) {
 	run := func(t *testing.T, ramp time.Duration, seed uint64) (during, after int) {
 		clk := &fakeClock{t: time.Unix(1_000_000, 0)}
 		engines := []*fakeEngine{newFakeEngine(t), newFakeEngine(t), newFakeEngine(t)}
-		p, front := testProxy(t, Config{Policy: "sticky", Clock: clk.now, RampUp: ramp, Seed: seed}, engines...)
+		p, front := testProxy(t, Config{Config: router.Config{Policy: "sticky", Clock: clk.now, RampUp: ramp, Seed: seed}}, engines...)
 		onZero := func(prefix string, n int) (k int) {
 			for i := range n {
 				resp, body := post(t, front.URL+"/v1/chat/completions", chatBody(fmt.Sprint(prefix, i), false, ""))
@@ -155,18 +156,18 @@ func TestReturningReplicaRampsUp(t *testing.T) {
 			settled(t, p)
 			return k
 		}
-		p.SetReplicaState(0, false, "loading", "restart")
+		p.core.SetReplicaState(0, false, "loading", "restart")
 		if k := onZero("old-", 12); k != 0 {
 			t.Fatalf("%d conversations went to the replica that is down", k)
 		}
-		p.NoteRestart(0)
-		p.SetReplicaState(0, true, "healthy", "")
+		p.core.NoteRestart(0)
+		p.core.SetReplicaState(0, true, "healthy", "")
 		during = onZero("new-", 6)
 		clk.add(ramp + time.Second)
 		after = onZero("later-", 3)
 		return during, after
 	}
-	if during, _ := run(t, -1, 1); during != 6 {
+	if during, _ := run(t, 0, 1); during != 6 {
 		t.Fatalf("without a ramp-up the empty replica took %d of 6 new conversations, want all 6", during)
 	}
 	// Ramping, it competes as if it carried the others' mean load: it wins

@@ -22,6 +22,7 @@ import (
 	"github.com/lmwarden/warden/internal/exit"
 	"github.com/lmwarden/warden/internal/wardenproc"
 	"github.com/lmwarden/warden/proxy"
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/panel"
 )
 
@@ -38,7 +39,7 @@ type RouteOptions struct {
 
 // RouteConfig is everything `warden route` needs, validated once.
 type RouteConfig struct {
-	Replicas      []proxy.Backend
+	Replicas      []router.Backend
 	Addr          string
 	StateFile     string // "" = the session table is not saved
 	StateInterval time.Duration
@@ -83,14 +84,14 @@ func (o RouteOptions) Config() (RouteConfig, error) {
 
 // parseReplicas turns replica specs into probed backends, ranks in the
 // order given.
-func parseReplicas(specs []string, fallbackSeqs int) ([]proxy.Backend, error) {
+func parseReplicas(specs []string, fallbackSeqs int) ([]router.Backend, error) {
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("name at least one running server: --replica URL (or --replicas-file FILE)")
 	}
 	seen := map[string]bool{}
-	var bs []proxy.Backend
+	var bs []router.Backend
 	for _, s := range specs {
-		b, err := proxy.ParseReplica(s)
+		b, err := router.ParseReplica(s)
 		if err != nil {
 			return nil, err
 		}
@@ -128,7 +129,7 @@ func readReplicasFile(path string) ([]string, error) {
 
 // servedNameOf asks the replicas' /v1/models (concurrently, briefly) and
 // returns the first model name in replica order; "" when none answers.
-func servedNameOf(ctx context.Context, bs []proxy.Backend, log *slog.Logger) string {
+func servedNameOf(ctx context.Context, bs []router.Backend, log *slog.Logger) string {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	names := make([]string, len(bs))
@@ -194,17 +195,17 @@ func Route(ctx context.Context, o RouteOptions, stdout io.Writer) error {
 	srv, served := startHTTP(ln, px.Handler(), log)
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
-	go px.Run(runCtx)
+	go px.Core().Run(runCtx)
 	if cfg.StateFile != "" {
-		go px.PersistSessions(runCtx, cfg.StateFile, cfg.StateInterval)
+		go px.Core().PersistSessions(runCtx, cfg.StateFile, cfg.StateInterval)
 	}
 	go reloadOnHangup(runCtx, o, px, log)
-	printRouteReady(stdout, cfg, px.Status())
+	printRouteReady(stdout, cfg, px.Core().Status())
 
 	final := drain(ctx, stopSignals, srv, served, px, cfg.DrainTimeout, log)
 	stopRun()
 	if cfg.StateFile != "" {
-		if n, err := px.SaveSessions(cfg.StateFile); err != nil {
+		if n, err := px.Core().SaveSessions(cfg.StateFile); err != nil {
 			log.Error("the session table was not saved", "path", cfg.StateFile, "error", err)
 		} else {
 			log.Info("session table saved", "path", cfg.StateFile, "sessions", n)
@@ -226,7 +227,7 @@ func newRouteProxy(ctx context.Context, cfg RouteConfig, log *slog.Logger) (*pro
 		return nil, err
 	}
 	if cfg.StateFile != "" {
-		res, err := px.LoadSessions(cfg.StateFile)
+		res, err := px.Core().LoadSessions(cfg.StateFile)
 		if err != nil {
 			return nil, err
 		}
@@ -235,8 +236,8 @@ func newRouteProxy(ctx context.Context, cfg RouteConfig, log *slog.Logger) (*pro
 				"restored", res.Restored, "expired", res.Expired, "on_unknown_replicas", res.Unknown)
 		}
 	}
-	px.CheckNow(ctx)
-	for _, r := range px.Status().Replicas {
+	px.Core().CheckNow(ctx)
+	for _, r := range px.Core().Status().Replicas {
 		if !r.Up {
 			log.Warn("replica not answering; routed around and retried every second", "replica", r.Rank,
 				"url", r.URL, "error", r.ScrapeError)
@@ -293,20 +294,20 @@ func reloadOnHangup(ctx context.Context, o RouteOptions, px *proxy.Proxy, log *s
 // not wanted (replicas added over HTTP included: after a reload the list
 // is the truth). Sessions homed on a removed replica fail over on their
 // next turn.
-func syncReplicas(px *proxy.Proxy, want []proxy.Backend, log *slog.Logger) (added, removed int) {
+func syncReplicas(px *proxy.Proxy, want []router.Backend, log *slog.Logger) (added, removed int) {
 	wanted := map[string]bool{}
 	for _, b := range want {
 		wanted[b.URL] = true
 	}
 	have := map[string]bool{}
-	for _, r := range px.Status().Replicas {
-		b, err := proxy.ParseReplica(r.URL)
+	for _, r := range px.Core().Status().Replicas {
+		b, err := router.ParseReplica(r.URL)
 		if err != nil {
 			continue
 		}
 		have[b.URL] = true
 		if !wanted[b.URL] {
-			if _, err := px.RemoveReplica(b.URL, -1); err == nil {
+			if _, err := px.Core().RemoveReplica(b.URL, -1); err == nil {
 				removed++
 			}
 		}
@@ -315,7 +316,7 @@ func syncReplicas(px *proxy.Proxy, want []proxy.Backend, log *slog.Logger) (adde
 		if have[b.URL] {
 			continue
 		}
-		if _, err := px.AddReplica(b); err != nil {
+		if _, err := px.Core().AddReplica(b); err != nil {
 			log.Warn("replica not added", "url", b.URL, "error", err)
 			continue
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/simproc"
 	"github.com/lmwarden/warden/proxy"
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/panel"
 )
 
@@ -276,7 +277,7 @@ func TestSyncReplicasMakesTheProxyMatchTheList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px, err := proxy.New(proxy.Config{Logger: log}, first)
+	px, err := proxy.New(proxy.Config{Config: router.Config{Logger: log}}, first)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +286,7 @@ func TestSyncReplicasMakesTheProxyMatchTheList(t *testing.T) {
 		t.Errorf("added %d removed %d, want 1 and 1", added, removed)
 	}
 	var got []string
-	for _, r := range px.Status().Replicas {
+	for _, r := range px.Core().Status().Replicas {
 		got = append(got, strconv.Itoa(r.Rank)+" "+r.URL)
 	}
 	if want := []string{"1 " + urls[1], "2 " + urls[2]}; strings.Join(got, ",") != strings.Join(want, ",") {

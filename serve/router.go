@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/lmwarden/warden/proxy"
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/panel"
 	"github.com/lmwarden/warden/router/place"
 )
@@ -48,31 +49,16 @@ type Router struct {
 }
 
 // proxyConfig validates the router's settings into a proxy.Config for the
-// served model name and returns the listen address.
+// served model name and returns the listen address. The settings' own
+// checks are proxy.Config.Validate's (and router.Config's); only what the
+// command line spells differently is read here.
 func (r Router) proxyConfig(servedName string) (proxy.Config, string, error) {
 	port := r.Port
 	if port < 1 || port > 65535 {
 		return proxy.Config{}, "", fmt.Errorf("--port %d is not a TCP port", port)
 	}
-	// Zero is a user's mistake for these two (their defaults are not zero);
-	// in proxy.Config zero means the default, so they are checked here.
-	if r.ScrapeInterval <= 0 {
-		return proxy.Config{}, "", fmt.Errorf("--scrape-interval must be positive, got %v", r.ScrapeInterval)
-	}
-	if r.BalancerInterval <= 0 {
-		return proxy.Config{}, "", fmt.Errorf("--balancer-interval must be positive, got %v", r.BalancerInterval)
-	}
 	if v := r.Subagents; v != "own" && v != "parent" {
 		return proxy.Config{}, "", fmt.Errorf("--subagents must be own or parent, got %q", v)
-	}
-	if r.RampUp < 0 {
-		return proxy.Config{}, "", fmt.Errorf("--ramp-up must be >= 0 (0: at once), got %v", r.RampUp)
-	}
-	if r.ResponseHeaderTimeout <= 0 {
-		return proxy.Config{}, "", fmt.Errorf("--response-header-timeout must be positive, got %v", r.ResponseHeaderTimeout)
-	}
-	if r.DecisionLogMaxMB < 1 {
-		return proxy.Config{}, "", fmt.Errorf("--decision-log-max-mb must be >= 1, got %d", r.DecisionLogMaxMB)
 	}
 	maxBody, err := humanize.ParseBytes(r.MaxBodyBytes)
 	if err != nil || maxBody == 0 || maxBody > 1<<40 {
@@ -83,17 +69,15 @@ func (r Router) proxyConfig(servedName string) (proxy.Config, string, error) {
 		policy = place.PolicyOff
 	}
 	cfg := proxy.Config{
-		ServedModel: servedName, Policy: policy, SpillThreshold: r.SpillThreshold,
-		SessionHeaders: r.SessionHeaders, KeepBillingHeader: r.KeepBillingHeader,
-		AdminToken: r.AdminToken, APIKey: r.APIKey,
-		ResponseHeaderTimeout: r.ResponseHeaderTimeout, StrictModel: r.StrictModel,
-		BalancerInterval: r.BalancerInterval, ScrapeInterval: r.ScrapeInterval, MaxBodyBytes: int64(maxBody),
-		AdmitWait: r.AdmitWait, MoveCooldown: r.MoveCooldown, KVFill: r.KVFill,
-		RampUp: r.RampUp, SubagentsWithParent: r.Subagents == "parent",
-		DecisionLog: r.DecisionLog, DecisionLogMaxMB: r.DecisionLogMaxMB,
-	}
-	if cfg.RampUp == 0 {
-		cfg.RampUp = -1 // at once (0 in proxy.Config is the default)
+		Config: router.Config{
+			ServedModel: servedName, Policy: policy, SpillThreshold: r.SpillThreshold,
+			SessionHeaders: r.SessionHeaders, BalancerInterval: r.BalancerInterval, ScrapeInterval: r.ScrapeInterval,
+			AdmitWait: r.AdmitWait, MoveCooldown: r.MoveCooldown, KVFill: r.KVFill,
+			RampUp: r.RampUp, SubagentsWithParent: r.Subagents == "parent",
+			DecisionLog: r.DecisionLog, DecisionLogMaxMB: r.DecisionLogMaxMB,
+		},
+		KeepBillingHeader: r.KeepBillingHeader, AdminToken: r.AdminToken, APIKey: r.APIKey,
+		ResponseHeaderTimeout: r.ResponseHeaderTimeout, StrictModel: r.StrictModel, MaxBodyBytes: int64(maxBody),
 	}
 	if err := cfg.Validate(); err != nil {
 		return proxy.Config{}, "", err
@@ -140,9 +124,9 @@ func drain(ctx context.Context, stopSignals func(), srv *http.Server, served <-c
 	}
 	stopSignals()
 	shutdownHTTP(srv, grace)
-	if err := px.CloseDecisionLog(); err != nil {
+	if err := px.Core().CloseDecisionLog(); err != nil {
 		log.Warn("the decision log was not written completely", "error", err)
 	}
-	px.CheckNow(context.Background())
-	return px.Status()
+	px.Core().CheckNow(context.Background())
+	return px.Core().Status()
 }

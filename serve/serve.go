@@ -26,6 +26,7 @@ import (
 	"github.com/lmwarden/warden/launch"
 	"github.com/lmwarden/warden/modelinfo"
 	"github.com/lmwarden/warden/proxy"
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/panel"
 	"github.com/lmwarden/warden/sim"
 )
@@ -414,7 +415,7 @@ func engineOptions(cfg Options, facts engineFacts, log *slog.Logger) (launch.Too
 const simDefaultMaxNumSeqs = 32
 
 // engineSpecs builds one launch spec and one proxy backend per rank.
-func engineSpecs(cfg Options, d rankDevices, tools launch.ToolsChoice, fit launch.ContextChoice) ([]launch.Spec, []proxy.Backend, error) {
+func engineSpecs(cfg Options, d rankDevices, tools launch.ToolsChoice, fit launch.ContextChoice) ([]launch.Spec, []router.Backend, error) {
 	free, err := ports.Free(cfg.DP, "127.0.0.1")
 	if err != nil {
 		return nil, nil, fmt.Errorf("finding %d free loopback ports: %w", cfg.DP, err)
@@ -423,11 +424,11 @@ func engineSpecs(cfg Options, d rankDevices, tools launch.ToolsChoice, fit launc
 		ServedName: cfg.ServedName, MaxNumSeqs: d.seqs, TP: cfg.TP, KVBytes: d.kvBytes, OffloadBytes: d.offload,
 		ToolFlags: tools.Flags(), MaxModelLen: fit.MaxModelLen, Extra: cfg.Extra}
 	specs := make([]launch.Spec, cfg.DP)
-	backends := make([]proxy.Backend, cfg.DP)
+	backends := make([]router.Backend, cfg.DP)
 	for i := range specs {
 		specs[i] = launch.Spec{Rank: i, Argv: eng.Argv(free[i]), Port: free[i], GPUs: d.gpus[i],
 			LogPath: filepath.Join(cfg.LogDir, "rank-"+strconv.Itoa(i)+".log")}
-		backends[i] = proxy.Backend{Rank: i, URL: "http://127.0.0.1:" + strconv.Itoa(free[i]),
+		backends[i] = router.Backend{Rank: i, URL: "http://127.0.0.1:" + strconv.Itoa(free[i]),
 			GPUs: d.gpus[i], MaxNumSeqs: d.seqs}
 		if i < len(d.cpus) {
 			specs[i].Env = d.cpus[i].Env()
@@ -481,13 +482,13 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 		return exit.New(1, "warden serve: "+err.Error())
 	}
 	for _, b := range backends {
-		px.SetReplicaState(b.Rank, false, "starting", "engine loading")
+		px.Core().SetReplicaState(b.Rank, false, "starting", "engine loading")
 	}
-	px.SetStarting(true)
+	px.Core().SetStarting(true)
 	srv, served := startHTTP(ln, px.Handler(), log)
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
-	go px.Run(runCtx)
+	go px.Core().Run(runCtx)
 
 	log.Info("starting engines", "engine", cfg.Engine, "device", cfg.Device, "model", cfg.Model, "dp", cfg.DP, "tp", cfg.TP,
 		"max_num_seqs", devices.seqs, "log_dir", cfg.LogDir)
@@ -502,12 +503,12 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 		}
 		return exit.New(1, "warden serve: "+err.Error())
 	}
-	px.CheckNow(ctx)
-	px.SetStarting(false)
+	px.Core().CheckNow(ctx)
+	px.Core().SetStarting(false)
 	if cfg.Engine == "vllm" {
 		log.Info("engines ready", "vllm_version", launch.Version(ctx, backends[0].URL))
 	}
-	printServeReady(stdout, cfg, px.Status().Policy)
+	printServeReady(stdout, cfg, px.Core().Status().Policy)
 
 	final := drain(ctx, stopSignals, srv, served, px, cfg.Router.DrainTimeout, log)
 	stopRun()
@@ -542,9 +543,9 @@ func onEngineState(px *proxy.Proxy) func(rank int, s launch.State, reason string
 		}
 		mu.Unlock()
 		if restarted {
-			px.NoteRestart(rank)
+			px.Core().NoteRestart(rank)
 		}
-		px.SetReplicaState(rank, s == launch.Ready, s.String(), reason)
+		px.Core().SetReplicaState(rank, s == launch.Ready, s.String(), reason)
 	}
 }
 

@@ -3,11 +3,13 @@ package command
 import (
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/urfave/cli/v2"
 
 	"github.com/lmwarden/warden/hostcpu"
 	"github.com/lmwarden/warden/launch"
 	"github.com/lmwarden/warden/proxy"
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/serve"
 )
 
@@ -25,9 +27,9 @@ func routerFlags() []cli.Flag {
 			Usage: "routing policy: adaptive (sticky, plus KV-aware admission of new conversations and cost-based moves), sticky (keep a conversation on its replica), off (vLLM-like shortest queue), hash, ..."},
 		&cli.BoolFlag{Name: "affinity", Value: true, EnvVars: envVars("AFFINITY"),
 			Usage: "session affinity; --affinity=false is --policy off"},
-		&cli.DurationFlag{Name: "balancer-interval", Value: 100 * time.Millisecond, EnvVars: envVars("BALANCER_INTERVAL"),
+		&cli.DurationFlag{Name: "balancer-interval", Value: router.DefaultBalancerInterval, EnvVars: envVars("BALANCER_INTERVAL"),
 			Usage: "period of the load sample the vLLM-style balancers (off, off-v2) decide on, as vLLM's coordinator publishes engine stats"},
-		&cli.DurationFlag{Name: "scrape-interval", Value: time.Second, EnvVars: envVars("SCRAPE_INTERVAL"),
+		&cli.DurationFlag{Name: "scrape-interval", Value: router.DefaultScrapeInterval, EnvVars: envVars("SCRAPE_INTERVAL"),
 			Usage: "period of the poll of every engine's /metrics and /health (load, KV use, counters, prefill rate); each poll costs the engine's API server ~15-30 ms on a busy CPU core"},
 		&cli.IntFlag{Name: "spill-threshold", EnvVars: envVars("SPILL_THRESHOLD"),
 			Usage: "in-flight requests on a replica above which a sticky turn spills elsewhere (0: auto = max(1, the replica's max_num_seqs/4))"},
@@ -37,7 +39,7 @@ func routerFlags() []cli.Flag {
 			Usage: "adaptive: turns a conversation moved off an overfull replica stays on its new one (0: auto = 3)"},
 		&cli.StringFlag{Name: "subagents", Value: "own", EnvVars: envVars("SUBAGENTS"),
 			Usage: "own: a subagent (Claude Code's x-claude-code-agent-id, a Codex child thread) is a conversation of its own, placed by load; parent: it goes where its parent's session is"},
-		&cli.DurationFlag{Name: "ramp-up", Value: 30 * time.Second, EnvVars: envVars("RAMP_UP"),
+		&cli.DurationFlag{Name: "ramp-up", Value: router.DefaultRampUp, EnvVars: envVars("RAMP_UP"),
 			Usage: "how long a replica that comes back into rotation (restart, recovery, added) takes to reach its full share of new conversations (0: at once)"},
 		&cli.Float64Flag{Name: "kv-fill", EnvVars: envVars("KV_FILL"),
 			Usage: "adaptive: fraction of each replica's KV cache the conversations' working sets are planned into (0: auto = 1.0; below 1 keeps headroom, above 1 overcommits)"},
@@ -51,13 +53,13 @@ func routerFlags() []cli.Flag {
 			Usage: "bearer token for admin endpoints from non-loopback callers (policy switch, cache reset, replicas)"},
 		&cli.StringFlag{Name: "api-key", EnvVars: envVars("API_KEY"),
 			Usage: "require this key from clients on /v1/* (Authorization: Bearer KEY or x-api-key: KEY; 401 otherwise); never logged, not forwarded to engines"},
-		&cli.StringFlag{Name: "max-body-bytes", Value: "32MiB", EnvVars: envVars("MAX_BODY_BYTES"),
+		&cli.StringFlag{Name: "max-body-bytes", Value: humanize.IBytes(proxy.DefaultMaxBodyBytes), EnvVars: envVars("MAX_BODY_BYTES"),
 			Usage: "largest request body accepted (e.g. 32MiB); larger ones get 413 (agent conversations reach a few MB)"},
-		&cli.DurationFlag{Name: "response-header-timeout", Value: 10 * time.Minute, EnvVars: envVars("RESPONSE_HEADER_TIMEOUT"),
+		&cli.DurationFlag{Name: "response-header-timeout", Value: proxy.DefaultResponseHeaderTimeout, EnvVars: envVars("RESPONSE_HEADER_TIMEOUT"),
 			Usage: "how long to wait for an engine's response headers (a non-streaming answer sends them when complete); then 504 naming the replica"},
 		&cli.StringFlag{Name: "decision-log", EnvVars: envVars("DECISION_LOG"),
 			Usage: "write one JSON line per routed request to this file (route reason, replica, warden queue wait, tokens, TTFB; docs/operations.md); off by default"},
-		&cli.IntFlag{Name: "decision-log-max-mb", Value: 100, EnvVars: envVars("DECISION_LOG_MAX_MB"),
+		&cli.IntFlag{Name: "decision-log-max-mb", Value: router.DefaultDecisionLogMaxMB, EnvVars: envVars("DECISION_LOG_MAX_MB"),
 			Usage: "rotate the --decision-log file at this size in megabytes, keeping three old files"},
 		&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, EnvVars: envVars("DRAIN_TIMEOUT"),
 			Usage: "on SIGINT/SIGTERM, how long in-flight requests may finish before the warden stops"},
@@ -132,7 +134,7 @@ func routeFlags() []cli.Flag {
 			Usage: "a running vLLM (or warden) server to route to: URL, or URL#max_num_seqs=N when the server does not say its own; repeat or separate with commas"},
 		&cli.StringFlag{Name: "replicas-file", EnvVars: envVars("REPLICAS_FILE"),
 			Usage: "file listing replicas, one URL[#max_num_seqs=N] per line (blank lines and lines starting with # skipped); re-read on SIGHUP"},
-		&cli.IntFlag{Name: "max-num-seqs", Value: proxy.DefaultMaxNumSeqs, EnvVars: envVars("MAX_NUM_SEQS"),
+		&cli.IntFlag{Name: "max-num-seqs", Value: router.DefaultMaxNumSeqs, EnvVars: envVars("MAX_NUM_SEQS"),
 			Usage: "max_num_seqs assumed for a replica without #max_num_seqs=N whose server does not say its own; the spill threshold derives from it"},
 		&cli.StringFlag{Name: "served-model-name", EnvVars: envVars("SERVED_MODEL_NAME"),
 			Usage: "the model name clients use (default: what the replicas answer on /v1/models at start; none answering: names pass through)"},

@@ -86,7 +86,7 @@ func TestRouteConfig(t *testing.T) {
 		{[]string{"--replica", "http://h:1", "--policy", "random"}, "unknown policy"},
 		{[]string{"--replica", "http://h:1", "--port", "70000"}, "not a TCP port"},
 		{[]string{"--replica", "http://h:1", "--state-interval", "0s"}, "--state-interval must be positive"},
-		{[]string{"--replica", "http://h:1", "--balancer-interval", "0s"}, "--balancer-interval must be positive"},
+		{[]string{"--replica", "http://h:1", "--balancer-interval", "-1s"}, "--balancer-interval must be >= 0"},
 		{[]string{"--replica", "http://h:1", "--move-cooldown", "-1"}, "--move-cooldown must be >= 0"},
 		{[]string{"--replica", "http://h:1", "--kv-fill", "5"}, "--kv-fill must be a fraction"},
 		{[]string{"--replica", "http://h:1", "--kv-fill", "-0.5"}, "--kv-fill must be a fraction"},

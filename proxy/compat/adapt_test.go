@@ -18,6 +18,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/simproc"
 	"github.com/lmwarden/warden/proxy"
+	"github.com/lmwarden/warden/router"
 )
 
 // lastModel is the model name of the last request the engine got.
@@ -32,7 +33,7 @@ func lastModel(e *vllmLike) string {
 func TestModelNamesMapToTheServedModel(t *testing.T) {
 	e := newVLLMLike(t)
 	logs := &simproc.SyncBuffer{}
-	url := front(t, proxy.Config{ServedModel: "served-model", Logger: slog.New(slog.NewTextHandler(logs, nil))}, e.srv.URL)
+	url := front(t, proxy.Config{Config: router.Config{ServedModel: "served-model", Logger: slog.New(slog.NewTextHandler(logs, nil))}}, e.srv.URL)
 	for range 2 {
 		for _, m := range []string{claudeMain, claudeSmall} {
 			if resp, body := post(t, url+"/v1/messages?beta=true", anthropicBody(m)); resp.StatusCode != 200 {
@@ -64,7 +65,7 @@ func TestModelNamesMapToTheServedModel(t *testing.T) {
 
 func TestStrictModelRefusesOtherNamesLikeVLLM(t *testing.T) {
 	e := newVLLMLike(t)
-	url := front(t, proxy.Config{ServedModel: "served-model", StrictModel: true}, e.srv.URL)
+	url := front(t, proxy.Config{Config: router.Config{ServedModel: "served-model"}, StrictModel: true}, e.srv.URL)
 	resp, body := post(t, url+"/v1/messages?beta=true", anthropicBody(claudeMain))
 	want := map[string]any{"type": "error", "error": map[string]any{"type": "NotFoundError",
 		"message": "The model `" + claudeMain + "` does not exist."}}

@@ -6,9 +6,10 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/lmwarden/warden/router/identity"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/lmwarden/warden/router/identity"
 )
 
 func TestRewriteModelTouchesOnlyTheTopLevelModel(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/proxy"
+	"github.com/lmwarden/warden/router"
 )
 
 // vllmLike is a fake engine that validates requests the way vLLM's own
@@ -175,7 +176,7 @@ func (v *vllmLike) generated() []string {
 
 // proxy is a warden serving "served-model" in front of the engine.
 func (v *vllmLike) proxy(t *testing.T) string {
-	return front(t, proxy.Config{ServedModel: "served-model"}, v.srv.URL)
+	return front(t, proxy.Config{Config: router.Config{ServedModel: "served-model"}}, v.srv.URL)
 }
 
 // front is a warden with cfg (quiet unless it has a logger) in front of
@@ -186,7 +187,7 @@ func front(t *testing.T, cfg proxy.Config, url string) string {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.Registry, cfg.Seed = prometheus.NewPedanticRegistry(), 1
-	p, err := proxy.New(cfg, []proxy.Backend{{Rank: 0, URL: url, MaxNumSeqs: 32}})
+	p, err := proxy.New(cfg, []router.Backend{{Rank: 0, URL: url, MaxNumSeqs: 32}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,13 @@
 package decision
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"time"
@@ -147,4 +151,22 @@ func appendJSONFloat(b []byte, f float64) []byte {
 		}
 	}
 	return b
+}
+
+// ReadLines parses a decision log, one Line per line; a line that is not a
+// whole Line of this schema (an unknown field included) is an error.
+func ReadLines(r io.Reader) ([]Line, error) {
+	var out []Line
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var l Line
+		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&l); err != nil {
+			return out, fmt.Errorf("line %q: %w", sc.Text(), err)
+		}
+		out = append(out, l)
+	}
+	return out, sc.Err()
 }

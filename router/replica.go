@@ -1,9 +1,8 @@
-package proxy
+package router
 
 import (
 	"fmt"
 	"log/slog"
-	"net/http/httputil"
 	"net/url"
 	"strconv"
 	"sync"
@@ -14,7 +13,7 @@ import (
 	"github.com/lmwarden/warden/router/place"
 )
 
-// Backend is one engine replica the proxy forwards to.
+// Backend is one engine replica the core routes to.
 type Backend struct {
 	Rank       int
 	URL        string   // engine base URL, e.g. http://127.0.0.1:8101
@@ -29,12 +28,12 @@ type Backend struct {
 	FallbackMaxNumSeqs int
 }
 
-// replica is the live state of one engine, and a place.Replica to the
-// Proxy's Placer. Hot counters are atomics; whether it is in rotation is
+// Replica is the live state of one engine, and a place.Replica to the
+// Core's Placer. Hot counters are atomics; whether it is in rotation is
 // health's (engine.Health: the launcher, the checks and the requests send
 // it events); the rest is guarded by mu. Lock order: the Placer's lock
 // before mu (a placement reads the replicas' views under it).
-type replica struct {
+type Replica struct {
 	rank         int
 	target       *url.URL
 	gpus         []string
@@ -44,9 +43,8 @@ type replica struct {
 	fallbackSeqs int
 	fresh        time.Duration // metrics older than this are stale (staleAfter scrape intervals)
 	rampUp       time.Duration // Config.RampUp
-	rp           *httputil.ReverseProxy
 	log          *slog.Logger
-	pinHeader    []string // identity.PinHeader's value on its responses: the rank
+	rankValue    []string // the rank as a header value (identity.PinHeader on its responses)
 
 	inflight                                                                  atomic.Int64 // raised in the Placer's decision (Sent), lowered when the request has been accounted
 	requests, newTurns, sticky, spilledIn, pinned, failover, balanced, errors atomic.Uint64
@@ -59,13 +57,13 @@ type replica struct {
 	eng      engine.Scraped
 }
 
-func newReplica(b Backend, cfg *Config) (*replica, error) {
+func newReplica(b Backend, cfg *Config) (*Replica, error) {
 	u, err := url.Parse(b.URL)
 	if err != nil || u.Scheme == "" || u.Host == "" {
 		return nil, fmt.Errorf("replica %d: bad URL %q: want http://host:port", b.Rank, b.URL)
 	}
-	r := &replica{rank: b.Rank, target: u, gpus: b.GPUs, fallbackSeqs: b.FallbackMaxNumSeqs,
-		fresh: staleAfter * cfg.ScrapeInterval, rampUp: cfg.RampUp, pinHeader: []string{strconv.Itoa(b.Rank)}}
+	r := &Replica{rank: b.Rank, target: u, gpus: b.GPUs, fallbackSeqs: b.FallbackMaxNumSeqs,
+		fresh: staleAfter * cfg.ScrapeInterval, rampUp: cfg.RampUp, rankValue: []string{strconv.Itoa(b.Rank)}}
 	log := cfg.Logger
 	r.log = log.With("replica", b.Rank)
 	r.health = engine.NewHealth(b.Probe, r.log) // a probed server: out until it answers
@@ -78,29 +76,47 @@ func newReplica(b Backend, cfg *Config) (*replica, error) {
 }
 
 // LogValue makes a replica log as its rank, URL and state.
-func (r *replica) LogValue() slog.Value {
+func (r *Replica) LogValue() slog.Value {
 	return slog.GroupValue(slog.Int("rank", r.rank), slog.String("url", r.target.String()),
 		slog.String("state", r.health.State().String()), slog.Int64("in_flight", r.inflight.Load()))
 }
 
-// healthy reports whether the replica is in rotation.
-func (r *replica) healthy() bool { return r.health.Routable() }
+// Healthy reports whether the replica is in rotation.
+func (r *Replica) Healthy() bool { return r.health.Routable() }
+
+// URL is the engine's base URL. Do not modify it.
+func (r *Replica) URL() *url.URL { return r.target }
+
+// Log is the replica's logger (its records carry its rank).
+func (r *Replica) Log() *slog.Logger { return r.log }
+
+// RankValue is the rank as a header value, one shared slice: do not
+// modify it.
+func (r *Replica) RankValue() []string { return r.rankValue }
+
+// Refused records a connection the engine refused: the request never
+// reached it, and the replica leaves the rotation until a health check
+// succeeds.
+func (r *Replica) Refused(err error) { r.health.Refused(err) }
+
+// InFlight is the number of requests placed on it and not yet finished.
+func (r *Replica) InFlight() int { return int(r.inflight.Load()) }
 
 // seqs is the replica's max_num_seqs (0 = unknown).
-func (r *replica) seqs() int { return int(r.maxNumSeqs.Load()) }
+func (r *Replica) seqs() int { return int(r.maxNumSeqs.Load()) }
 
 // port is the target's port number, 0 if none.
-func (r *replica) port() int {
+func (r *Replica) port() int {
 	p, _ := strconv.Atoi(r.target.Port())
 	return p
 }
 
 // Rank is its rank (place.Replica).
-func (r *replica) Rank() int { return r.rank }
+func (r *Replica) Rank() int { return r.rank }
 
 // View copies what placement needs (place.Replica); the Placer calls it
 // under its lock.
-func (r *replica) View(now time.Time) place.ReplicaView {
+func (r *Replica) View(now time.Time) place.ReplicaView {
 	healthy := r.health.Routable()
 	joined := r.health.Joined()
 	r.mu.Lock()
@@ -125,4 +141,4 @@ func (r *replica) View(now time.Time) place.ReplicaView {
 
 // Sent counts one more request in flight (place.Replica: in the Placer's
 // decision, so that a burst cannot herd onto one replica).
-func (r *replica) Sent() { r.inflight.Add(1) }
+func (r *Replica) Sent() { r.inflight.Add(1) }

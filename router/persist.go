@@ -1,4 +1,4 @@
-package proxy
+package router
 
 import (
 	"context"
@@ -39,18 +39,18 @@ type savedSession struct {
 // with each home as its replica's URL. Sessions homed on a replica that is
 // not current are saved with the URL it had (the proxy remembers URLs of
 // removed replicas), so a later run that has it again sends them home.
-func (p *Proxy) snapshotSessions() savedState {
-	p.dyn.mu.Lock() // the URLs and the table as of one instant
-	defer p.dyn.mu.Unlock()
-	urlOf := make(map[int]string, len(p.dyn.rankOf))
-	for u, rank := range p.dyn.rankOf {
+func (c *Core) snapshotSessions() savedState {
+	c.dyn.mu.Lock() // the URLs and the table as of one instant
+	defer c.dyn.mu.Unlock()
+	urlOf := make(map[int]string, len(c.dyn.rankOf))
+	for u, rank := range c.dyn.rankOf {
 		urlOf[rank] = u
 	}
-	st := savedState{Version: stateVersion, SavedAt: p.clock()}
-	for _, r := range p.replicaList() {
+	st := savedState{Version: stateVersion, SavedAt: c.clock()}
+	for _, r := range c.Replicas() {
 		st.Replicas = append(st.Replicas, canonicalURL(r.target))
 	}
-	p.placer.Sessions(func(t *place.Table) {
+	c.placer.Sessions(func(t *place.Table) {
 		st.Sessions = make([]savedSession, 0, t.Len())
 		t.Expire(st.SavedAt)
 		for s := range t.Oldest() {
@@ -69,8 +69,8 @@ func (p *Proxy) snapshotSessions() savedState {
 // SaveSessions writes the session table to path as JSON (mode 0600; the
 // directory is created), atomically: a temporary file in the same directory
 // renamed over path. It returns how many sessions it wrote.
-func (p *Proxy) SaveSessions(path string) (int, error) {
-	st := p.snapshotSessions()
+func (c *Core) SaveSessions(path string) (int, error) {
+	st := c.snapshotSessions()
 	b, err := json.Marshal(st)
 	if err != nil {
 		return 0, fmt.Errorf("encoding the session table: %w", err)
@@ -120,7 +120,7 @@ type LoadResult struct {
 // keeping their last-use order and time. A missing file is no error (a
 // first start); a damaged one is. Sessions already in the table are kept
 // as they are. Call it before serving.
-func (p *Proxy) LoadSessions(path string) (LoadResult, error) {
+func (c *Core) LoadSessions(path string) (LoadResult, error) {
 	var res LoadResult
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -137,14 +137,14 @@ func (p *Proxy) LoadSessions(path string) (LoadResult, error) {
 		return res, fmt.Errorf("session table %s has format version %d, this warden reads %d", path, st.Version, stateVersion)
 	}
 	res.SavedAt = st.SavedAt
-	p.dyn.mu.Lock() // the replicas and the table as of one instant
-	defer p.dyn.mu.Unlock()
+	c.dyn.mu.Lock() // the replicas and the table as of one instant
+	defer c.dyn.mu.Unlock()
 	rankOf := map[string]int{}
-	for _, r := range p.replicaList() {
+	for _, r := range c.Replicas() {
 		rankOf[canonicalURL(r.target)] = r.rank
 	}
-	cutoff := p.clock().Add(-p.cfg.SessionTTL)
-	p.placer.Sessions(func(t *place.Table) {
+	cutoff := c.clock().Add(-c.cfg.SessionTTL)
+	c.placer.Sessions(func(t *place.Table) {
 		for _, s := range st.Sessions {
 			rank, ok := rankOf[s.Replica]
 			switch {
@@ -165,7 +165,7 @@ func (p *Proxy) LoadSessions(path string) (LoadResult, error) {
 // PersistSessions saves the session table to path every interval until ctx
 // is done, logging failures (once per kind of error). It does not save on
 // return: the caller saves once more after the last request has finished.
-func (p *Proxy) PersistSessions(ctx context.Context, path string, interval time.Duration) {
+func (c *Core) PersistSessions(ctx context.Context, path string, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	lastErr := ""
@@ -175,13 +175,13 @@ func (p *Proxy) PersistSessions(ctx context.Context, path string, interval time.
 			return
 		case <-t.C:
 		}
-		_, err := p.SaveSessions(path)
+		_, err := c.SaveSessions(path)
 		switch {
 		case err != nil && err.Error() != lastErr:
-			p.log.Warn("saving the session table", "path", path, "error", err)
+			c.log.Warn("saving the session table", "path", path, "error", err)
 			lastErr = err.Error()
 		case err == nil && lastErr != "":
-			p.log.Info("session table saved again", "path", path)
+			c.log.Info("session table saved again", "path", path)
 			lastErr = ""
 		}
 	}

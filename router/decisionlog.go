@@ -1,4 +1,4 @@
-package proxy
+package router
 
 import (
 	"errors"
@@ -175,13 +175,13 @@ func (l *decisionLog) close() error {
 // CloseDecisionLog writes the decision log's buffered lines and closes it
 // (nothing when it is off). Call it after the HTTP server has shut down;
 // requests that end later are not logged. It reports the first write error.
-func (p *Proxy) CloseDecisionLog() error {
-	if p.decisions == nil {
+func (c *Core) CloseDecisionLog() error {
+	if c.decisions == nil {
 		return nil
 	}
-	err := p.decisions.close()
-	if n := p.decisions.dropped.Load(); n > 0 {
-		p.log.Warn("decision log lines dropped in this run", "dropped", n)
+	err := c.decisions.close()
+	if n := c.decisions.dropped.Load(); n > 0 {
+		c.log.Warn("decision log lines dropped in this run", "dropped", n)
 	}
 	if err != nil {
 		return fmt.Errorf("decision log: %w", err)
@@ -190,17 +190,17 @@ func (p *Proxy) CloseDecisionLog() error {
 }
 
 // startDecisionLog opens Config.DecisionLog when set (New calls it).
-func (p *Proxy) startDecisionLog() error {
-	if p.cfg.DecisionLog == "" {
+func (c *Core) startDecisionLog() error {
+	if c.cfg.DecisionLog == "" {
 		return nil
 	}
-	w, err := openDecisionLog(p.cfg.DecisionLog, p.cfg.DecisionLogMaxMB)
+	w, err := openDecisionLog(c.cfg.DecisionLog, c.cfg.DecisionLogMaxMB)
 	if err != nil {
 		return err
 	}
-	p.decisions = newDecisionLog(w, decisionBuffer, p.log, p.clock)
-	if err := p.decisions.register(p.cfg.Registry); err != nil {
-		return errors.Join(fmt.Errorf("proxy: decision log metric: %w", err), p.decisions.close())
+	c.decisions = newDecisionLog(w, decisionBuffer, c.log, c.clock)
+	if err := c.decisions.register(c.cfg.Registry); err != nil {
+		return errors.Join(fmt.Errorf("proxy: decision log metric: %w", err), c.decisions.close())
 	}
 	return nil
 }

@@ -1,12 +1,10 @@
-package proxy
+package router
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"regexp"
 	"slices"
@@ -25,43 +23,39 @@ import (
 // readers load it without a lock, and the Placer is given the same list
 // (a placement sees one consistent set: the Placer's, under its lock).
 type replicaSet struct {
-	list   []*replica
-	byRank map[int]*replica
+	list   []*Replica
+	byRank map[int]*Replica
 }
 
-// replicaList returns the current replicas in rank order. Do not modify it.
-func (p *Proxy) replicaList() []*replica { return p.set.Load().list }
+// Replicas returns the current replicas in rank order. Do not modify it.
+func (c *Core) Replicas() []*Replica { return c.set.Load().list }
 
-// lookup returns the current replica with rank, nil if there is none.
-func (p *Proxy) lookup(rank int) *replica { return p.set.Load().byRank[rank] }
+// Lookup returns the current replica with rank, nil if there is none.
+func (c *Core) Lookup(rank int) *Replica { return c.set.Load().byRank[rank] }
 
 // dynState is what adding and removing replicas at run time needs; mu
 // guards it and serialises the changes (lock order: before the Placer's).
 type dynState struct {
 	mu       sync.Mutex
 	nextRank int
-	rankOf   map[string]int    // replica URL -> its rank, kept after removal so a re-added URL gets its rank back
-	rt       http.RoundTripper // the round tripper New gave the replicas' reverse proxies
+	rankOf   map[string]int // replica URL -> its rank, kept after removal so a re-added URL gets its rank back
 }
 
 // publish makes list (sorted by rank here) the current replica set, the
 // Placer's too. The caller holds dyn.mu, or is New.
-func (p *Proxy) publish(list []*replica) {
-	slices.SortFunc(list, func(a, b *replica) int { return a.rank - b.rank })
-	s := &replicaSet{list: list, byRank: make(map[int]*replica, len(list))}
-	if p.dyn.rankOf == nil {
-		p.dyn.rankOf = map[string]int{}
+func (c *Core) publish(list []*Replica) {
+	slices.SortFunc(list, func(a, b *Replica) int { return a.rank - b.rank })
+	s := &replicaSet{list: list, byRank: make(map[int]*Replica, len(list))}
+	if c.dyn.rankOf == nil {
+		c.dyn.rankOf = map[string]int{}
 	}
 	for _, r := range list {
 		s.byRank[r.rank] = r
-		p.dyn.rankOf[canonicalURL(r.target)] = r.rank
-		p.dyn.nextRank = max(p.dyn.nextRank, r.rank+1)
-		if p.dyn.rt == nil && r.rp != nil {
-			p.dyn.rt = r.rp.Transport
-		}
+		c.dyn.rankOf[canonicalURL(r.target)] = r.rank
+		c.dyn.nextRank = max(c.dyn.nextRank, r.rank+1)
 	}
-	p.set.Store(s)
-	p.placer.SetReplicas(list)
+	c.set.Store(s)
+	c.placer.SetReplicas(list)
 }
 
 // canonicalURL is the form replicas are compared and saved by: scheme and
@@ -102,13 +96,13 @@ func ParseReplica(spec string) (Backend, error) {
 	return b, nil
 }
 
-// errUnknownReplica is returned by RemoveReplica for a URL or rank that is
+// ErrUnknownReplica is returned by RemoveReplica for a URL or rank that is
 // not a current replica.
-var errUnknownReplica = errors.New("no such replica")
+var ErrUnknownReplica = errors.New("no such replica")
 
-// errReplicaExists is returned by AddReplica for a URL that is already a
+// ErrReplicaExists is returned by AddReplica for a URL that is already a
 // current replica.
-var errReplicaExists = errors.New("replica already present")
+var ErrReplicaExists = errors.New("replica already present")
 
 // ReplicaInfo describes a replica added or removed at run time.
 type ReplicaInfo struct {
@@ -123,33 +117,32 @@ type ReplicaInfo struct {
 // their prefix cache, come home), else the next unused rank. b.Rank is
 // ignored. A Backend with Probe set stays out of rotation until its first
 // successful health check (the scrape loop's next round, or CheckNow).
-func (p *Proxy) AddReplica(b Backend) (ReplicaInfo, error) {
+func (c *Core) AddReplica(b Backend) (ReplicaInfo, error) {
 	parsed, err := ParseReplica(b.URL)
 	if err != nil {
 		return ReplicaInfo{}, err
 	}
 	b.URL = parsed.URL
-	p.dyn.mu.Lock()
-	defer p.dyn.mu.Unlock()
-	cur := p.set.Load()
+	c.dyn.mu.Lock()
+	defer c.dyn.mu.Unlock()
+	cur := c.set.Load()
 	for _, r := range cur.list {
 		if canonicalURL(r.target) == b.URL {
-			return ReplicaInfo{Rank: r.rank, URL: b.URL}, fmt.Errorf("%w: %s is replica %d", errReplicaExists, b.URL, r.rank)
+			return ReplicaInfo{Rank: r.rank, URL: b.URL}, fmt.Errorf("%w: %s is replica %d", ErrReplicaExists, b.URL, r.rank)
 		}
 	}
-	rank, seen := p.dyn.rankOf[b.URL]
+	rank, seen := c.dyn.rankOf[b.URL]
 	if !seen {
-		rank = p.dyn.nextRank
+		rank = c.dyn.nextRank
 	}
 	b.Rank = rank
-	r, err := newReplica(b, &p.cfg)
+	r, err := newReplica(b, &c.cfg)
 	if err != nil {
 		return ReplicaInfo{}, err
 	}
-	r.rp = p.reverseProxy(r, p.dyn.rt)
-	p.publish(append(slices.Clone(cur.list), r))
-	info := ReplicaInfo{Rank: rank, URL: b.URL, MaxNumSeqs: r.seqs(), Sessions: p.homed(rank)}
-	p.log.Info("replica added", "replica", rank, "url", b.URL, "sessions_homed", info.Sessions)
+	c.publish(append(slices.Clone(cur.list), r))
+	info := ReplicaInfo{Rank: rank, URL: b.URL, MaxNumSeqs: r.seqs(), Sessions: c.homed(rank)}
+	c.log.Info("replica added", "replica", rank, "url", b.URL, "sessions_homed", info.Sessions)
 	return info, nil
 }
 
@@ -157,7 +150,7 @@ func (p *Proxy) AddReplica(b Backend) (ReplicaInfo, error) {
 // rank) out of the proxy at run time. Requests in flight on it finish; the
 // session table is kept, and sessions homed on it fail over on their next
 // turn (or come back if it is added again).
-func (p *Proxy) RemoveReplica(rawURL string, rank int) (ReplicaInfo, error) {
+func (c *Core) RemoveReplica(rawURL string, rank int) (ReplicaInfo, error) {
 	want := ""
 	if rawURL != "" {
 		b, err := ParseReplica(rawURL)
@@ -166,29 +159,29 @@ func (p *Proxy) RemoveReplica(rawURL string, rank int) (ReplicaInfo, error) {
 		}
 		want = b.URL
 	}
-	p.dyn.mu.Lock()
-	defer p.dyn.mu.Unlock()
-	cur := p.set.Load()
-	i := slices.IndexFunc(cur.list, func(r *replica) bool {
+	c.dyn.mu.Lock()
+	defer c.dyn.mu.Unlock()
+	cur := c.set.Load()
+	i := slices.IndexFunc(cur.list, func(r *Replica) bool {
 		return (want != "" && canonicalURL(r.target) == want) || (want == "" && r.rank == rank)
 	})
 	if i < 0 {
 		if want == "" {
 			want = "rank " + strconv.Itoa(rank)
 		}
-		return ReplicaInfo{}, fmt.Errorf("%w: %s", errUnknownReplica, want)
+		return ReplicaInfo{}, fmt.Errorf("%w: %s", ErrUnknownReplica, want)
 	}
 	r := cur.list[i]
-	p.publish(slices.Delete(slices.Clone(cur.list), i, i+1)) // the Placer forgets it
-	info := ReplicaInfo{Rank: r.rank, URL: canonicalURL(r.target), MaxNumSeqs: r.seqs(), Sessions: p.homed(r.rank)}
-	p.log.Info("replica removed", "replica", r.rank, "url", info.URL, "sessions_to_fail_over", info.Sessions,
+	c.publish(slices.Delete(slices.Clone(cur.list), i, i+1)) // the Placer forgets it
+	info := ReplicaInfo{Rank: r.rank, URL: canonicalURL(r.target), MaxNumSeqs: r.seqs(), Sessions: c.homed(r.rank)}
+	c.log.Info("replica removed", "replica", r.rank, "url", info.URL, "sessions_to_fail_over", info.Sessions,
 		"in_flight", r.inflight.Load())
 	return info, nil
 }
 
 // homed is the number of sessions in the table whose home is rank.
-func (p *Proxy) homed(rank int) (n int) {
-	p.placer.Sessions(func(t *place.Table) { n = t.Homed(rank) })
+func (c *Core) homed(rank int) (n int) {
+	c.placer.Sessions(func(t *place.Table) { n = t.Homed(rank) })
 	return n
 }
 
@@ -208,13 +201,13 @@ var maxNumSeqsText = regexp.MustCompile(`max_num_seqs['"]?\s*[=:]\s*(\d+)`)
 // learnLimits asks a replica added with Probe and no explicit max_num_seqs
 // for its max_num_seqs, once, after it first answered its health check; it
 // keeps the fallback when the server does not say.
-func (p *Proxy) learnLimits(ctx context.Context, r *replica) {
+func (c *Core) learnLimits(ctx context.Context, r *Replica) {
 	if !r.learnSeqs.CompareAndSwap(true, false) {
 		return
 	}
 	for _, src := range maxNumSeqsSources {
 		n := 0
-		err := p.getOK(ctx, r.target.String()+src.path, func(body io.Reader) error {
+		err := c.getOK(ctx, r.target.String()+src.path, func(body io.Reader) error {
 			b, err := io.ReadAll(io.LimitReader(body, engine.MaxMetricsBytes))
 			if err != nil {
 				return err
@@ -256,111 +249,12 @@ func maxNumSeqsFrom(body []byte, field string) int {
 	return 0
 }
 
-// dynamicRoutes registers the replica admin endpoints: GET lists the
-// replicas (as the status page does), POST adds one, DELETE removes one
-// (loopback or admin token for both).
-func (p *Proxy) dynamicRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /warden/replicas", p.serveReplicas)
-	mux.HandleFunc("POST /warden/replicas", p.admin(p.addReplica))
-	mux.HandleFunc("DELETE /warden/replicas", p.admin(p.removeReplica))
-}
-
-func (p *Proxy) serveReplicas(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"replicas": p.Status().Replicas})
-}
-
-// replicaRequest is the body of POST and DELETE /warden/replicas.
-type replicaRequest struct {
-	URL        string `json:"url"`          // URL[#max_num_seqs=N]
-	MaxNumSeqs int    `json:"max_num_seqs"` // POST: overrides the URL's; 0 = ask the server
-	Rank       *int   `json:"rank"`         // DELETE: by rank instead of URL
-}
-
-// readReplicaRequest takes the request from a JSON body, or from the url and
-// rank query parameters.
-func readReplicaRequest(r *http.Request) (replicaRequest, error) {
-	var in replicaRequest
-	if q := r.URL.Query(); q.Has("url") || q.Has("rank") {
-		in.URL = q.Get("url")
-		if q.Has("rank") {
-			n, err := strconv.Atoi(q.Get("rank"))
-			if err != nil {
-				return in, fmt.Errorf("rank %q is not an integer", q.Get("rank"))
-			}
-			in.Rank = &n
-		}
-		return in, nil
-	}
-	if err := jsonDecode(r.Body, &in); err != nil {
-		return in, fmt.Errorf(`want a JSON body {"url": "http://host:port[#max_num_seqs=N]"} or ?url=: %v`, err)
-	}
-	return in, nil
-}
-
-func (p *Proxy) addReplica(w http.ResponseWriter, r *http.Request) {
-	in, err := readReplicaRequest(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	b, err := ParseReplica(in.URL)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if in.MaxNumSeqs < 0 {
-		writeError(w, http.StatusBadRequest, "max_num_seqs must be >= 0 (0: ask the server)")
-		return
-	}
-	if in.MaxNumSeqs > 0 {
-		b.MaxNumSeqs = in.MaxNumSeqs
-	}
-	b.Probe, b.FallbackMaxNumSeqs = true, p.fallbackSeqs()
-	info, err := p.AddReplica(b)
-	switch {
-	case errors.Is(err, errReplicaExists):
-		writeError(w, http.StatusConflict, err.Error())
-		return
-	case err != nil:
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if rep := p.lookup(info.Rank); rep != nil {
-		go p.check(context.WithoutCancel(r.Context()), rep) // in rotation as soon as it answers
-	}
-	writeJSON(w, http.StatusCreated, info)
-}
-
-func (p *Proxy) removeReplica(w http.ResponseWriter, r *http.Request) {
-	in, err := readReplicaRequest(r)
-	if err == nil && in.URL == "" && in.Rank == nil {
-		err = errors.New(`name the replica: {"url": ...} or {"rank": N}`)
-	}
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	rank := -1
-	if in.Rank != nil {
-		rank = *in.Rank
-	}
-	info, err := p.RemoveReplica(in.URL, rank)
-	switch {
-	case errors.Is(err, errUnknownReplica):
-		writeError(w, http.StatusNotFound, err.Error())
-	case err != nil:
-		writeError(w, http.StatusBadRequest, err.Error())
-	default:
-		writeJSON(w, http.StatusOK, info)
-	}
-}
-
-// fallbackSeqs is the max_num_seqs assumed for a replica added over HTTP
-// until (unless) the server says its own: the largest of the current
+// FallbackMaxNumSeqs is the max_num_seqs assumed for a replica added over
+// HTTP until (unless) the server says its own: the largest of the current
 // replicas' fallbacks, else DefaultMaxNumSeqs.
-func (p *Proxy) fallbackSeqs() int {
+func (c *Core) FallbackMaxNumSeqs() int {
 	n := 0
-	for _, r := range p.replicaList() {
+	for _, r := range c.Replicas() {
 		n = max(n, r.fallbackSeqs)
 	}
 	if n == 0 {
@@ -374,7 +268,10 @@ func (p *Proxy) fallbackSeqs() int {
 // server nor the user says otherwise.
 const DefaultMaxNumSeqs = 256
 
-// jsonDecode reads one small JSON admin body (at most 64 KiB) into v.
-func jsonDecode(body io.Reader, v any) error {
-	return json.NewDecoder(io.LimitReader(body, 64<<10)).Decode(v)
+// CheckReplica polls the replica with rank once (its health and metrics),
+// so that one just added enters the rotation as soon as it answers.
+func (c *Core) CheckReplica(ctx context.Context, rank int) {
+	if r := c.Lookup(rank); r != nil {
+		c.check(ctx, r)
+	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package router
 
 import (
 	"sync"
@@ -16,27 +16,27 @@ type peakState struct {
 
 // Status returns a consistent snapshot of the proxy for the panel, the
 // status JSON, the Prometheus collector and the exit summary.
-func (p *Proxy) Status() panel.Status {
-	now := p.clock()
-	reps := p.replicaList()
+func (c *Core) Status() panel.Status {
+	now := c.clock()
+	reps := c.Replicas()
 	ranks := make([]int, len(reps))
 	for i, r := range reps {
 		ranks[i] = r.rank
 	}
-	c := p.placer.Counts(now, ranks)
+	n := c.placer.Counts(now, ranks)
 	s := panel.Status{
-		Since: p.since, Now: now, UptimeSeconds: now.Sub(p.since).Seconds(), Model: p.cfg.ServedModel,
-		Policy: c.Policy, Affinity: affinity(c.Policy), SpillAuto: p.cfg.SpillThreshold == 0,
-		Sessions: c.Sessions, SessionsSeen: c.Seen,
-		ActiveContextTokens: c.ContextSum, ActiveContextSessions: c.ContextN,
-		ConcurrentSessions: c.Concurrent, ActiveWindowSeconds: c.ActiveWindow.Seconds(),
-		SubagentSessions: c.SubagentSessions, SubagentsSeen: c.SubagentsSeen,
-		Engines: p.cfg.Engines,
+		Since: c.since, Now: now, UptimeSeconds: now.Sub(c.since).Seconds(), Model: c.cfg.ServedModel,
+		Policy: n.Policy, Affinity: affinity(n.Policy), SpillAuto: c.cfg.SpillThreshold == 0,
+		Sessions: n.Sessions, SessionsSeen: n.Seen,
+		ActiveContextTokens: n.ContextSum, ActiveContextSessions: n.ContextN,
+		ConcurrentSessions: n.Concurrent, ActiveWindowSeconds: n.ActiveWindow.Seconds(),
+		SubagentSessions: n.SubagentSessions, SubagentsSeen: n.SubagentsSeen,
+		Engines: c.cfg.Engines,
 	}
-	if c.KnownTurns > 0 {
-		s.StickyShare = float64(c.HomeTurns) / float64(c.KnownTurns)
+	if n.KnownTurns > 0 {
+		s.StickyShare = float64(n.HomeTurns) / float64(n.KnownTurns)
 	}
-	active, sub := c.Active, c.Subagents
+	active, sub := n.Active, n.Subagents
 
 	for i, r := range reps {
 		row := r.status(active[i])
@@ -47,13 +47,13 @@ func (p *Proxy) Status() panel.Status {
 	s.Totals = panel.TotalsOf(s.Replicas)
 	s.MaxModelLen = panel.SmallestContext(s.Replicas)
 	if len(reps) > 0 {
-		s.SpillThreshold = place.Config{SpillThreshold: p.cfg.SpillThreshold}.SpillFor(place.ReplicaView{MaxNumSeqs: reps[0].seqs()})
+		s.SpillThreshold = place.Config{SpillThreshold: c.cfg.SpillThreshold}.SpillFor(place.ReplicaView{MaxNumSeqs: reps[0].seqs()})
 	}
-	s.Series = p.series.points(now)
-	p.peak.mu.Lock()
-	p.peak.peak = panel.UpdatePeak(p.peak.peak, s)
-	s.PeakOvercommit = p.peak.peak
-	p.peak.mu.Unlock()
+	s.Series = c.series.points(now)
+	c.peak.mu.Lock()
+	c.peak.peak = panel.UpdatePeak(c.peak.peak, s)
+	s.PeakOvercommit = c.peak.peak
+	c.peak.mu.Unlock()
 	if msg, over := panel.Overcommit(s); over {
 		s.Warnings = append(s.Warnings, msg)
 	}
@@ -66,7 +66,7 @@ func affinity(policy string) bool {
 }
 
 // status is the replica's panel row.
-func (r *replica) status(active int) panel.Replica {
+func (r *Replica) status(active int) panel.Replica {
 	row := panel.Replica{
 		Rank: r.rank, GPUs: r.gpus, URL: r.target.String(), Port: r.port(), MaxNumSeqs: r.seqs(),
 		MaxModelLen: int(r.maxModelLen.Load()),
@@ -101,14 +101,14 @@ func (r *replica) status(active int) panel.Replica {
 }
 
 // housekeep expires idle sessions and logs a KV overcommit when it starts.
-func (p *Proxy) housekeep() {
-	s := p.Status()
+func (c *Core) housekeep() {
+	s := c.Status()
 	msg, over := panel.Overcommit(s)
-	p.peak.mu.Lock()
-	warn := over && !p.peak.warned
-	p.peak.warned = over
-	p.peak.mu.Unlock()
+	c.peak.mu.Lock()
+	warn := over && !c.peak.warned
+	c.peak.warned = over
+	c.peak.mu.Unlock()
 	if warn {
-		p.log.Warn(msg)
+		c.log.Warn(msg)
 	}
 }

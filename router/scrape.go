@@ -1,4 +1,4 @@
-package proxy
+package router
 
 import (
 	"context"
@@ -14,25 +14,25 @@ import (
 )
 
 // check polls one replica's /health and /metrics and records the outcome.
-func (p *Proxy) check(ctx context.Context, r *replica) {
-	err := p.getOK(ctx, r.target.String()+"/health", nil)
+func (c *Core) check(ctx context.Context, r *Replica) {
+	err := c.getOK(ctx, r.target.String()+"/health", nil)
 	if err == nil {
 		var s engine.Sample
-		err = p.getOK(ctx, r.target.String()+"/metrics", func(body io.Reader) error {
+		err = c.getOK(ctx, r.target.String()+"/metrics", func(body io.Reader) error {
 			var perr error
 			s, perr = engine.Parse(io.LimitReader(body, engine.MaxMetricsBytes))
 			return perr
 		})
 		if err == nil {
 			r.mu.Lock()
-			reset := r.eng.Apply(s, p.clock())
+			reset := r.eng.Apply(s, c.clock())
 			r.mu.Unlock()
 			if reset {
-				p.cacheWiped(r.rank, "its counters went down: the engine restarted")
+				c.cacheWiped(r.rank, "its counters went down: the engine restarted")
 			}
-			p.learnLimits(ctx, r) // a probed replica's max_num_seqs, before it enters rotation
+			c.learnLimits(ctx, r) // a probed replica's max_num_seqs, before it enters rotation
 			if r.maxModelLen.Load() == 0 {
-				p.learnMaxModelLen(ctx, r)
+				c.learnMaxModelLen(ctx, r)
 			}
 		}
 	}
@@ -41,15 +41,15 @@ func (p *Proxy) check(ctx context.Context, r *replica) {
 		r.eng.Fail(err.Error())
 		r.mu.Unlock()
 	}
-	r.health.Check(err == nil, err, p.clock())
+	r.health.Check(err == nil, err, c.clock())
 }
 
 // learnMaxModelLen reads the context the engine serves at (vLLM's
 // max_model_len in its /v1/models entry): ranks on cards of different sizes,
 // or with --max-model-len auto, can fit different ones, and the warden
 // reports the smallest (Status.MaxModelLen, /v1/models).
-func (p *Proxy) learnMaxModelLen(ctx context.Context, r *replica) {
-	_ = p.getOK(ctx, r.target.String()+"/v1/models", func(body io.Reader) error {
+func (c *Core) learnMaxModelLen(ctx context.Context, r *Replica) {
+	_ = c.getOK(ctx, r.target.String()+"/v1/models", func(body io.Reader) error {
 		b, err := io.ReadAll(io.LimitReader(body, maxModelsBody))
 		if err != nil {
 			return err
@@ -68,14 +68,14 @@ func (p *Proxy) learnMaxModelLen(ctx context.Context, r *replica) {
 }
 
 // getOK GETs url and requires 200; read, if set, consumes the body.
-func (p *Proxy) getOK(ctx context.Context, url string, read func(io.Reader) error) error {
+func (c *Core) getOK(ctx context.Context, url string, read func(io.Reader) error) error {
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := p.client.Do(req)
+	resp, err := c.client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -93,13 +93,13 @@ func (p *Proxy) getOK(ctx context.Context, url string, read func(io.Reader) erro
 
 // CheckNow polls every replica's /health and /metrics once, concurrently,
 // and returns when all are done.
-func (p *Proxy) CheckNow(ctx context.Context) {
+func (c *Core) CheckNow(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, r := range p.replicaList() {
+	for _, r := range c.Replicas() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.check(ctx, r)
+			c.check(ctx, r)
 		}()
 	}
 	wg.Wait()
@@ -107,13 +107,13 @@ func (p *Proxy) CheckNow(ctx context.Context) {
 
 // Run polls the replicas every Config.ScrapeInterval (once at once), expires
 // idle sessions and keeps the overcommit peak, until ctx is done.
-func (p *Proxy) Run(ctx context.Context) {
-	go p.placer.TickBalancers(ctx, p.cfg.BalancerInterval)
-	t := time.NewTicker(p.cfg.ScrapeInterval)
+func (c *Core) Run(ctx context.Context) {
+	go c.placer.TickBalancers(ctx, c.cfg.BalancerInterval)
+	t := time.NewTicker(c.cfg.ScrapeInterval)
 	defer t.Stop()
 	for {
-		p.CheckNow(ctx)
-		p.housekeep()
+		c.CheckNow(ctx)
+		c.housekeep()
 		select {
 		case <-ctx.Done():
 			return

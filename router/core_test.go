@@ -1,0 +1,391 @@
+package router
+
+// The core's own tests: placement driven without a data plane, the
+// balancer's refresh, and the decision log's writer. The request path end
+// to end is the data planes' (proxy's tests).
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/router/decision"
+	"github.com/lmwarden/warden/router/identity"
+	"github.com/lmwarden/warden/router/place"
+)
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// testCore is a core over n replicas at unused loopback ports (nothing is
+// scraped: Run is not called).
+func testCore(tb testing.TB, cfg Config, n int) *Core {
+	var bs []Backend
+	for i := range n {
+		bs = append(bs, Backend{Rank: i, URL: fmt.Sprintf("http://127.0.0.1:%d", 9000+i), MaxNumSeqs: 32})
+	}
+	return testCoreBackends(tb, cfg, bs)
+}
+
+func testCoreBackends(tb testing.TB, cfg Config, bs []Backend) *Core {
+	tb.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	c, err := New(cfg, bs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.CloseDecisionLog() })
+	return c
+}
+
+// gathered is the value of the metric name (summed over its series) in reg.
+func gathered(tb testing.TB, reg *prometheus.Registry, name string) float64 {
+	tb.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += value(m)
+		}
+	}
+	return sum
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	}
+	return 0
+}
+
+// readDecisions parses every line of the decision log files.
+func readDecisions(t *testing.T, paths ...string) []decision.Line {
+	t.Helper()
+	var out []decision.Line
+	for _, path := range paths {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := decision.ReadLines(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, lines...)
+	}
+	return out
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+func testDecision(i int) decision.Record {
+	return decision.Record{At: time.Unix(int64(i), 0), RequestID: fmt.Sprintf("req-%d", i), Source: identity.SourceClaudeHeader,
+		Key: fmt.Sprintf("session-%d", i%50), Policy: place.PolicyAdaptive, Route: string(place.ReasonSticky), Replica: i % 4,
+		Prompt: 12_000, Cached: 11_000, Completion: 256, TTFB: 300 * time.Millisecond, Duration: 4 * time.Second, Status: 200}
+}
+
+// TestDecisionLogRotates: at the size limit the file is rotated into
+// name-<time>.jsonl backups, at line boundaries, keeping three.
+func TestDecisionLogRotates(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "decisions.jsonl")
+	w, err := openDecisionLog(path, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 16_000 // ~4.8 MB: four rotations at 1 MB
+	l := newDecisionLog(w, n, slog.New(slog.DiscardHandler), time.Now)
+	for i := range n {
+		l.add(testDecision(i))
+	}
+	if err := l.close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := l.dropped.Load(); d != 0 {
+		t.Fatalf("%d dropped with room for all", d)
+	}
+	var backups []string
+	simproc.Poll(t, "three backups kept", func() bool { // lumberjack removes old ones in the background
+		backups, _ = filepath.Glob(filepath.Join(dir, "decisions-*.jsonl"))
+		return len(backups) == decisionBackups
+	})
+	files := append(backups, path)
+	for _, f := range files {
+		st, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Size() > 1<<20 || st.Size() == 0 {
+			t.Errorf("%s: %d bytes, want (0, 1 MiB]", f, st.Size())
+		}
+	}
+	lines := readDecisions(t, files...) // every line whole
+	if len(lines) >= n || len(lines) < n/2 {
+		t.Errorf("%d lines kept of %d, want the newest files' only", len(lines), n)
+	}
+	if last := lines[len(lines)-1]; last.RequestID != fmt.Sprintf("req-%d", n-1) {
+		t.Errorf("current file ends with %q", last.RequestID)
+	}
+}
+
+// blockedWriter blocks every Write until release is closed.
+type blockedWriter struct {
+	entered chan struct{}
+	release chan struct{}
+	delay   time.Duration // per write, after release
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	closed  bool
+}
+
+func (w *blockedWriter) Write(b []byte) (int, error) {
+	select {
+	case w.entered <- struct{}{}:
+	default:
+	}
+	<-w.release
+	time.Sleep(w.delay)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(b)
+}
+
+func (w *blockedWriter) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	return nil
+}
+
+func (w *blockedWriter) lines() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return bytes.Count(w.buf.Bytes(), []byte("\n"))
+}
+
+// TestDecisionLogCloseFlushes: closing writes every buffered line, even
+// through a slow disk, then closes the file; later lines and closes are
+// harmless.
+func TestDecisionLogCloseFlushes(t *testing.T) {
+	w := &blockedWriter{entered: make(chan struct{}, 1), release: make(chan struct{}), delay: 5 * time.Millisecond}
+	l := newDecisionLog(w, 100, slog.New(slog.DiscardHandler), time.Now)
+	for i := range 60 {
+		l.add(testDecision(i))
+	}
+	close(w.release)
+	if err := l.close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.lines(); got != 60 || !w.closed {
+		t.Errorf("%d lines (closed %v) after close, want 60", got, w.closed)
+	}
+	l.add(testDecision(61))
+	if err := l.close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.lines(); got != 60 {
+		t.Errorf("%d lines after a late add", got)
+	}
+}
+
+// BenchmarkDecisionLogAdd is the request path's share of the decision log:
+// handing one decision to the writer (the buffer is emptied with the timer
+// stopped, so every add is taken); router/decision's BenchmarkDecisionLogEncode is the
+// writer's work per line, off the request path.
+func BenchmarkDecisionLogAdd(b *testing.B) {
+	l := &decisionLog{ch: make(chan decision.Record, decisionBuffer), log: slog.New(slog.DiscardHandler), clock: time.Now}
+	d := testDecision(1)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if len(l.ch) == cap(l.ch) {
+			b.StopTimer()
+			for len(l.ch) > 0 {
+				<-l.ch
+			}
+			b.StartTimer()
+		}
+		l.add(d)
+	}
+	if n := l.dropped.Load(); n > 0 {
+		b.Fatalf("%d dropped", n)
+	}
+}
+
+// TestDecisionLogFullBufferDrops: with the writer stuck on the disk,
+// requests go on at full speed; the lines that do not fit in the buffer are
+// dropped, counted on /metrics and warned about once.
+func TestDecisionLogFullBufferDrops(t *testing.T) {
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
+	c := testCore(t, Config{Clock: clk.now, Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil))}, 1)
+	w := &blockedWriter{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	c.decisions = newDecisionLog(w, 2, c.log, c.clock) // before any request
+	if err := c.decisions.register(c.cfg.Registry); err != nil {
+		t.Fatal(err)
+	}
+	const n = 12
+	for i := range n {
+		pl := c.Place(context.Background(), place.Request{Key: "s"})
+		c.Finish(&pl, Outcome{Status: 200, Start: clk.now(), RequestID: fmt.Sprint(i)})
+		if i == 0 {
+			<-w.entered // the writer holds the first line
+		}
+	}
+	dropped := c.decisions.dropped.Load()
+	if dropped < n-3 {
+		t.Errorf("dropped %d of %d with room for 3 (one writing, two buffered)", dropped, n)
+	}
+	if got := gathered(t, c.cfg.Registry, "warden_decision_log_dropped_total"); got != float64(dropped) {
+		t.Errorf("warden_decision_log_dropped_total = %v, want %d", got, dropped)
+	}
+	close(w.release)
+	if err := c.CloseDecisionLog(); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.lines(); uint64(got) != n-dropped || !w.closed {
+		t.Errorf("%d lines written (closed %v), want %d", got, w.closed, n-dropped)
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if c := strings.Count(logs.String(), "decision log is behind"); c != 1 {
+		t.Errorf("%d drop warnings within a minute, want 1:\n%s", c, logs.String())
+	}
+}
+
+// TestOffSeesTheLoadOfTheLastTick checks the vLLM-style balancer's view is
+// the sample of the last periodic refresh plus what was sent since, not the
+// exact load at the decision: a closed-loop session whose turn just ended
+// still counts on its replica until the next tick, so `off` does not send
+// its next turn home by accident. Without the tick (tests, no Run loop) the
+// view is refreshed at the decision once it is older than the interval.
+func TestOffSeesTheLoadOfTheLastTick(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		ticking bool
+		want    int
+	}{
+		{"with Run's tick the finished turn still counts: next turn goes to replica 1", true, 1},
+		{"refreshed at the decision both look idle: the tie goes to the scan start, 0", false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := &fakeClock{t: time.Unix(1_000_000, 0)}
+			var bs []Backend
+			for i := range 2 {
+				bs = append(bs, Backend{Rank: i, URL: fmt.Sprintf("http://127.0.0.1:%d", 9000+i), MaxNumSeqs: 32})
+			}
+			p := testCoreBackends(t, Config{Policy: place.PolicyOff, Clock: clk.now, BalancerInterval: 100 * time.Millisecond}, bs)
+			if tc.ticking { // Run's tick, which never fires on its own here: the test ticks
+				ctx, cancel := context.WithCancel(context.Background())
+				t.Cleanup(cancel)
+				go p.placer.TickBalancers(ctx, time.Hour)
+				simproc.Poll(t, "the tick to start", func() bool { return p.placer.Counts(clk.now(), nil).Ticking })
+			}
+
+			first := p.placer.Decide(place.Request{Key: "a"})
+			if first.Rank != 0 {
+				t.Fatalf("first turn on an idle pair went to %d, want 0 (the scan starts at 0)", first.Rank)
+			}
+			// Another conversation's short turn: replica 0 is busy, so 1; it
+			// ends before the tick. Two routed requests put vLLM's rotating
+			// scan start back at 0.
+			other := p.placer.Decide(place.Request{Key: "b"})
+			if other.Rank != 1 {
+				t.Fatalf("the other turn went to %d, want 1", other.Rank)
+			}
+			other.Replica.inflight.Add(-1)
+			p.placer.RefreshBalancers()    // a tick while the first turn runs: 0 busy, 1 idle
+			first.Replica.inflight.Add(-1) // the turn ends
+			clk.add(time.Second)           // long past the interval, but no tick since
+			second := p.placer.Decide(place.Request{Key: "a"})
+			if second.Rank != tc.want {
+				t.Errorf("second turn went to replica %d, want %d", second.Rank, tc.want)
+			}
+		})
+	}
+}
+
+// TestRunTicksTheBalancer checks Run takes over the refresh and hands it
+// back when it ends.
+func TestRunTicksTheBalancer(t *testing.T) {
+	p := testCoreBackends(t, Config{Policy: place.PolicyOff, BalancerInterval: time.Millisecond},
+		[]Backend{{Rank: 0, URL: "http://127.0.0.1:9", MaxNumSeqs: 32}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	simproc.Poll(t, "Run to tick the balancer", func() bool {
+		c := p.placer.Counts(p.Now(), nil)
+		return c.Ticking && !c.LastRefresh.IsZero()
+	})
+	cancel()
+	<-done
+	simproc.Poll(t, "the tick to stop", func() bool { return !p.placer.Counts(p.Now(), nil).Ticking })
+}
+
+// BenchmarkPlace is the whole critical section at 8 replicas (snapshot,
+// session lookup in a 10k table, decision, in-flight increment) and the
+// end of the request (the Placer's Decide and End).
+func BenchmarkPlace(b *testing.B) {
+	var bs []Backend
+	for i := range 8 {
+		bs = append(bs, Backend{Rank: i, URL: fmt.Sprintf("http://127.0.0.1:%d", 9000+i), MaxNumSeqs: 256})
+	}
+	keys := make([]place.Request, 10_000)
+	for i := range keys {
+		keys[i] = place.Request{Key: fmt.Sprintf("session-%d", i)}
+	}
+	for _, pol := range []string{place.PolicyAdaptive, place.PolicySticky} {
+		b.Run(pol, func(b *testing.B) {
+			p := testCoreBackends(b, Config{Policy: pol}, bs)
+			i := 0
+			for b.Loop() {
+				pl := p.placer.Decide(keys[i%len(keys)])
+				p.placer.End(&pl, false, place.Report{}, -1) // the request ends, as forward's accounting does
+				pl.Replica.inflight.Add(-1)
+				i++
+			}
+		})
+	}
+}
