@@ -15,23 +15,23 @@ import (
 
 // Write answers code with msg in the OpenAI-shaped body, type
 // "warden_error": the admin endpoints and the OpenAI paths.
-func Write(w http.ResponseWriter, code int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	m, _ := json.Marshal(msg)
-	fmt.Fprintf(w, `{"error":{"message":%s,"type":"warden_error","code":%d}}`+"\n", m, code)
-}
+func Write(w http.ResponseWriter, code int, msg string) { WriteFor(w, "", code, msg) }
 
 // WriteFor answers code with msg in the shape of the API at path.
 func WriteFor(w http.ResponseWriter, path string, code int, msg string) {
-	if !Anthropic(path) {
-		Write(w, code, msg)
-		return
-	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
+	_, _ = w.Write(Body(path, code, msg))
+}
+
+// Body is the error body of code with msg in the shape of the API at path
+// (a data plane that does not write the answer itself hands it on).
+func Body(path string, code int, msg string) []byte {
 	m, _ := json.Marshal(msg)
-	fmt.Fprintf(w, `{"type":"error","error":{"type":%q,"message":%s}}`+"\n", AnthropicType(code), m)
+	if Anthropic(path) {
+		return fmt.Appendf(nil, `{"type":"error","error":{"type":%q,"message":%s}}`+"\n", AnthropicType(code), m)
+	}
+	return fmt.Appendf(nil, `{"error":{"message":%s,"type":"warden_error","code":%d}}`+"\n", m, code)
 }
 
 // Anthropic reports whether path is one of Anthropic's Messages API paths.

@@ -217,6 +217,30 @@ func (t *Tap) first() {
 // Close closes the engine body.
 func (t *Tap) Close() error { return t.rc.Close() }
 
+// Write feeds bytes of an answer that a data plane sees in chunks instead
+// of reading it (a gateway's external processor: the gateway carries the
+// bytes): the usage and the first byte are read from them as Read would.
+// A tap fed this way is made with New(nil, ...) and ended with End.
+func (t *Tap) Write(b []byte) (int, error) {
+	if len(b) > 0 {
+		t.first()
+		t.observe(b)
+	}
+	return len(b), nil
+}
+
+// End marks the end of an answer fed with Write: a whole JSON answer is
+// parsed for its usage now; err, when not nil, is what broke it off.
+func (t *Tap) End(err error) {
+	if err != nil {
+		t.failed = err
+		return
+	}
+	if !t.stream && !t.overflow {
+		t.parseJSON(t.buf)
+	}
+}
+
 // observe feeds bytes to the line parser (streams) or the JSON buffer.
 func (t *Tap) observe(b []byte) {
 	if !t.stream {

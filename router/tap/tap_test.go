@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/tidwall/gjson"
@@ -111,6 +112,33 @@ func TestStreamErrorEventsAreValidSSEWithJSONData(t *testing.T) {
 		}
 		if !gjson.Valid(data) || msg.Str != `replica 3: "quoted" broke off` {
 			t.Errorf("kind %d: data %s", kind, data)
+		}
+	}
+}
+
+// TestWriteFedTapReadsUsage: a tap fed in chunks (a gateway's external
+// processor sees the answer so) reads the same usage and first byte as one
+// that reads the body, for a stream and for a whole JSON answer.
+func TestWriteFedTapReadsUsage(t *testing.T) {
+	stream := "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n" +
+		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":100,\"completion_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":64}}}\n\ndata: [DONE]\n\n"
+	whole := `{"choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":100,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":64}}}`
+	for _, tc := range []struct {
+		name   string
+		body   string
+		stream bool
+	}{{"stream", stream, true}, {"json", whole, false}} {
+		at := time.Unix(1000, 0)
+		tp := New(nil, OpenAI, Options{Stream: tc.stream, Now: func() time.Time { return at }})
+		for i := 0; i < len(tc.body); i += 7 { // chunks that split lines and JSON
+			tp.Write([]byte(tc.body[i:min(i+7, len(tc.body))]))
+		}
+		tp.End(nil)
+		if u := tp.Usage(); !u.Known || u.Prompt != 100 || u.Cached != 64 || u.Completion != 3 {
+			t.Errorf("%s: usage %+v", tc.name, u)
+		}
+		if !tp.FirstByte().Equal(at) || tp.Failed() != nil {
+			t.Errorf("%s: first byte %v, failed %v", tc.name, tp.FirstByte(), tp.Failed())
 		}
 	}
 }

@@ -1,0 +1,521 @@
+// Package epp is the warden's second data plane: an endpoint picker (EPP)
+// for a gateway that carries the bytes itself (Envoy, and every Gateway API
+// inference gateway), speaking the endpoint-picker protocol v1.0.0 over
+// Envoy's external processing gRPC service in full-duplex streamed mode.
+//
+// Per HTTP request the gateway opens one ext_proc stream. The picker
+// buffers the request body, identifies the conversation and places it
+// through the router core exactly as `warden serve` does (router.Core's
+// Identify, PlaceRequest, Place), hands the body back unchanged, and names
+// the endpoint in the x-gateway-destination-endpoint header and the
+// envoy.lb dynamic metadata (equal values, fallbacks after the first). It
+// then reads the answer as the gateway streams it through (status, the
+// endpoint that served, usage from JSON or SSE) and hands the outcome to
+// router.Core.Finish, so the panel, /metrics, the decision log and the exit
+// summary work as for `warden serve`. The package imports the core, never
+// the HTTP proxy.
+package epp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/lmwarden/warden/internal/apierr"
+	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/router/decision"
+	"github.com/lmwarden/warden/router/identity"
+	"github.com/lmwarden/warden/router/place"
+	"github.com/lmwarden/warden/router/tap"
+)
+
+// The protocol's names (the Gateway API Inference Extension's EPP
+// protocol, docs/proposals/004-endpoint-picker-protocol).
+const (
+	// DestinationHeader names the picked endpoints, "ip:port[,ip:port...]",
+	// first the one to use, then fallbacks.
+	DestinationHeader = "x-gateway-destination-endpoint"
+	// LBNamespace is the dynamic metadata namespace of the pick (the same
+	// value under DestinationHeader) and of what the gateway reports.
+	LBNamespace = "envoy.lb"
+	// ServedKey is the endpoint that answered, as the gateway reports it
+	// under LBNamespace (Envoy's override_host policy: selected_host_key).
+	ServedKey = "x-gateway-destination-endpoint-served"
+	// SubsetNamespace and SubsetKey are the gateway's subset hint: the
+	// picker must choose only among these endpoints.
+	SubsetNamespace = "envoy.lb.subset_hint"
+	SubsetKey       = "x-gateway-destination-endpoint-subset"
+	// ServiceName is the ext_proc service, also a gRPC health service name.
+	ServiceName = "envoy.service.ext_proc.v3.ExternalProcessor"
+)
+
+// Defaults of Config's fields.
+const (
+	DefaultMaxBodyBytes = 32 << 20
+	DefaultFallbacks    = 2
+	// bodyChunk is the size of the body pieces handed back to the gateway
+	// (well under gRPC's 4 MiB message limit).
+	bodyChunk = 64 << 10
+)
+
+// Config configures a Server.
+type Config struct {
+	// MaxBodyBytes bounds the request body the picker buffers to identify
+	// a conversation; a larger one is answered 413. 0 = DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Fallbacks is how many endpoints follow the pick, for the gateway to
+	// retry on; 0 = DefaultFallbacks, < 0 = none.
+	Fallbacks int
+}
+
+// Server is the endpoint picker over a router core: the ext_proc service
+// and the gRPC health services. Create it with New.
+type Server struct {
+	extprocv3.UnimplementedExternalProcessorServer
+	core   *router.Core
+	cfg    Config
+	log    *slog.Logger
+	health *health.Server
+}
+
+// New returns a picker over core. Every replica's URL must name its host
+// by IP address: the gateway is told endpoints as ip:port.
+func New(core *router.Core, cfg Config) (*Server, error) {
+	if cfg.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("--max-body-bytes must be >= 0, got %d", cfg.MaxBodyBytes)
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	switch {
+	case cfg.Fallbacks == 0:
+		cfg.Fallbacks = DefaultFallbacks
+	case cfg.Fallbacks < 0:
+		cfg.Fallbacks = 0
+	}
+	for _, r := range core.Replicas() {
+		if err := CheckEndpoint(r.URL().Host); err != nil {
+			return nil, fmt.Errorf("replica %d (%s): %w", r.Rank(), r.URL(), err)
+		}
+	}
+	s := &Server{core: core, cfg: cfg, log: core.Logger(), health: health.NewServer()}
+	s.updateHealth()
+	return s, nil
+}
+
+// CheckEndpoint reports whether hostport is an endpoint a gateway can be
+// told: a literal IP address and a port.
+func CheckEndpoint(hostport string) error {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil || net.ParseIP(host) == nil || port == "" {
+		return fmt.Errorf("the endpoint picker names endpoints as ip:port (Envoy's override_host takes no host names); got %q", hostport)
+	}
+	return nil
+}
+
+// Register adds the ext_proc service and the health services to g.
+func (s *Server) Register(g *grpc.Server) {
+	extprocv3.RegisterExternalProcessorServer(g, s)
+	healthpb.RegisterHealthServer(g, s.health)
+}
+
+// WatchHealth keeps the readiness services in step with the core (a
+// replica in rotation) every interval until ctx ends, then reports
+// NOT_SERVING on all of them.
+func (s *Server) WatchHealth(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.health.Shutdown()
+			return
+		case <-t.C:
+			s.updateHealth()
+		}
+	}
+}
+
+// updateHealth sets the health services: liveness is SERVING while the
+// process runs; readiness, the ext_proc service's and the overall ("")
+// status while a replica is in rotation.
+func (s *Server) updateHealth() {
+	ready := healthpb.HealthCheckResponse_NOT_SERVING
+	if s.core.Ready() {
+		ready = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("liveness", healthpb.HealthCheckResponse_SERVING)
+	for _, name := range []string{"", "readiness", ServiceName} {
+		s.health.SetServingStatus(name, ready)
+	}
+}
+
+// Process is one HTTP request's ext_proc stream.
+func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
+	x := &exchange{s: s, ctx: srv.Context()}
+	for {
+		req, err := srv.Recv()
+		if err != nil {
+			x.end(err)
+			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+				return nil
+			}
+			return err
+		}
+		out, err := x.handle(req)
+		if err != nil {
+			x.end(err)
+			return err
+		}
+		for _, r := range out {
+			if err := srv.Send(r); err != nil {
+				x.end(err)
+				return err
+			}
+		}
+	}
+}
+
+// exchange is one request's state across its stream's messages.
+type exchange struct {
+	s       *Server
+	ctx     context.Context
+	start   time.Time
+	header  http.Header
+	path    string
+	subset  []string // the gateway's subset hint; nil = none
+	body    []byte
+	decided bool // the request's headers have been answered
+
+	key     identity.SessionKey
+	kind    tap.Kind
+	stream  bool
+	pr      place.Request
+	pl      router.Placement
+	placed  bool // pl is in flight and must be finished
+	status  int
+	tap     *tap.Tap
+	finish  bool // the answer ended
+	replied bool // the gateway sent the answer's headers
+}
+
+func (x *exchange) handle(req *extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
+	switch v := req.Request.(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		x.start = x.s.core.Now()
+		x.readHeaders(v.RequestHeaders)
+		x.subset = subsetHint(req.MetadataContext)
+		if v.RequestHeaders.EndOfStream {
+			return x.decide()
+		}
+		return nil, nil
+	case *extprocv3.ProcessingRequest_RequestBody:
+		if x.decided {
+			return nil, nil // a body after an immediate answer: nothing to do
+		}
+		if int64(len(x.body)+len(v.RequestBody.Body)) > x.s.cfg.MaxBodyBytes {
+			return x.refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf(
+				"request body exceeds the endpoint picker's limit of %d bytes (warden epp --max-body-bytes)", x.s.cfg.MaxBodyBytes))
+		}
+		x.body = append(x.body, v.RequestBody.Body...)
+		if v.RequestBody.EndOfStream {
+			return x.decide()
+		}
+		return nil, nil
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		out := []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+			RequestTrailers: &extprocv3.TrailersResponse{}}}}
+		if !x.decided { // the trailers end the body
+			more, err := x.decide()
+			return append(more, out...), err
+		}
+		return out, nil
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return x.responseHeaders(v.ResponseHeaders, req.MetadataContext), nil
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		b := v.ResponseBody
+		if x.tap != nil {
+			x.tap.Write(b.Body)
+		}
+		if b.EndOfStream {
+			x.end(nil)
+		}
+		return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseBody{
+			ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+				Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
+					Body: b.Body, EndOfStream: b.EndOfStream}}}}}}}}, nil
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		x.end(nil)
+		return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+			ResponseTrailers: &extprocv3.TrailersResponse{}}}}, nil
+	}
+	return nil, nil
+}
+
+// readHeaders keeps the request's headers (Envoy's pseudo-headers give the
+// path).
+func (x *exchange) readHeaders(h *extprocv3.HttpHeaders) {
+	x.header = http.Header{}
+	for _, kv := range h.GetHeaders().GetHeaders() {
+		v := kv.GetValue()
+		if v == "" {
+			v = string(kv.GetRawValue())
+		}
+		switch kv.GetKey() {
+		case ":path":
+			x.path, _, _ = strings.Cut(v, "?")
+		case ":method", ":authority", ":scheme":
+		default:
+			x.header.Add(kv.GetKey(), v)
+		}
+	}
+}
+
+// subsetHint is the gateway's subset hint, nil when it gives none. It
+// comes as a list of strings or as one comma-separated string.
+func subsetHint(md *corev3.Metadata) []string {
+	v, ok := md.GetFilterMetadata()[SubsetNamespace].GetFields()[SubsetKey]
+	if !ok {
+		return nil
+	}
+	out := []string{}
+	add := func(s string) {
+		for _, e := range strings.Split(s, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				out = append(out, e)
+			}
+		}
+	}
+	if l := v.GetListValue(); l != nil {
+		for _, e := range l.GetValues() {
+			add(e.GetStringValue())
+		}
+	} else {
+		add(v.GetStringValue())
+	}
+	return out
+}
+
+// decide identifies the request and places it: the headers' answer with the
+// pick and the body handed back, or an immediate answer.
+func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
+	x.decided = true
+	core := x.s.core
+	f := identity.Scan(x.body)
+	if x.kind = tap.KindOf(x.path); x.kind != tap.None {
+		x.stream = f.Stream.Bool()
+	}
+	x.key = core.Identify(x.header, f)
+	pin, pinned, err := identity.ParsePin(x.header)
+	if err != nil {
+		return x.refuse(http.StatusBadRequest, err.Error())
+	}
+	x.pr = core.PlaceRequest(x.key, pinned, pin, len(x.body))
+	if x.subset != nil {
+		x.pr.Skip = x.outside(x.subset)
+		if len(x.pr.Skip) == len(core.Replicas()) {
+			return x.refuse(http.StatusServiceUnavailable,
+				fmt.Sprintf("no endpoint of the gateway's subset hint (%s) is one of this picker's", strings.Join(x.subset, ",")))
+		}
+	}
+	pl := core.Place(x.ctx, x.pr)
+	if pl.Rank < 0 {
+		if pl.Reason == place.ReasonWait { // the gateway gave up while the request was held
+			return nil, status.Error(codes.Canceled, "the request ended while held")
+		}
+		msg := "no endpoint is ready"
+		if pinned {
+			msg = fmt.Sprintf("replica %d (%s) does not exist or is not available", pin, identity.PinHeader)
+		}
+		return x.refuse(http.StatusServiceUnavailable, msg)
+	}
+	x.pl, x.placed = pl, true
+	eps := strings.Join(append([]string{pl.Replica.URL().Host}, x.fallbacks(pl.Replica)...), ",")
+	hr := &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+		ClearRouteCache: true,
+		HeaderMutation: &extprocv3.HeaderMutation{
+			SetHeaders: []*corev3.HeaderValueOption{{
+				Header:       &corev3.HeaderValue{Key: DestinationHeader, RawValue: []byte(eps)},
+				AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+			}},
+			RemoveHeaders: []string{strings.ToLower(identity.PinHeader)},
+		},
+	}}
+	out := []*extprocv3.ProcessingResponse{{
+		Response:        &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: hr},
+		DynamicMetadata: pickMetadata(eps),
+	}}
+	return append(out, bodyBack(x.body)...), nil
+}
+
+// pickMetadata is the pick as envoy.lb dynamic metadata.
+func pickMetadata(eps string) *structpb.Struct {
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		LBNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			DestinationHeader: structpb.NewStringValue(eps),
+		}}),
+	}}
+}
+
+// bodyBack hands the buffered body back to the gateway unchanged, in
+// pieces, the last one ending the stream (full-duplex mode forwards only
+// what the picker sends back). A request without a body gets none.
+func bodyBack(body []byte) []*extprocv3.ProcessingResponse {
+	if body == nil {
+		return nil
+	}
+	var out []*extprocv3.ProcessingResponse
+	for i := 0; ; i += bodyChunk {
+		end := min(i+bodyChunk, len(body))
+		out = append(out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+			RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+				Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
+					Body: body[i:end], EndOfStream: end == len(body)}}}}}}})
+		if end == len(body) {
+			return out
+		}
+	}
+}
+
+// outside is the ranks of the replicas whose endpoint is not in eps.
+func (x *exchange) outside(eps []string) []int {
+	var skip []int
+	for _, r := range x.s.core.Replicas() {
+		if !slices.Contains(eps, r.URL().Host) {
+			skip = append(skip, r.Rank())
+		}
+	}
+	return skip
+}
+
+// fallbacks are up to Config.Fallbacks other endpoints in rotation (and in
+// the subset hint), least loaded first, for the gateway's retries.
+func (x *exchange) fallbacks(primary *router.Replica) []string {
+	var reps []*router.Replica
+	for _, r := range x.s.core.Replicas() {
+		if r != primary && r.Healthy() && !slices.Contains(x.pr.Skip, r.Rank()) {
+			reps = append(reps, r)
+		}
+	}
+	slices.SortStableFunc(reps, func(a, b *router.Replica) int { return a.InFlight() - b.InFlight() })
+	var out []string
+	for _, r := range reps[:min(len(reps), x.s.cfg.Fallbacks)] {
+		out = append(out, r.URL().Host)
+	}
+	return out
+}
+
+// refuse answers the request at once with code and msg in the shape of
+// the API called.
+func (x *exchange) refuse(code int, msg string) ([]*extprocv3.ProcessingResponse, error) {
+	x.decided = true
+	x.s.log.Info("request answered by the endpoint picker", "status", code, "reason", msg, "path", x.path)
+	return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+		ImmediateResponse: &extprocv3.ImmediateResponse{
+			Status: &typev3.HttpStatus{Code: typev3.StatusCode(code)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
+				Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}}}},
+			Body:    apierr.Body(x.path, code, msg),
+			Details: "warden_epp",
+		}}}}, nil
+}
+
+// responseHeaders reads the answer's status and the endpoint that served
+// it, re-accounts a request the gateway sent to a fallback, and tells the
+// client where it went (X-Warden-Replica, X-Warden-Route).
+func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders, md *corev3.Metadata) []*extprocv3.ProcessingResponse {
+	x.replied = true
+	for _, kv := range h.GetHeaders().GetHeaders() {
+		if kv.GetKey() == ":status" {
+			v := kv.GetValue()
+			if v == "" {
+				v = string(kv.GetRawValue())
+			}
+			x.status, _ = strconv.Atoi(v)
+		}
+	}
+	served := md.GetFilterMetadata()[LBNamespace].GetFields()[ServedKey].GetStringValue()
+	if x.placed && served != "" && served != x.pl.Replica.URL().Host {
+		x.moved(served)
+	}
+	var set []*corev3.HeaderValueOption
+	if x.placed {
+		if x.status == http.StatusOK && x.kind != tap.None {
+			x.tap = tap.New(nil, x.kind, tap.Options{Stream: x.stream, Now: x.s.core.Now})
+		}
+		set = []*corev3.HeaderValueOption{
+			{Header: &corev3.HeaderValue{Key: strings.ToLower(identity.PinHeader), RawValue: []byte(strconv.Itoa(x.pl.Rank))}},
+			{Header: &corev3.HeaderValue{Key: "x-warden-route", RawValue: []byte(x.pl.Reason)}},
+		}
+	}
+	return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set}}}}}}
+}
+
+// moved accounts a request the gateway served elsewhere than the pick (it
+// retried on a fallback): the pick never reached its engine, which leaves
+// the rotation until a health check succeeds; the request is placed again
+// on the endpoint that served, as the proxy does on a refused connection.
+func (x *exchange) moved(served string) {
+	core := x.s.core
+	primary := x.pl.Replica
+	core.Finish(&x.pl, router.Outcome{Retry: true})
+	x.placed = false
+	primary.Refused(fmt.Errorf("the gateway served the request on %s instead", served))
+	x.pr.Skip = x.outside([]string{served})
+	if pl := core.Place(x.ctx, x.pr); pl.Rank >= 0 {
+		x.pl, x.placed = pl, true
+		primary.Log().Info("the gateway retried elsewhere; the request is accounted there", "served", served, "replica_served", pl.Rank)
+		return
+	}
+	x.s.log.Warn("the gateway served a request on an endpoint that is not a replica", "endpoint", served)
+}
+
+// end accounts the request once, when its answer ended or its stream did
+// (err: why the stream ended early).
+func (x *exchange) end(err error) {
+	if x.finish || !x.placed {
+		return
+	}
+	x.finish = true
+	o := router.Outcome{Status: x.status, Start: x.start, Key: x.key}
+	if x.s.core.LogsDecisions() {
+		id := x.header.Get(decision.RequestIDHeader)
+		o.RequestID = id[:min(len(id), decision.MaxRequestID)]
+	}
+	switch {
+	case err == nil:
+	case !x.replied:
+		if status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
+			o.Status = 499 // the client or the gateway went away before an answer
+		} else {
+			o.Status, o.Cause = http.StatusBadGateway, "no answer through the gateway: "+err.Error()
+		}
+	default: // the answer broke off: the client saw the status already
+		o.Status = 499
+	}
+	if x.tap != nil {
+		x.tap.End(nil)
+		o.Usage, o.FirstByte = x.tap.Usage(), x.tap.FirstByte()
+	}
+	x.s.core.Finish(&x.pl, o)
+}
