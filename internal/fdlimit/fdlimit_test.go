@@ -68,5 +68,5 @@ func checkRaise(t *testing.T, mode string) {
 	if mode == "lower" && (from != 256 || soft != hard) {
 		t.Errorf("lowered to 256 after start: Raise found %d and left %d, want 256 raised to the hard limit %d", from, soft, hard)
 	}
-	t.Logf("%s: soft limit 256  -> %d (found %d at Raise; hard %d)", mode, soft, from, hard)
+	t.Logf("%s: soft limit 256 -> %d (found %d at Raise; hard %d)", mode, soft, from, hard)
 }
