@@ -2,12 +2,15 @@ package serve
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -174,4 +177,58 @@ func TestServeSIGTERMDrainsLikeAServiceStop(t *testing.T) {
 	}
 	t.Logf("SIGTERM with a stream in flight: %d events drained to [DONE], warden exited 0 after %v (TimeoutStopSec %v), %d engine processes gone",
 		events, took.Round(time.Millisecond), timeout, len(unit))
+}
+
+// Under systemd (stderr the journal's stream) every log line carries its
+// priority and no time; with a hard limit of 4096 descriptors the warden
+// warns that it is low.
+func TestServeLogsForTheJournalAndWarnsOfALowFDLimit(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(simproc.FreePort(t))
+	cmd := exec.Command("sh", "-c", `ulimit -n 4096 && exec "$0" "$@"`, simproc.Binary(t), "serve", "--model", "demo",
+		"--engine", "sim", "--port", port, "--log-dir", filepath.Join(dir, "logs"), "--dp", "1")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("JOURNAL_STREAM=%d:%d", st.Dev, st.Ino))
+	out := &simproc.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	simproc.Poll(t, "the ready line", func() bool { return strings.Contains(out.String(), "ready at") })
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("warden exited with %v", err)
+	}
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	prio := regexp.MustCompile(`^<[3467]>level=(ERROR|WARN|INFO|DEBUG) msg=`)
+	lines := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, " msg=") {
+			continue
+		}
+		lines++
+		if !prio.MatchString(line) || strings.Contains(line, "time=") {
+			t.Errorf("not a journal line: %q", line)
+		}
+	}
+	if !strings.Contains(string(b), `<4>level=WARN msg="file-descriptor limit is low`) || lines < 5 {
+		t.Errorf("%d log lines, no warning of the low file-descriptor limit:\n%s", lines, b)
+	}
+	t.Logf("%d log lines, each with its priority; the limit line: %s", lines,
+		regexp.MustCompile(`.*file-descriptor limit.*`).FindString(string(b)))
 }
