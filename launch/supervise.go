@@ -50,10 +50,11 @@ func (g *Group) run(r *rank, startup chan<- error) {
 }
 
 // crashLoop is one rank's failures in a row (crashes within StableAfter of
-// becoming healthy, and failed restarts) and the cause it announced.
+// becoming healthy, and failed restarts) and whether its cause and fix
+// were logged.
 type crashLoop struct {
 	failures  int
-	announced string // the cause logged with its fix; "" none yet
+	announced bool
 }
 
 // fail counts one more failure and returns the wait before the next
@@ -108,8 +109,9 @@ func (g *Group) restart(r *rank, loop *crashLoop, cause, fix string) bool {
 
 // noteCrash records c as r's last crash, tells OnCrash, and logs it: with
 // its cause for the first failures in a row; at CrashLoopAfter failures
-// (and when the cause changes after that) once as an error with the cause
-// and its fix; else one short line per restart, the cause said above.
+// once, as an error, with the cause and its fix; after that one short line
+// per restart (a cause that varies from try to try, such as vLLM's free
+// memory figures, must not repeat the message; the status has the latest).
 func (g *Group) noteCrash(r *rank, loop *crashLoop, c Crash) {
 	r.mu.Lock()
 	c.Restarts = r.restarts
@@ -119,14 +121,19 @@ func (g *Group) noteCrash(r *rank, loop *crashLoop, c Crash) {
 	switch {
 	case !c.Loop:
 		r.log.Warn("engine down; restarting", "reason", c.Cause, "after", c.Delay.String(), "failures", c.Failures)
-	case loop.announced != c.Cause:
-		loop.announced = c.Cause
+	case !loop.announced:
+		loop.announced = true
 		fix := c.Fix
 		if fix == "" {
 			fix = "read the rank's log for the cause: " + c.LogPath
 		}
-		r.log.Error(fmt.Sprintf("engine fails at every start: %d failures in a row; restarts go on, at most %s apart "+
-			"(said once, until the cause changes); the other replicas keep serving", c.Failures, g.opts.RestartMax),
+		others := ""
+		if len(g.ranks) > 1 {
+			others = "; the other replicas keep serving"
+		}
+		r.log.Error(fmt.Sprintf("engine crash loop: %d failures in a row (failed restarts, or crashes within %s of "+
+			"becoming healthy); restarts go on, at most %s apart, and this is said once%s",
+			c.Failures, g.opts.StableAfter, g.opts.RestartMax, others),
 			"cause", c.Cause, "fix", fix, "log", c.LogPath)
 	default:
 		r.log.Info("engine still failing; restarting", "failures", c.Failures, "after", c.Delay.String())

@@ -57,7 +57,7 @@ func TestServeCrashLoopBacksOffAndSaysTheCauseOnce(t *testing.T) {
 		t.Errorf("up: rank 0 %v, rank 1 %v; want the crash-looping rank out and the other in", st.Replicas[0].Up, st.Replicas[1].Up)
 	}
 	log := w.stderr.String()
-	const loop, fix = "engine fails at every start", "out of GPU memory: the model may not fit one GPU"
+	const loop, fix = "engine crash loop:", "out of GPU memory: the model may not fit one GPU"
 	if n, m := strings.Count(log, loop), strings.Count(log, fix); n != 1 || m != 1 {
 		t.Errorf("the crash loop was announced %d times and its fix printed %d times, want once each:\n%s", n, m, log)
 	}
