@@ -58,16 +58,17 @@ type Config struct {
 	OffloadFile    string  // --sim-offload-file: none, keep or unlink (the host KV tier's /dev/shm file)
 	ShmDir         string  // --sim-shm-dir: where that file goes (default /dev/shm)
 
-	DieAfter  int  // --sim-die-after N: exit 1 mid-stream on the Nth request (0: off)
-	HangAfter int  // --sim-hang-after N: stop answering after N requests (-1: off)
-	HTTPError int  // --sim-http-error CODE: answer generation requests with CODE (0: off)
-	ForkChild bool // --sim-fork-child: start a child that only a group kill removes
+	DieAfter   int  // --sim-die-after N: exit 1 mid-stream on the Nth request (0: off)
+	HangAfter  int  // --sim-hang-after N: stop answering after N requests (-1: off)
+	HTTPError  int  // --sim-http-error CODE: answer generation requests with CODE (0: off)
+	ForkChild  bool // --sim-fork-child: start a child that only a group kill removes
+	LogUnknown []string
+
 	// FailStartIf is --sim-fail-start-if FILE: while FILE exists, the
 	// engine refuses to start, its first line the error (a crash loop on
 	// demand; write the cause line of a real failure into it). Checked
 	// when the arguments are read.
 	FailStartIf string
-	LogUnknown  []string
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -239,14 +240,15 @@ var flags = map[string]flagSpec{
 		c.KVOffloadBackend = "native"
 		return nil
 	}},
-	"sim-offload-file":  {kindValue, "WARDEN_SIM_OFFLOAD_FILE", "with a host KV tier, a file in --sim-shm-dir as vLLM's /dev/shm/vllm_offload_<id>.mmap: none (default), keep (vLLM 0.27-0.28: mapped until a clean exit, left behind when killed) or unlink (0.29+: unlinked once mapped)", strSetter(func(c *Config) *string { return &c.OffloadFile })},
-	"sim-shm-dir":       {kindValue, "WARDEN_SIM_SHM_DIR", "folder of the --sim-offload-file (default /dev/shm)", strSetter(func(c *Config) *string { return &c.ShmDir })},
-	"sim-watermark":     {kindValue, "WARDEN_SIM_WATERMARK", "fraction of blocks kept free when admitting (0: off)", floatSetter(func(c *Config) *float64 { return &c.Watermark })},
-	"sim-die-after":     {kindValue, "WARDEN_SIM_DIE_AFTER", "exit 1 mid-stream on the Nth generation request (0: off)", intSetter(func(c *Config) *int { return &c.DieAfter })},
-	"sim-hang-after":    {kindValue, "WARDEN_SIM_HANG_AFTER", "after N generation requests answer nothing, /health included (-1: off)", intSetter(func(c *Config) *int { return &c.HangAfter })},
-	"sim-http-error":    {kindValue, "WARDEN_SIM_HTTP_ERROR", "answer every generation request with this status (0: off)", intSetter(func(c *Config) *int { return &c.HTTPError })},
+	"sim-offload-file": {kindValue, "WARDEN_SIM_OFFLOAD_FILE", "with a host KV tier, a file in --sim-shm-dir as vLLM's /dev/shm/vllm_offload_<id>.mmap: none (default), keep (vLLM 0.27-0.28: mapped until a clean exit, left behind when killed) or unlink (0.29+: unlinked once mapped)", strSetter(func(c *Config) *string { return &c.OffloadFile })},
+	"sim-shm-dir":      {kindValue, "WARDEN_SIM_SHM_DIR", "folder of the --sim-offload-file (default /dev/shm)", strSetter(func(c *Config) *string { return &c.ShmDir })},
+	"sim-watermark":    {kindValue, "WARDEN_SIM_WATERMARK", "fraction of blocks kept free when admitting (0: off)", floatSetter(func(c *Config) *float64 { return &c.Watermark })},
+	"sim-die-after":    {kindValue, "WARDEN_SIM_DIE_AFTER", "exit 1 mid-stream on the Nth generation request (0: off)", intSetter(func(c *Config) *int { return &c.DieAfter })},
+	"sim-hang-after":   {kindValue, "WARDEN_SIM_HANG_AFTER", "after N generation requests answer nothing, /health included (-1: off)", intSetter(func(c *Config) *int { return &c.HangAfter })},
+	"sim-http-error":   {kindValue, "WARDEN_SIM_HTTP_ERROR", "answer every generation request with this status (0: off)", intSetter(func(c *Config) *int { return &c.HTTPError })},
+	"sim-fork-child":   {kindBool, "WARDEN_SIM_FORK_CHILD", "start a child process (like EngineCore) that only a group kill removes", boolSetter(func(c *Config) *bool { return &c.ForkChild })},
+
 	"sim-fail-start-if": {kindValue, "WARDEN_SIM_FAIL_START_IF", "exit 1 at start while FILE exists, its first line printed as the error (e.g. a vLLM cause line): a crash loop on demand", strSetter(func(c *Config) *string { return &c.FailStartIf })},
-	"sim-fork-child":    {kindBool, "WARDEN_SIM_FORK_CHILD", "start a child process (like EngineCore) that only a group kill removes", boolSetter(func(c *Config) *bool { return &c.ForkChild })},
 }
 
 // ParseArgs reads the environment (through getenv) and then args, the argv
