@@ -2,6 +2,7 @@ package serve
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -231,4 +232,42 @@ func TestServeLogsForTheJournalAndWarnsOfALowFDLimit(t *testing.T) {
 	}
 	t.Logf("%d log lines, each with its priority; the limit line: %s", lines,
 		regexp.MustCompile(`.*file-descriptor limit.*`).FindString(string(b)))
+}
+
+// A service stop while the engines still load: the warden stops them and
+// exits 130, which the unit counts as success (SuccessExitStatus=130).
+func TestServeSIGTERMWhileLoadingExits130WithNoEngineLeft(t *testing.T) {
+	keys, _ := unitFile(t)
+	if keys["SuccessExitStatus"] != "130" {
+		t.Errorf("SuccessExitStatus=%s, want 130", keys["SuccessExitStatus"])
+	}
+	port := strconv.Itoa(simproc.FreePort(t))
+	cmd := exec.Command(simproc.Binary(t), "serve", "--model", "demo", "--engine", "sim", "--port", port,
+		"--log-dir", t.TempDir(), "--dp", "2", "--", "--sim-load-seconds", "60", "--sim-fork-child")
+	stderr := &simproc.SyncBuffer{}
+	cmd.Stderr = stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	simproc.Poll(t, "both engines started", func() bool { return strings.Count(stderr.String(), `msg="engine started"`) == 2 })
+	unit := simproc.Descendants(int32(cmd.Process.Pid))
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Fatalf("warden exited with %v, want status 130\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr.String(), "interrupted while engines were starting; all stopped") {
+		t.Errorf("no word of the interrupted start:\n%s", stderr)
+	}
+	for _, pid := range unit {
+		if aliveNow(pid) {
+			t.Errorf("process %d outlived the warden", pid)
+		}
+	}
+	t.Logf("SIGTERM while loading: exit 130, %d engine processes gone", len(unit))
 }
