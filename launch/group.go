@@ -53,8 +53,14 @@ func (s Spec) where() string {
 type Options struct {
 	StartupTimeout time.Duration // per start and restart, until /health is 200 (10m)
 	StopGrace      time.Duration // SIGTERM to SIGKILL (30s)
-	RestartMin     time.Duration // first restart delay, doubled per failure (1s)
-	RestartMax     time.Duration // longest restart delay; a run healthy this long resets it (1m)
+	RestartMin     time.Duration // first restart delay, doubled per failure in a row (1s)
+	RestartMax     time.Duration // longest restart delay (1m)
+	// StableAfter: an engine healthy this long before it crashes was no
+	// crash loop; its failures in a row and the delay start afresh (1m).
+	StableAfter time.Duration
+	// CrashLoopAfter is the failures in a row after which a rank's cause
+	// and its fix are logged once, as an error, instead of per restart (3).
+	CrashLoopAfter int
 	PollInterval   time.Duration // /health poll while starting (250ms)
 	Logger         *slog.Logger  // (discard)
 	// Progress gets the live startup display: redrawn in place on a
@@ -63,6 +69,10 @@ type Options struct {
 	// OnState is called on every state change of a rank, from that rank's
 	// supervisor goroutine; it must not block. Nil: none.
 	OnState func(rank int, s State, reason string)
+	// OnCrash is called on every crash and failed restart of a rank,
+	// before the wait for the next restart, from that rank's supervisor
+	// goroutine; it must not block. Nil: none.
+	OnCrash func(rank int, c Crash)
 }
 
 func (o *Options) defaults() {
@@ -76,6 +86,10 @@ func (o *Options) defaults() {
 	def(&o.RestartMin, time.Second)
 	def(&o.RestartMax, time.Minute)
 	def(&o.PollInterval, 250*time.Millisecond)
+	def(&o.StableAfter, time.Minute)
+	if o.CrashLoopAfter <= 0 {
+		o.CrashLoopAfter = 3
+	}
 	if o.RestartMax < o.RestartMin {
 		o.RestartMax = o.RestartMin
 	}
@@ -99,7 +113,7 @@ type Group struct {
 	done      chan struct{} // closed when every rank's supervisor returned
 }
 
-// rank is one rank's supervised engine. state, cur and restarts are written
+// rank is one rank's supervised engine. state, cur, restarts and crash are written
 // only by the rank's supervisor goroutine; mu guards reads from elsewhere.
 type rank struct {
 	spec Spec
@@ -117,6 +131,8 @@ type rank struct {
 	since    time.Time
 	cur      *proc
 	restarts int
+	crash    Crash // the latest, when crashed
+	crashed  bool
 }
 
 // Start launches every spec in parallel and returns when all are healthy.
@@ -250,6 +266,17 @@ func (g *Group) Restarts(rank int) int {
 		return r.restarts
 	}
 	return 0
+}
+
+// LastCrash is rank's latest crash or failed restart; false when it never
+// went down (or the rank is unknown).
+func (g *Group) LastCrash(rank int) (Crash, bool) {
+	if r := g.rank(rank); r != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.crash, r.crashed
+	}
+	return Crash{}, false
 }
 
 // State is rank's current state; Stopped for unknown ranks.

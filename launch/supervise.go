@@ -13,7 +13,8 @@ import (
 
 // run is rank r's supervisor: the only writer of its state. It starts the
 // engine, reports the startup result, then restarts it after each crash
-// until Stop.
+// until Stop. A run healthy for StableAfter ends a crash loop: the next
+// crash is restarted after RestartMin again.
 func (g *Group) run(r *rank, startup chan<- error) {
 	defer g.wg.Done()
 	err := g.launch(r, "start")
@@ -24,7 +25,7 @@ func (g *Group) run(r *rank, startup chan<- error) {
 		return
 	}
 	startup <- nil
-	backoff := g.opts.RestartMin
+	var loop crashLoop
 	for {
 		p := r.current()
 		readyAt := time.Now()
@@ -35,38 +36,60 @@ func (g *Group) run(r *rank, startup chan<- error) {
 			return
 		case <-p.exited:
 		}
-		reason := crashReason(p)
+		cause, fix := crashReason(p), crashFix(p)
 		g.cleanup(p)
-		g.setState(r, Down, reason)
-		if time.Since(readyAt) >= g.opts.RestartMax {
-			backoff = g.opts.RestartMin
+		g.setState(r, Down, cause)
+		if time.Since(readyAt) >= g.opts.StableAfter {
+			loop = crashLoop{}
 		}
-		if !g.restart(r, reason, &backoff) {
+		if !g.restart(r, &loop, cause, fix) {
 			g.setState(r, Stopped, "stopped")
 			return
 		}
 	}
 }
 
-// restart starts r again after backoff (doubled per failed try) until an
-// engine is healthy (true) or Stop begins (false).
-func (g *Group) restart(r *rank, reason string, backoff *time.Duration) bool {
+// crashLoop is one rank's failures in a row (crashes within StableAfter of
+// becoming healthy, and failed restarts) and whether its cause and fix
+// were logged.
+type crashLoop struct {
+	failures  int
+	announced bool
+}
+
+// fail counts one more failure and returns the wait before the next
+// restart: lo for the first failure in a row, doubled per further failure,
+// at most hi.
+func (l *crashLoop) fail(lo, hi time.Duration) time.Duration {
+	l.failures++
+	d := lo
+	for i := 1; i < l.failures && d < hi; i++ {
+		d *= 2
+	}
+	return min(d, hi)
+}
+
+// restart starts r again, after a wait that grows with the failures in a
+// row (crashLoop.fail), until an engine is healthy (true) or Stop begins
+// (false). cause and fix are why the engine went down and what to do.
+func (g *Group) restart(r *rank, loop *crashLoop, cause, fix string) bool {
 	for {
-		r.log.Warn("engine down; restarting", "reason", reason, "after", backoff.String())
-		t := time.NewTimer(*backoff)
+		delay := loop.fail(g.opts.RestartMin, g.opts.RestartMax)
+		g.noteCrash(r, loop, Crash{At: time.Now(), Cause: cause, Fix: fix, Failures: loop.failures,
+			Delay: delay, LogPath: r.spec.LogPath})
+		t := time.NewTimer(delay)
 		select {
 		case <-g.stopping:
 			t.Stop()
 			return false
 		case <-t.C:
 		}
-		*backoff = min(*backoff*2, g.opts.RestartMax)
 		r.mu.Lock()
 		r.restarts++
 		n := r.restarts
 		r.mu.Unlock()
 		fmt.Fprintf(r.logf, "\n=== warden: restart %d of rank %d at %s: the engine %s ===\n",
-			n, r.spec.Rank, time.Now().Format(time.RFC3339), reason)
+			n, r.spec.Rank, time.Now().Format(time.RFC3339), cause)
 		err := g.launch(r, "restart")
 		if err == nil {
 			r.log.Info("engine restarted", "restarts", n)
@@ -76,11 +99,47 @@ func (g *Group) restart(r *rank, reason string, backoff *time.Duration) bool {
 		if se.Cause == "canceled" {
 			return false
 		}
-		reason = se.Cause
+		cause, fix = se.Cause, se.Hint
 		if se.Reason != "" {
-			reason += ": " + se.Reason
+			cause += ": " + se.Reason
 		}
-		g.setState(r, Down, reason)
+		g.setState(r, Down, cause)
+	}
+}
+
+// noteCrash records c as r's last crash, tells OnCrash, and logs it: with
+// its cause for the first failures in a row; at CrashLoopAfter failures
+// once, as an error, with the cause and its fix; after that one short line
+// per restart (a cause that varies from try to try, such as vLLM's free
+// memory figures, must not repeat the message; the status has the latest).
+func (g *Group) noteCrash(r *rank, loop *crashLoop, c Crash) {
+	r.mu.Lock()
+	c.Restarts = r.restarts
+	c.Loop = c.Failures >= g.opts.CrashLoopAfter
+	r.crash, r.crashed = c, true
+	r.mu.Unlock()
+	switch {
+	case !c.Loop:
+		r.log.Warn("engine down; restarting", "reason", c.Cause, "after", c.Delay.String(), "failures", c.Failures)
+	case !loop.announced:
+		loop.announced = true
+		fix := c.Fix
+		if fix == "" {
+			fix = "read the rank's log for the cause: " + c.LogPath
+		}
+		others := ""
+		if len(g.ranks) > 1 {
+			others = "; the other replicas keep serving"
+		}
+		r.log.Error(fmt.Sprintf("engine crash loop: %d failures in a row (failed restarts, or crashes within %s of "+
+			"becoming healthy); restarts go on, at most %s apart, and this is said once%s",
+			c.Failures, g.opts.StableAfter, g.opts.RestartMax, others),
+			"cause", c.Cause, "fix", fix, "log", c.LogPath)
+	default:
+		r.log.Info("engine still failing; restarting", "failures", c.Failures, "after", c.Delay.String())
+	}
+	if g.opts.OnCrash != nil {
+		g.opts.OnCrash(r.spec.Rank, c)
 	}
 }
 
@@ -108,6 +167,15 @@ func crashReason(p *proc) string {
 		}
 	}
 	return reason
+}
+
+// crashFix is what to do about a running engine's end: the hint of its
+// known cause, or of the signal that killed it; "" when none is known.
+func crashFix(p *proc) string {
+	if h := exitedDiagnosis(p).hint; h != "" {
+		return h
+	}
+	return exitHint(p.signaled())
 }
 
 func (r *rank) current() *proc {
@@ -166,12 +234,15 @@ func (g *Group) launch(r *rank, what string) error {
 
 // exitedReason is vLLM's cause line of an engine that ended by itself,
 // "" when none (or when a SIGKILL ended it and the cause is no known one).
-func exitedReason(p *proc) string {
+func exitedReason(p *proc) string { return exitedDiagnosis(p).reason }
+
+// exitedDiagnosis is exitedReason with its hint.
+func exitedDiagnosis(p *proc) diagnosis {
 	d := p.tail.diagnose(0, crashWindow)
 	if !d.known && p.cmd != nil && p.signaled() == syscall.SIGKILL {
-		return ""
+		return diagnosis{}
 	}
-	return d.reason
+	return d
 }
 
 // contextLines is how many of the last lines a StartupError shows when

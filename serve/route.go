@@ -181,6 +181,7 @@ func Route(ctx context.Context, o RouteOptions, stdout io.Writer) error {
 		return exit.New(2, "warden route: "+err.Error())
 	}
 	log := newLogger()
+	raiseFDLimit(log)
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 	ln, err := net.Listen("tcp", cfg.Addr)

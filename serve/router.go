@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/lmwarden/warden/internal/journal"
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/panel"
@@ -96,9 +97,10 @@ func startHTTP(ln net.Listener, h http.Handler, log *slog.Logger) (*http.Server,
 	return srv, served
 }
 
-// newLogger is the one logger of a warden run: text on stderr.
+// newLogger is the one logger of a warden run: text on stderr, each line
+// with its priority when stderr is the systemd journal.
 func newLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return slog.New(journal.Handler(os.Stderr, slog.LevelInfo, os.Getenv))
 }
 
 // newRegistry is the run's one Prometheus registry (the proxy adds its own

@@ -456,6 +456,7 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 		return exit.New(2, "warden serve: "+err.Error())
 	}
 	log := newLogger()
+	raiseFDLimit(log)
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 

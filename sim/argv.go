@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -62,6 +63,12 @@ type Config struct {
 	HTTPError  int  // --sim-http-error CODE: answer generation requests with CODE (0: off)
 	ForkChild  bool // --sim-fork-child: start a child that only a group kill removes
 	LogUnknown []string
+
+	// FailStartIf is --sim-fail-start-if FILE: while FILE exists, the
+	// engine refuses to start, its first line the error (a crash loop on
+	// demand; write the cause line of a real failure into it). Checked
+	// when the arguments are read.
+	FailStartIf string
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -240,6 +247,8 @@ var flags = map[string]flagSpec{
 	"sim-hang-after":   {kindValue, "WARDEN_SIM_HANG_AFTER", "after N generation requests answer nothing, /health included (-1: off)", intSetter(func(c *Config) *int { return &c.HangAfter })},
 	"sim-http-error":   {kindValue, "WARDEN_SIM_HTTP_ERROR", "answer every generation request with this status (0: off)", intSetter(func(c *Config) *int { return &c.HTTPError })},
 	"sim-fork-child":   {kindBool, "WARDEN_SIM_FORK_CHILD", "start a child process (like EngineCore) that only a group kill removes", boolSetter(func(c *Config) *bool { return &c.ForkChild })},
+
+	"sim-fail-start-if": {kindValue, "WARDEN_SIM_FAIL_START_IF", "exit 1 at start while FILE exists, its first line printed as the error (e.g. a vLLM cause line): a crash loop on demand", strSetter(func(c *Config) *string { return &c.FailStartIf })},
 }
 
 // ParseArgs reads the environment (through getenv) and then args, the argv
@@ -371,8 +380,25 @@ func (c *Config) validate() error {
 	} else if err := p.CheckTP(c.TP); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, c.checkOffload(p, ok))
+	errs = append(errs, c.checkOffload(p, ok), c.startFault())
 	return errors.Join(errs...)
+}
+
+// startFault is --sim-fail-start-if: FILE's first line as the error while
+// FILE exists, nil otherwise.
+func (c *Config) startFault() error {
+	if c.FailStartIf == "" {
+		return nil
+	}
+	b, err := os.ReadFile(c.FailStartIf)
+	if err != nil {
+		return nil // absent (or unreadable): start
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	if line == "" {
+		line = "RuntimeError: failing at start while " + c.FailStartIf + " exists (--sim-fail-start-if)"
+	}
+	return errors.New(line)
 }
 
 // checkOffload validates the host-RAM KV tier flags. vLLM accepts

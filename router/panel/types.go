@@ -102,6 +102,10 @@ type Replica struct {
 	State      string   `json:"state"`
 	Restarts   int      `json:"restarts"`
 	MaxNumSeqs int      `json:"max_num_seqs"`
+	// LastCrash is how the engine last went down and where its restarts
+	// stand (`warden serve`: the launcher's record); nil when it never
+	// went down.
+	LastCrash *Crash `json:"last_crash,omitempty"`
 	// MaxModelLen is the context the engine serves at (its /v1/models
 	// max_model_len); 0 until known.
 	MaxModelLen int `json:"max_model_len,omitempty"`
@@ -177,6 +181,25 @@ func (s Status) HasOffload() bool {
 		}
 	}
 	return false
+}
+
+// Crash is a replica's engine going down as its launcher saw it
+// (launch.Crash): a crash, or a restart that failed.
+type Crash struct {
+	At    time.Time `json:"at"`
+	Cause string    `json:"cause"`         // "exited with status 1: <vLLM's cause line>"
+	Fix   string    `json:"fix,omitempty"` // what to do, for a known cause
+	// Failures in a row, this one included: crashes within a minute of
+	// becoming healthy and failed restarts. CrashLoop: enough of them that
+	// the warden logged the cause and fix once and calls it a crash loop.
+	Failures  int  `json:"failures"`
+	CrashLoop bool `json:"crash_loop"`
+	// RestartsTried counts the restarts begun since the warden started,
+	// failed ones included (Replica.Restarts counts those that came up).
+	RestartsTried int `json:"restarts_tried"`
+	// RetrySeconds is the wait after At before the next restart: it
+	// doubles per failure in a row, up to a cap.
+	RetrySeconds float64 `json:"retry_seconds"`
 }
 
 // Totals sums the replica rows.
