@@ -337,6 +337,18 @@ func (c *Core) NoteRestart(rank int) {
 	c.cacheWiped(rank, "the engine restarted")
 }
 
+// SetReplicaCrash records how the replica's engine last went down and
+// where its restarts stand (the launcher's OnCrash), for the status.
+func (c *Core) SetReplicaCrash(rank int, crash panel.Crash) {
+	r := c.Lookup(rank)
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.lastCrash = &crash
+	r.mu.Unlock()
+}
+
 // cacheWiped forgets what the placement believed the replica's prefix
 // cache held, after a restart, a counter reset or /reset_prefix_cache: its
 // conversations lose their home there and are placed by load on their next

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/router/engine"
+	"github.com/lmwarden/warden/router/panel"
 	"github.com/lmwarden/warden/router/place"
 )
 
@@ -52,9 +53,10 @@ type Replica struct {
 
 	health *engine.Health
 
-	mu       sync.Mutex
-	restarts int
-	eng      engine.Scraped
+	mu        sync.Mutex
+	restarts  int
+	lastCrash *panel.Crash // the launcher's last report of a crash; nil = none
+	eng       engine.Scraped
 }
 
 func newReplica(b Backend, cfg *Config) (*Replica, error) {

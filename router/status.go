@@ -78,7 +78,7 @@ func (r *Replica) status(active int) panel.Replica {
 	}
 	row.State, row.Up = r.health.Display()
 	r.mu.Lock()
-	row.Restarts = r.restarts
+	row.Restarts, row.LastCrash = r.restarts, r.lastCrash
 	e := r.eng.Stats()
 	r.mu.Unlock()
 	row.Running, row.Waiting, row.KVUsed, row.KVCapacityTokens = e.Running, e.Waiting, e.KVUsed, e.KVCapacity

@@ -56,6 +56,10 @@ func TestServeCrashLoopBacksOffAndSaysTheCauseOnce(t *testing.T) {
 	if st.Replicas[0].Up || !st.Replicas[1].Up {
 		t.Errorf("up: rank 0 %v, rank 1 %v; want the crash-looping rank out and the other in", st.Replicas[0].Up, st.Replicas[1].Up)
 	}
+	if c := st.Replicas[0].LastCrash; c == nil || !c.CrashLoop || c.Failures < 3 || !strings.Contains(c.Fix, "out of GPU memory") ||
+		c.RetrySeconds <= 0 {
+		t.Errorf("/warden/status last_crash of the crash-looping rank: %+v; want the loop, its failures, fix and the wait", c)
+	}
 	log := w.stderr.String()
 	const loop, fix = "engine crash loop:", "out of GPU memory: the model may not fit one GPU"
 	if n, m := strings.Count(log, loop), strings.Count(log, fix); n != 1 || m != 1 {

@@ -496,6 +496,10 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	group, err := launch.Start(ctx, specs, launch.Options{
 		StartupTimeout: cfg.StartupTimeout, StopGrace: cfg.StopGrace, Logger: log,
 		Progress: os.Stderr, OnState: onEngineState(px),
+		OnCrash: func(rank int, c launch.Crash) {
+			px.Core().SetReplicaCrash(rank, panel.Crash{At: c.At, Cause: c.Cause, Fix: c.Fix, Failures: c.Failures,
+				CrashLoop: c.Loop, RestartsTried: c.Restarts, RetrySeconds: c.Delay.Seconds()})
+		},
 	})
 	if err != nil {
 		shutdownHTTP(srv, 0)
