@@ -286,29 +286,29 @@ func reloadOnHangup(ctx context.Context, o RouteOptions, px *proxy.Proxy, log *s
 			log.Error("SIGHUP: replica list not reloaded", "error", err)
 			continue
 		}
-		added, removed := syncReplicas(px, cfg.Replicas, log)
+		added, removed := syncReplicas(px.Core(), cfg.Replicas, log)
 		log.Info("SIGHUP: replica list reloaded", "added", added, "removed", removed, "replicas", len(cfg.Replicas))
 	}
 }
 
-// syncReplicas adds the wanted replicas the proxy lacks and removes those
+// syncReplicas adds the wanted replicas the core lacks and removes those
 // not wanted (replicas added over HTTP included: after a reload the list
 // is the truth). Sessions homed on a removed replica fail over on their
 // next turn.
-func syncReplicas(px *proxy.Proxy, want []router.Backend, log *slog.Logger) (added, removed int) {
+func syncReplicas(core *router.Core, want []router.Backend, log *slog.Logger) (added, removed int) {
 	wanted := map[string]bool{}
 	for _, b := range want {
 		wanted[b.URL] = true
 	}
 	have := map[string]bool{}
-	for _, r := range px.Core().Status().Replicas {
+	for _, r := range core.Status().Replicas {
 		b, err := router.ParseReplica(r.URL)
 		if err != nil {
 			continue
 		}
 		have[b.URL] = true
 		if !wanted[b.URL] {
-			if _, err := px.Core().RemoveReplica(b.URL, -1); err == nil {
+			if _, err := core.RemoveReplica(b.URL, -1); err == nil {
 				removed++
 			}
 		}
@@ -317,7 +317,7 @@ func syncReplicas(px *proxy.Proxy, want []router.Backend, log *slog.Logger) (add
 		if have[b.URL] {
 			continue
 		}
-		if _, err := px.Core().AddReplica(b); err != nil {
+		if _, err := core.AddReplica(b); err != nil {
 			log.Warn("replica not added", "url", b.URL, "error", err)
 			continue
 		}

@@ -282,7 +282,7 @@ func TestSyncReplicasMakesTheProxyMatchTheList(t *testing.T) {
 		t.Fatal(err)
 	}
 	next, _ := parseReplicas([]string{urls[2], urls[1] + "/"}, 32)
-	if added, removed := syncReplicas(px, next, log); added != 1 || removed != 1 {
+	if added, removed := syncReplicas(px.Core(), next, log); added != 1 || removed != 1 {
 		t.Errorf("added %d removed %d, want 1 and 1", added, removed)
 	}
 	var got []string
@@ -292,7 +292,7 @@ func TestSyncReplicasMakesTheProxyMatchTheList(t *testing.T) {
 	if want := []string{"1 " + urls[1], "2 " + urls[2]}; strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("replicas after the reload %v, want %v (kept ones keep their rank)", got, want)
 	}
-	if added, removed := syncReplicas(px, next, log); added != 0 || removed != 0 {
+	if added, removed := syncReplicas(px.Core(), next, log); added != 0 || removed != 0 {
 		t.Errorf("a second identical reload added %d removed %d, want nothing", added, removed)
 	}
 }

@@ -1,0 +1,185 @@
+package epp
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"text/template"
+	"time"
+)
+
+// EnvoyOptions shape the Envoy bootstrap that puts the picker in front of
+// the engines (`warden epp envoy-config`).
+type EnvoyOptions struct {
+	Listen    string     // host:port clients connect to
+	EPP       string     // host:port of the picker's gRPC
+	Admin     string     // host:port of Envoy's admin interface; "" = 127.0.0.1:9901
+	Endpoints []Endpoint // the engines, as the picker knows them
+	// FailOpen lets a request through when the picker cannot be reached:
+	// it goes to the least-loaded engine without stickiness. false: the
+	// client gets 500 while the picker is down.
+	FailOpen bool
+	// Retries are the gateway's tries on the picker's fallbacks after the
+	// pick could not be reached; 0 = none.
+	Retries int
+	// Hold bounds the picker's answer to one message: it may hold a new
+	// conversation while the KV caches are full (place.MaxHold).
+	Hold time.Duration
+	// StreamIdle ends a stream with no bytes for this long.
+	StreamIdle time.Duration
+}
+
+// WriteEnvoyConfig writes the bootstrap: a listener whose ext_proc filter
+// asks the picker (full-duplex streamed, trailers sent, envoy.lb metadata
+// forwarded both ways) and a cluster of the engines whose override_host
+// policy sends each request to the picked endpoint, retries on the
+// fallbacks after it, reports the endpoint that served under envoy.lb, and
+// falls back to least-request when no pick is given (fail-open). Envoy's
+// ORIGINAL_DST cluster is not used: it takes one address, not the
+// protocol's list, so it cannot retry on the fallbacks.
+func WriteEnvoyConfig(w io.Writer, o EnvoyOptions) error {
+	if o.Admin == "" {
+		o.Admin = "127.0.0.1:9901"
+	}
+	if len(o.Endpoints) == 0 {
+		return fmt.Errorf("no endpoints: name the engines with --replica URL or --endpoints-file FILE")
+	}
+	type addr struct {
+		Host string
+		Port int
+	}
+	split := func(flag, hp string) (addr, error) {
+		host, port, err := net.SplitHostPort(hp)
+		n, perr := strconv.Atoi(port)
+		if err != nil || perr != nil || n < 1 || n > 65535 || host == "" {
+			return addr{}, fmt.Errorf("%s %q: want HOST:PORT", flag, hp)
+		}
+		return addr{host, n}, nil
+	}
+	var data struct {
+		Listen, EPP, Admin addr
+		Engines            []addr
+		FailOpen           bool
+		Retries            int
+		Hold, StreamIdle   string
+	}
+	var err error
+	if data.Listen, err = split("--listen", o.Listen); err != nil {
+		return err
+	}
+	if data.EPP, err = split("--epp", o.EPP); err != nil {
+		return err
+	}
+	if data.Admin, err = split("--admin", o.Admin); err != nil {
+		return err
+	}
+	for _, e := range o.Endpoints {
+		a, err := split("endpoint", e.HostPort())
+		if err != nil {
+			return err
+		}
+		data.Engines = append(data.Engines, a)
+	}
+	data.FailOpen, data.Retries = o.FailOpen, o.Retries
+	data.Hold = fmt.Sprintf("%ds", int((o.Hold + time.Minute).Seconds()))
+	data.StreamIdle = fmt.Sprintf("%ds", int(o.StreamIdle.Seconds()))
+	return envoyTemplate.Execute(w, data)
+}
+
+var envoyTemplate = template.Must(template.New("envoy").Parse(`# Envoy bootstrap for the warden's endpoint picker (warden epp envoy-config).
+# Clients -> this listener -> ext_proc asks the picker at {{.EPP.Host}}:{{.EPP.Port}} -> the picked engine.
+# Fail-{{if .FailOpen}}open: with the picker unreachable, requests go to the least-loaded engine (no stickiness){{else}}closed: with the picker unreachable, clients get 500{{end}}.
+admin:
+  address:
+    socket_address: {address: {{.Admin.Host}}, port_value: {{.Admin.Port}}}
+static_resources:
+  listeners:
+  - name: warden
+    address:
+      socket_address: {address: {{.Listen.Host}}, port_value: {{.Listen.Port}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: warden
+          stream_idle_timeout: {{.StreamIdle}}
+          route_config:
+            name: warden
+            virtual_hosts:
+            - name: engines
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/"}
+                route:
+                  cluster: warden_engines
+                  timeout: 0s # an answer streams as long as it takes
+                  retry_policy:
+                    retry_on: connect-failure,refused-stream,reset-before-request
+                    num_retries: {{.Retries}}
+          http_filters:
+          - name: envoy.filters.http.ext_proc
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
+              grpc_service:
+                envoy_grpc: {cluster_name: warden_epp}
+              failure_mode_allow: {{.FailOpen}}
+              message_timeout: {{.Hold}} # the picker may hold a new conversation until a cache has room
+              processing_mode:
+                request_header_mode: SEND
+                response_header_mode: SEND
+                request_body_mode: FULL_DUPLEX_STREAMED
+                response_body_mode: FULL_DUPLEX_STREAMED
+                request_trailer_mode: SEND
+                response_trailer_mode: SEND
+              metadata_options:
+                forwarding_namespaces:
+                  untyped: [envoy.lb, envoy.lb.subset_hint]
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: warden_epp
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {http2_protocol_options: {}}
+    load_assignment:
+      cluster_name: warden_epp
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: {address: {{.EPP.Host}}, port_value: {{.EPP.Port}}}
+  - name: warden_engines
+    type: STATIC
+    connect_timeout: 2s
+    circuit_breakers:
+      thresholds:
+      - {max_connections: 100000, max_pending_requests: 100000, max_requests: 100000, max_retries: 10000}
+    load_balancing_policy:
+      policies:
+      - typed_extension_config:
+          name: envoy.load_balancing_policies.override_host
+          typed_config:
+            "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost
+            override_host_sources:
+            - metadata: {key: envoy.lb, path: [{key: x-gateway-destination-endpoint}]}
+            selected_host_key: {key: envoy.lb, path: [{key: x-gateway-destination-endpoint-served}]}
+            fallback_policy:
+              policies:
+              - typed_extension_config:
+                  name: envoy.load_balancing_policies.least_request
+                  typed_config:
+                    "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest
+    load_assignment:
+      cluster_name: warden_engines
+      endpoints:
+      - lb_endpoints:{{range .Engines}}
+        - endpoint:
+            address:
+              socket_address: {address: {{.Host}}, port_value: {{.Port}}}{{end}}
+`))

@@ -1,0 +1,248 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/lmwarden/warden/admin"
+	"github.com/lmwarden/warden/epp"
+	"github.com/lmwarden/warden/internal/exit"
+	"github.com/lmwarden/warden/internal/wardenproc"
+	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/router/panel"
+)
+
+// EPPOptions are `warden epp`'s flags as given; Config checks them.
+type EPPOptions struct {
+	Replicas      []string // --replica: URL, or URL#max_num_seqs=N (host by IP address)
+	EndpointsFile string   // llm-d's file-discovery schema; watched
+	MaxNumSeqs    int      // for a replica that says none
+	ServedName    string   // reported in the status; "": what the replicas answer
+	GRPCPort      int      // the ext_proc and health services, on Router.Host
+	Fallbacks     int      // endpoints after the pick for the gateway's retries
+	Router        Router   // placement, the HTTP port of the panel and metrics, the admin token
+}
+
+// EPPConfig is everything `warden epp` needs, validated once.
+type EPPConfig struct {
+	Replicas      []router.Backend
+	EndpointsFile string
+	GRPCAddr      string
+	HTTPAddr      string
+	DrainTimeout  time.Duration
+	Core          router.Config
+	EPP           epp.Config
+	AdminToken    string
+}
+
+// Config validates the options (reading the endpoints file).
+func (o EPPOptions) Config() (EPPConfig, error) {
+	cfg := EPPConfig{EndpointsFile: o.EndpointsFile, DrainTimeout: o.Router.DrainTimeout}
+	pc, addr, err := o.Router.proxyConfig(o.ServedName)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.HTTPAddr, cfg.Core, cfg.AdminToken = addr, pc.Config, pc.AdminToken
+	cfg.EPP = epp.Config{MaxBodyBytes: pc.MaxBodyBytes, Fallbacks: o.Fallbacks}
+	if o.Fallbacks < 0 {
+		return cfg, fmt.Errorf("--fallbacks must be >= 0, got %d", o.Fallbacks)
+	}
+	if o.Fallbacks == 0 {
+		cfg.EPP.Fallbacks = -1 // none asked for
+	}
+	if o.GRPCPort < 1 || o.GRPCPort > 65535 || o.GRPCPort == o.Router.Port {
+		return cfg, fmt.Errorf("--grpc-port %d is not a TCP port apart from --port", o.GRPCPort)
+	}
+	cfg.GRPCAddr = net.JoinHostPort(o.Router.Host, strconv.Itoa(o.GRPCPort))
+	if o.MaxNumSeqs < 1 {
+		return cfg, fmt.Errorf("--max-num-seqs must be at least 1 (got %d)", o.MaxNumSeqs)
+	}
+	specs, err := o.endpointSpecs()
+	if err != nil {
+		return cfg, err
+	}
+	if cfg.Replicas, err = parseReplicas(specs, o.MaxNumSeqs); err != nil {
+		return cfg, err
+	}
+	for _, b := range cfg.Replicas {
+		u, _ := router.ParseReplica(b.URL)
+		if err := epp.CheckEndpoint(hostOf(u.URL)); err != nil {
+			return cfg, fmt.Errorf("replica %s: %w", b.URL, err)
+		}
+	}
+	return cfg, nil
+}
+
+// endpointSpecs are the --replica flags and the endpoints file's entries.
+func (o EPPOptions) endpointSpecs() ([]string, error) {
+	specs := o.Replicas
+	if o.EndpointsFile != "" {
+		eps, err := epp.ReadEndpoints(o.EndpointsFile)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range eps {
+			specs = append(specs, e.URL())
+		}
+	}
+	if len(specs) == 0 {
+		return nil, errors.New("name the engines: --replica URL (repeat) or --endpoints-file FILE (llm-d's file-discovery schema)")
+	}
+	return specs, nil
+}
+
+// hostOf is the host:port of an http(s) URL.
+func hostOf(raw string) string {
+	_, rest, _ := cutScheme(raw)
+	return rest
+}
+
+func cutScheme(raw string) (string, string, bool) {
+	for _, s := range []string{"http://", "https://"} {
+		if len(raw) > len(s) && raw[:len(s)] == s {
+			return s, raw[len(s):], true
+		}
+	}
+	return "", raw, false
+}
+
+// EPP is `warden epp`, until SIGINT/SIGTERM or ctx ends: the endpoint
+// picker's gRPC services (ext_proc and health) on --grpc-port, the panel,
+// /metrics and the admin endpoints over HTTP on --port, the engines
+// scraped as `warden route` scrapes them, and the endpoints file watched.
+// Stop order: stop taking new streams and let those in flight end (up to
+// --drain-timeout), take the final status, print the summary. The engines
+// are never stopped.
+func EPP(ctx context.Context, o EPPOptions, stdout io.Writer) error {
+	cfg, err := o.Config()
+	if err != nil {
+		return exit.New(2, "warden epp: "+err.Error())
+	}
+	log := newLogger()
+	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	gln, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return exit.Newf(1, "warden epp: cannot listen on %s: %v (choose another --grpc-port)", cfg.GRPCAddr, err)
+	}
+	hln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		gln.Close()
+		return exit.Newf(1, "warden epp: cannot listen on %s: %v (choose another --port)", cfg.HTTPAddr, err)
+	}
+	if cfg.Core.ServedModel == "" {
+		cfg.Core.ServedModel = servedNameOf(ctx, cfg.Replicas, log)
+	}
+	cfg.Core.Registry, cfg.Core.Logger = newRegistry(), log
+	core, err := router.New(cfg.Core, cfg.Replicas)
+	if err == nil {
+		var picker *epp.Server
+		if picker, err = epp.New(core, cfg.EPP); err == nil {
+			return runEPP(ctx, stopSignals, cfg, core, picker, gln, hln, log, stdout)
+		}
+	}
+	gln.Close()
+	hln.Close()
+	return exit.New(1, "warden epp: "+err.Error())
+}
+
+func runEPP(ctx context.Context, stopSignals func(), cfg EPPConfig, core *router.Core, picker *epp.Server,
+	gln, hln net.Listener, log *slog.Logger, stdout io.Writer) error {
+	core.CheckNow(ctx)
+	for _, r := range core.Status().Replicas {
+		if !r.Up {
+			log.Warn("endpoint not answering; left out of the picks and checked every scrape", "replica", r.Rank,
+				"url", r.URL, "error", r.ScrapeError)
+		}
+	}
+	g := grpc.NewServer()
+	picker.Register(g)
+	grpcDone := make(chan error, 1)
+	go func() { grpcDone <- g.Serve(gln) }()
+	mux := http.NewServeMux()
+	admin.New(core, cfg.AdminToken).Register(mux)
+	srv, served := startHTTP(hln, mux, log)
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	go core.Run(runCtx)
+	go picker.WatchHealth(runCtx, time.Second)
+	if cfg.EndpointsFile != "" {
+		go watchEndpointsFile(runCtx, cfg, core, log)
+	}
+	printEPPReady(stdout, cfg, core.Status())
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: letting the streams in flight end", "grace", cfg.DrainTimeout)
+	case err := <-served:
+		log.Error("http server stopped", "err", err)
+	case err := <-grpcDone:
+		log.Error("gRPC server stopped", "err", err)
+	}
+	stopSignals()
+	stopped := make(chan struct{})
+	go func() { g.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(cfg.DrainTimeout):
+		g.Stop()
+	}
+	shutdownHTTP(srv, time.Second)
+	stopRun()
+	if err := core.CloseDecisionLog(); err != nil {
+		log.Warn("the decision log was not written completely", "error", err)
+	}
+	core.CheckNow(context.Background())
+	panel.WriteSummary(os.Stderr, core.Status())
+	return nil
+}
+
+// watchEndpointsFile makes the core's replicas follow the endpoints file.
+func watchEndpointsFile(ctx context.Context, cfg EPPConfig, core *router.Core, log *slog.Logger) {
+	fallback := core.FallbackMaxNumSeqs()
+	err := epp.WatchEndpoints(ctx, cfg.EndpointsFile, log, func(eps []epp.Endpoint) {
+		var specs []string
+		for _, e := range eps {
+			specs = append(specs, e.URL())
+		}
+		want, err := parseReplicas(specs, fallback)
+		if err != nil {
+			log.Error("endpoints file not reloaded", "error", err)
+			return
+		}
+		added, removed := syncReplicas(core, want, log)
+		log.Info("endpoints file reloaded", "added", added, "removed", removed, "endpoints", len(want))
+		for _, r := range core.Replicas() {
+			go core.CheckReplica(ctx, r.Rank()) // an added endpoint enters the picks once it answers
+		}
+	})
+	if err != nil {
+		log.Error("the endpoints file is not watched", "error", err)
+	}
+}
+
+// printEPPReady prints the one line that says the picker is serving.
+func printEPPReady(w io.Writer, cfg EPPConfig, st panel.Status) {
+	up := 0
+	for _, r := range st.Replicas {
+		if r.Up {
+			up++
+		}
+	}
+	host, port, _ := net.SplitHostPort(cfg.HTTPAddr)
+	url := wardenproc.URL(host, port)
+	fmt.Fprintf(w, "warden: endpoint picker ready at %s (gRPC ext_proc; %d of %d endpoints up, policy %s; status page %s/)\n",
+		cfg.GRPCAddr, up, len(st.Replicas), st.Policy, url)
+}
