@@ -101,6 +101,10 @@ func TestKeepsConnectionsAndLearnsTimeScaleFromWarden(t *testing.T) {
 			if s.Errors != 0 || turns < 4*int64(cfg.Stages[0]) {
 				t.Fatalf("%d turns, %d errors: want at least 4 turns a session and no error", turns, s.Errors)
 			}
+			if s.BenchLagP50 == nil || s.BenchLagP99 == nil || s.BenchLagMax == nil ||
+				*s.BenchLagP50 > *s.BenchLagP99 || *s.BenchLagP99 > *s.BenchLagMax {
+				t.Errorf("bench lag p50 %v p99 %v max %v: want all measured, in order", s.BenchLagP50, s.BenchLagP99, s.BenchLagMax)
+			}
 			// At most one connection per request in flight at once: the
 			// sessions, and a status poll beside them.
 			if limit := int64(cfg.Stages[0] + 1); counter.fresh.Load() > limit {
