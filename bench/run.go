@@ -362,12 +362,8 @@ func (res *Results) Failed(maxShare float64) error {
 				break
 			}
 		}
-		name := fmt.Sprintf("%d sessions", s.Sessions)
-		if s.Variant != "" {
-			name += " [" + s.Variant + "]"
-		}
 		return fmt.Errorf("stage %s: %d of %d turns failed, more than %.0f%%; the first error: %s",
-			name, s.Errors, total, 100*maxShare, msg)
+			stageName(s), s.Errors, total, 100*maxShare, msg)
 	}
 	return nil
 }
