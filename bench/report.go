@@ -127,8 +127,8 @@ func Markdown(res *Results) string {
 		line := []string{strconv.Itoa(r.sessions)}
 		for _, c := range cols {
 			cell := c.format(r.a)
-			if ab {
-				cell += "→" + c.format(r.b)
+			if b := c.format(r.b); ab && (b != cell || cell != NotASession) { // words said once
+				cell += "→" + b
 			}
 			line = append(line, cell)
 		}

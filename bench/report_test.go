@@ -142,7 +142,7 @@ func TestTableSaysWhatItCannotMeasure(t *testing.T) {
 	}
 	md := Markdown(res)
 	lines := strings.Split(md, "\n")
-	if !strings.Contains(lines[2], "| "+NotASession+"→"+NotASession+" |") {
+	if !strings.Contains(lines[2], "| "+NotASession+" |") { // said once for both variants
 		t.Errorf("1-session row, no session finished: %s", lines[2])
 	}
 	if !strings.Contains(lines[3], "| 120→0 |") {
