@@ -174,9 +174,13 @@ func (c Chart) WriteSVG(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">%s</text>`+"\n", padL+plotW/2, svgH-10, xmlText(c.XLabel))
 	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="%s"/>`+"\n", padL, padT, plotW, plotH, colorFrame)
+	markers := false // the legend shows the points' markers where they differ
+	for _, s := range c.Series {
+		markers = markers || s.Hollow
+	}
 	for i, s := range c.Series {
 		c.drawSeries(&b, s, x, sc)
-		drawLegend(&b, i, s)
+		drawLegend(&b, i, s, markers)
 	}
 	b.WriteString("</svg>\n")
 	_, err := w.Write(b.Bytes())
@@ -206,7 +210,7 @@ func (c Chart) drawSeries(b *bytes.Buffer, s Series, x func(int) float64, sc sca
 	}
 }
 
-func drawLegend(b *bytes.Buffer, i int, s Series) {
+func drawLegend(b *bytes.Buffer, i int, s Series, marker bool) {
 	ly := padT + 10 + 20*i
 	dash := ""
 	if s.Dashed {
@@ -217,7 +221,9 @@ func drawLegend(b *bytes.Buffer, i int, s Series) {
 		legend = s.Label
 	}
 	fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>`+"\n", padL+plotW+14, ly, padL+plotW+44, ly, s.Color, dash)
-	b.WriteString(s.marker(float64(padL+plotW+29), float64(ly), "") + "\n")
+	if marker {
+		b.WriteString(s.marker(float64(padL+plotW+29), float64(ly), "") + "\n")
+	}
 	fmt.Fprintf(b, `<text x="%d" y="%d">%s</text>`+"\n", padL+plotW+50, ly+4, xmlText(legend))
 }
 
