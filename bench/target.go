@@ -81,6 +81,7 @@ func (t *Target) post(ctx context.Context, path string, body []byte) error {
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit)) // to EOF: the connection stays reusable
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("POST %s: HTTP %d: %s", path, resp.StatusCode, strings.TrimSpace(string(msg)))
 	}

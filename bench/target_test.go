@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"path/filepath"
 	"strconv"
@@ -147,5 +149,37 @@ func TestTimeScaleFromSimulatorAndMismatchRefused(t *testing.T) {
 		case c.want != 0 && (err != nil || cfg.TimeScale != c.want):
 			t.Errorf("--time-scale %v (given: %v): scale %v, err %v; want %v", c.scale, c.set, cfg.TimeScale, err, c.want)
 		}
+	}
+}
+
+// A warden that says its engines' time scale in its status is believed
+// (0 means 1); one that does not, with no engine that says it either,
+// leaves the scale unknown rather than 1.
+func TestTimeScaleFromWardenStatus(t *testing.T) {
+	for _, c := range []struct {
+		status string
+		want   float64
+		known  bool
+	}{
+		{`{"policy":"sticky","engine_time_scale":10,"replicas":[]}`, 10, true},
+		{`{"policy":"sticky","engine_time_scale":0,"replicas":[]}`, 1, true},
+		{`{"policy":"sticky","replicas":[{"rank":0,"url":""}]}`, 0, false},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/warden/status" {
+				http.NotFound(w, r)
+				return
+			}
+			io.WriteString(w, c.status)
+		}))
+		tg, err := Probe(context.Background(), srv.Client(), srv.URL)
+		if err != nil || !tg.Warden {
+			t.Fatalf("probe: %v (warden %v)", err, tg != nil && tg.Warden)
+		}
+		scale, source := tg.TimeScale(context.Background())
+		if scale != c.want || (source != "") != c.known || c.known && !strings.Contains(source, statusTimeScale) {
+			t.Errorf("%s: scale %v from %q, want %v (known: %v)", c.status, scale, source, c.want, c.known)
+		}
+		srv.Close()
 	}
 }
