@@ -41,7 +41,7 @@ func TestMainWritesResultsAndPrintsTable(t *testing.T) {
 			t.Errorf("missing %s: %v", f, err)
 		}
 	}
-	if !strings.Contains(stderr, "1 sessions [sticky]") {
+	if !strings.Contains(stderr, " 1 session [sticky]") {
 		t.Errorf("no progress bar for the sticky stage on stderr:\n%s", stderr)
 	}
 }

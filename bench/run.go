@@ -293,9 +293,9 @@ func (r *Runner) progress(st step, cfg Config) progress {
 	if r.Stderr == nil || !cfg.Progress {
 		return noProgress{}
 	}
-	title := fmt.Sprintf("%2d sessions", st.Sessions)
-	if st.Variant != "" {
-		title += " [" + st.Variant + "]"
+	title := stageName(StageSummary{Sessions: st.Sessions, Variant: st.Variant})
+	if st.Sessions < 10 { // aligned as %2d: " 1 session", " 8 sessions [off]", "16 sessions [off]"
+		title = " " + title
 	}
 	return newBarProgress(r.Stderr, title, cfg.wall(cfg.Stage))
 }
