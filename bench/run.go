@@ -209,7 +209,10 @@ func (r *Runner) learnTimeScale(ctx context.Context, t *Target, cfg *Config) err
 		if cfg.TimeScale != 1 {
 			r.Log.Info("the target does not say its time scale; using --time-scale", "time_scale", cfg.TimeScale)
 		}
-		cfg.TimeScaleSource = "--time-scale"
+		cfg.TimeScaleSource = "default: the target does not say"
+		if cfg.TimeScaleSet {
+			cfg.TimeScaleSource = "--time-scale"
+		}
 		return nil
 	case cfg.TimeScaleSet && math.Abs(cfg.TimeScale-learned) > 1e-9*learned:
 		return exit.New(2, fmt.Sprintf("--time-scale %g disagrees with the target: its engines run at time scale %g (%s); "+

@@ -213,8 +213,8 @@ const (
 // TimeScale is what the target says of its engines' clock: simulated
 // seconds per wall second, and where it said so. A warden says it in its
 // status (engine_time_scale; 0 means 1); a warden that does not is asked
-// through its engines' /metrics, and a bare simulator through its own, for
-// the gauge warden_sim_time_scale. source is "" when nothing said it (vLLM
+// through its first engine's /metrics, and a bare simulator through its own,
+// for the gauge warden_sim_time_scale. source is "" when nothing said it (vLLM
 // exports no such gauge): then the scale is unknown, not 1.
 func (t *Target) TimeScale(ctx context.Context) (scale float64, source string) {
 	if !t.Warden {
@@ -232,11 +232,8 @@ func (t *Target) TimeScale(ctx context.Context) (scale float64, source string) {
 		return scale, "the warden's /warden/status " + statusTimeScale
 	}
 	for _, u := range gjson.GetBytes(body, "replicas.#.url").Array() {
-		if u.String() == "" {
-			continue
-		}
-		if scale, source = engineTimeScale(ctx, t.hc, strings.TrimRight(u.String(), "/")); source != "" {
-			return scale, source
+		if u.String() != "" { // the first engine speaks for all: they share their arguments
+			return engineTimeScale(ctx, t.hc, strings.TrimRight(u.String(), "/"))
 		}
 	}
 	return 0, ""

@@ -93,7 +93,8 @@ func TestKeepsConnectionsAndLearnsTimeScaleFromWarden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Config.TimeScale != 20 || res.Config.TimeScaleSource == "--time-scale" {
+			if src := res.Config.TimeScaleSource; res.Config.TimeScale != 20 ||
+				!strings.Contains(src, statusTimeScale) && !strings.Contains(src, metricTimeScale) {
 				t.Errorf("time scale %v from %q, want 20 from the target", res.Config.TimeScale, res.Config.TimeScaleSource)
 			}
 			s := res.Stages[0]
