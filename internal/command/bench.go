@@ -33,7 +33,7 @@ func benchFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "drain", Value: d.Drain, Usage: "how long in-flight turns may finish after a stage before they are canceled (simulated time)", EnvVars: benchEnv("DRAIN")},
 		&cli.DurationFlag{Name: "poll", Value: d.Poll, Usage: "interval of /warden/status or /metrics polls for replicas busy (simulated time)", EnvVars: benchEnv("POLL")},
 		&cli.DurationFlag{Name: "client-rtt", Usage: "network round trip of a remote client, added before every turn (simulated time): it counts toward TTFB and turn time and spaces a session's turns at the server; the reference measured over the internet (~250ms)", EnvVars: benchEnv("CLIENT_RTT")},
-		&cli.Float64Flag{Name: "time-scale", Value: d.TimeScale, Usage: "simulated seconds per wall second (default: what the target says: the warden's status or the simulator's warden_sim_time_scale gauge, else 1); a value the target contradicts is refused", EnvVars: benchEnv("TIME_SCALE")},
+		&cli.Float64Flag{Name: "time-scale", Value: d.TimeScale, DefaultText: "the target's, else 1", Usage: "simulated seconds per wall second; unset, the bench reads the target's (the warden's status, the simulator's warden_sim_time_scale gauge); a value the target contradicts is refused", EnvVars: benchEnv("TIME_SCALE")},
 		&cli.StringFlag{Name: "ab", Value: d.AB, Usage: "two warden policies A,B to compare, switched with POST /warden/policy; \"none\" = no switching", EnvVars: benchEnv("AB")},
 		&cli.BoolFlag{Name: "reset-cache", Usage: "reset the engines' prefix caches before every stage run", EnvVars: benchEnv("RESET_CACHE")},
 		&cli.BoolFlag{Name: "alternate", Usage: "run stage by stage, A,B then B,A, ... instead of all stages of A, then all of B", EnvVars: benchEnv("ALTERNATE")},
