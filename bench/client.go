@@ -200,20 +200,32 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// drainLimit bounds what is read and thrown away of an error's body so that
+// its connection can be reused.
+const drainLimit = 1 << 20
+
 // readStream consumes an SSE response (Anthropic or OpenAI chunks) into r.
-// The first-token time is the first non-empty content delta, not
-// message_start or a role-only chunk.
+// The first-token time is the first non-empty content delta, not the
+// response headers, message_start or a role-only chunk. It reads the body to
+// its end (EOF), past the final event, as an agent's client does: only a
+// response read to its end lets the transport reuse the connection (a body
+// closed early is a connection closed). A stream that fails midway is
+// closed at once.
 func readStream(resp *http.Response, api API, r *turnResult, now func() time.Time) error {
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
 		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(msg)))
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
 	var text strings.Builder
 	deltas, done := 0, false
-	for !done && sc.Scan() {
+	for sc.Scan() { // to EOF: what follows the final event is read and ignored
+		if done {
+			continue
+		}
 		line := sc.Bytes()
 		if !bytes.HasPrefix(line, []byte("data:")) {
 			continue

@@ -27,6 +27,11 @@ type Config struct {
 	Poll      time.Duration // status/metrics poll interval, simulated
 	RTT       time.Duration // client network round trip added before every turn, simulated (0 = none)
 	TimeScale float64       // simulated seconds per wall second (>= 1 for the sim's --sim-time-scale)
+	// TimeScaleSet says TimeScale was given (--time-scale): the bench then
+	// refuses a target that says another; otherwise it takes the target's.
+	TimeScaleSet bool
+	// TimeScaleSource is where TimeScale came from, set by the run.
+	TimeScaleSource string
 	// Variants are the warden policies to compare (--ab); empty = run the
 	// stages once against whatever the target does now.
 	Variants   []string

@@ -31,6 +31,7 @@ type Options struct {
 	Stage, Warmup, Drain, Poll        time.Duration
 	ClientRTT                         time.Duration
 	TimeScale                         float64
+	TimeScaleSet                      bool // --time-scale given: a target that says another is refused
 	AB                                string
 	ABSet                             bool // --ab given: against a bare engine, an error rather than one run
 	ResetCache, Alternate, Carry      bool
@@ -69,7 +70,7 @@ func (o Options) Target(url, out string, timeScale float64) (Config, error) {
 	}
 	cfg.URL, cfg.Out, cfg.Variants, cfg.DecisionLog, cfg.AdminToken = url, out, nil, "", ""
 	if timeScale > 0 {
-		cfg.TimeScale = timeScale
+		cfg.TimeScale, cfg.TimeScaleSet = timeScale, true
 	}
 	return cfg, cfg.Validate()
 }
@@ -116,7 +117,7 @@ func (o Options) read() (Config, error) {
 	}
 	cfg.Stages = stages
 	cfg.Stage, cfg.Warmup, cfg.Drain, cfg.Poll = o.Stage, o.Warmup, o.Drain, o.Poll
-	cfg.TimeScale = o.TimeScale
+	cfg.TimeScale, cfg.TimeScaleSet = o.TimeScale, o.TimeScaleSet
 	cfg.RTT = o.ClientRTT
 	cfg.Variants = parseVariants(o.AB)
 	cfg.ResetCache = o.ResetCache

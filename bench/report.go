@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/lmwarden/warden/internal/report"
 )
@@ -56,30 +58,53 @@ func rows(res *Results) []row {
 	return out
 }
 
-// markdownCols are the reference table's value columns after "sessions".
-var markdownCols = []struct {
+// column is one value column of the table: its title, its field and its
+// decimals; cell, when set, may replace the number with words (a value that
+// would mislead).
+type column struct {
 	title    string
 	field    func(*StageSummary) *float64
 	decimals int
-}{
-	{"sessions/h", func(s *StageSummary) *float64 { return &s.SessionsPerHour }, 0},
-	{"output tok/min", func(s *StageSummary) *float64 { return &s.OutputPerMin }, 0},
-	{"TTFB p50 s", func(s *StageSummary) *float64 { return s.TTFBP50 }, 2},
-	{"TTFB p95 s", func(s *StageSummary) *float64 { return s.TTFBP95 }, 2},
-	{"replicas busy", func(s *StageSummary) *float64 { return s.ReplicasBusy }, 2},
-	{"prefix hit %", func(s *StageSummary) *float64 { return s.PrefixHitPct }, 1},
+	cell     func(*StageSummary) string // "" = the number
+}
+
+// markdownCols are the reference table's value columns after "sessions".
+var markdownCols = []column{
+	{"sessions/h", func(s *StageSummary) *float64 { return &s.SessionsPerHour }, 0, sessionsPerHourCell},
+	{"output tok/min", func(s *StageSummary) *float64 { return &s.OutputPerMin }, 0, nil},
+	{"TTFB p50 s", func(s *StageSummary) *float64 { return s.TTFBP50 }, 2, nil},
+	{"TTFB p95 s", func(s *StageSummary) *float64 { return s.TTFBP95 }, 2, nil},
+	{"replicas busy", func(s *StageSummary) *float64 { return s.ReplicasBusy }, 2, nil},
+	{"prefix hit %", func(s *StageSummary) *float64 { return s.PrefixHitPct }, 1, nil},
 }
 
 // hostHitCol is shown when an engine has a host KV tier.
-var hostHitCol = struct {
-	title    string
-	field    func(*StageSummary) *float64
-	decimals int
-}{"host hit %", func(s *StageSummary) *float64 { return s.HostHitPct }, 1}
+var hostHitCol = column{"host hit %", func(s *StageSummary) *float64 { return s.HostHitPct }, 1, nil}
 
-// Markdown renders the reference table (docs/reference-rig.md's columns). With A/B each
-// cell reads "A→B"; "stayed on replica %" shows B (the affinity variant), as
-// the reference does. Unknown values print as "–".
+// The columns after the reference's: the share of follow-ups that stayed on
+// their session's first replica, and the bench's own lag (lag.go).
+var (
+	stayedCol = column{"stayed on replica %", func(s *StageSummary) *float64 { return s.StayedPct }, 1, nil}
+	lagCol    = column{"bench lag p99 s", func(s *StageSummary) *float64 { return s.BenchLagP99 }, 3, nil}
+)
+
+// NotASession is the sessions/h cell of a stage in which turns finished but
+// no session did: the stage was shorter than a session at that load, so the
+// rate is not known, not zero.
+const NotASession = "n/a (stage < a session)"
+
+func sessionsPerHourCell(s *StageSummary) string {
+	if s.SessionsFinished == 0 && s.Turns > 0 {
+		return NotASession
+	}
+	return ""
+}
+
+// Markdown renders the reference table (docs/reference-rig.md's columns),
+// then the stayed share and the bench's own lag, then a note for each stage
+// whose TTFB tail is within that lag. With A/B each cell reads "A→B" (the
+// stayed share too: under `off` it is the chance of landing on the same
+// replica). Unknown values print as "–".
 func Markdown(res *Results) string {
 	ab := len(res.Variants) == 2
 	t := report.Table{Header: []string{"sessions"}, Right: []bool{true}} // sessions: a number
@@ -90,6 +115,7 @@ func Markdown(res *Results) string {
 			break
 		}
 	}
+	cols = append(cols[:len(cols):len(cols)], stayedCol, lagCol)
 	for _, c := range cols {
 		if ab {
 			t.Header = append(t.Header, c.title+" "+res.Variants[0]+"→"+res.Variants[1])
@@ -97,23 +123,57 @@ func Markdown(res *Results) string {
 			t.Header = append(t.Header, c.title)
 		}
 	}
-	t.Header = append(t.Header, "stayed on replica %")
 	for _, r := range rows(res) {
 		line := []string{strconv.Itoa(r.sessions)}
 		for _, c := range cols {
-			cell := num(r.a, c.field, c.decimals)
-			if ab {
-				cell += "→" + num(r.b, c.field, c.decimals)
+			cell := c.format(r.a)
+			if b := c.format(r.b); ab && (b != cell || cell != NotASession) { // words said once
+				cell += "→" + b
 			}
 			line = append(line, cell)
 		}
-		stayed := r.a
-		if ab {
-			stayed = r.b
-		}
-		t.Rows = append(t.Rows, append(line, num(stayed, func(s *StageSummary) *float64 { return s.StayedPct }, 1)))
+		t.Rows = append(t.Rows, line)
 	}
-	return t.Markdown()
+	out := t.Markdown()
+	if notes := lagNotes(res); len(notes) > 0 {
+		out += "\n> " + strings.Join(notes, "\n>\n> ") + "\n"
+	}
+	return out
+}
+
+// format is the column's cell for s (report.Missing when s is nil).
+func (c column) format(s *StageSummary) string {
+	if s != nil && c.cell != nil {
+		if words := c.cell(s); words != "" {
+			return words
+		}
+	}
+	return num(s, c.field, c.decimals)
+}
+
+// lagNotes names every stage whose TTFB tail is within the bench's own lag.
+func lagNotes(res *Results) []string {
+	var out []string
+	for _, s := range res.Stages {
+		if s.LagWarning == "" {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s: %s (TTFB p95 %.3f s, bench lag p99 %.3f s)",
+			stageName(s), s.LagWarning, *s.TTFBP95, *s.BenchLagP99))
+	}
+	return out
+}
+
+// stageName is "16 sessions" or "16 sessions [sticky]".
+func stageName(s StageSummary) string {
+	name := fmt.Sprintf("%d sessions", s.Sessions)
+	if s.Sessions == 1 {
+		name = "1 session"
+	}
+	if s.Variant != "" {
+		name += " [" + s.Variant + "]"
+	}
+	return name
 }
 
 // num formats one field of s with the given decimals; report.Missing when
@@ -131,7 +191,7 @@ func WriteSummaryCSV(w io.Writer, res *Results) error {
 		"errors", "late_turns", "sessions_per_hour", "output_tokens_per_min", "ttfb_p50_s", "ttfb_p95_s",
 		"replicas_busy", "prefix_hit_pct", "stayed_pct", "output_tokens", "prompt_tokens", "cached_tokens",
 		"prefix_hits", "prefix_queries", "busy_polls", "mean_prompt_first", "running_mean", "waiting_mean", "preemptions",
-		"subagent_turns", "subagent_stayed_pct", "host_hit_pct"}}
+		"subagent_turns", "subagent_stayed_pct", "host_hit_pct", "bench_lag_p50_s", "bench_lag_p99_s", "bench_lag_max_s", "lag_warning"}}
 	for _, s := range res.Stages {
 		t.Rows = append(t.Rows, []string{s.Variant, strconv.Itoa(s.Sessions), report.Float(s.Seconds), strconv.Itoa(s.Turns),
 			strconv.Itoa(s.SessionsFinished), strconv.Itoa(s.SessionsStarted), strconv.Itoa(s.Errors),
@@ -140,7 +200,8 @@ func WriteSummaryCSV(w io.Writer, res *Results) error {
 			strconv.Itoa(s.OutputTokens), strconv.Itoa(s.PromptTokens), strconv.Itoa(s.CachedTokens),
 			report.Float(s.PrefixHits), report.Float(s.PrefixQueries), strconv.Itoa(s.BusyPolls), report.OptFloat(s.MeanPromptFirst),
 			report.OptFloat(s.RunningMean), report.OptFloat(s.WaitingMean), report.OptFloat(s.Preemptions),
-			strconv.Itoa(s.SubagentTurns), report.OptFloat(s.SubagentStayedPct), report.OptFloat(s.HostHitPct)})
+			strconv.Itoa(s.SubagentTurns), report.OptFloat(s.SubagentStayedPct), report.OptFloat(s.HostHitPct),
+			report.OptFloat(s.BenchLagP50), report.OptFloat(s.BenchLagP99), report.OptFloat(s.BenchLagMax), s.LagWarning})
 	}
 	return t.WriteCSV(w)
 }

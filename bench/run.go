@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"time"
+
+	"github.com/lmwarden/warden/internal/exit"
 )
 
 // step is one stage run of one variant.
@@ -70,10 +73,13 @@ type configJSON struct {
 	WarmupSeconds float64 `json:"warmup_seconds"`
 	DrainSeconds  float64 `json:"drain_seconds"`
 	TimeScale     float64 `json:"time_scale"`
-	ResetCache    bool    `json:"reset_cache"`
-	Alternate     bool    `json:"alternate"`
-	Carry         bool    `json:"carry"`
-	ClientRTT     float64 `json:"client_rtt_s"`
+	// TimeScaleSource says where the time scale came from: the target (its
+	// status field or its engines' gauge) or --time-scale.
+	TimeScaleSource string  `json:"time_scale_source,omitempty"`
+	ResetCache      bool    `json:"reset_cache"`
+	Alternate       bool    `json:"alternate"`
+	Carry           bool    `json:"carry"`
+	ClientRTT       float64 `json:"client_rtt_s"`
 	// The agent-like load's settings; absent for the reference load.
 	Load      string `json:"load,omitempty"`
 	Mix       string `json:"mix,omitempty"`       // FIRSTxTURNS,...
@@ -92,16 +98,33 @@ type Runner struct {
 	Stderr io.Writer // progress bars; nil = none
 }
 
-// newHTTPClient returns one client for all sessions: keep-alive connections
-// for every concurrent session, no overall timeout (turns can queue for
-// minutes under overload; stage contexts bound them instead).
+// newHTTPClient returns one client for all sessions, keeping connections
+// alive as agents' clients do: an idle connection for every request that can
+// be in flight at once (maxConns) and the bench's own polls, so a session's
+// next turn reuses one instead of dialling (with every stream read to its
+// end, readStream). No overall timeout: turns can queue for minutes under
+// overload; stage contexts bound them instead. Idle connections are kept
+// 90 s (Go's and Rust's reqwest's default), longer than a tool pause's
+// median; a server that closes them sooner (vLLM's uvicorn after 5 s) makes
+// the transport dial again, as it does for an agent.
 func newHTTPClient(maxConns int) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = maxConns + 16
 	tr.MaxIdleConnsPerHost = maxConns + 16
+	tr.IdleConnTimeout = 90 * time.Second
 	tr.DisableCompression = true
 	tr.Proxy = nil // load goes straight to the target, never via $HTTP_PROXY
 	return &http.Client{Transport: tr}
+}
+
+// maxInFlight is the most turns the run can have in flight at once: the
+// largest stage's sessions, each with its subagents.
+func (c *Config) maxInFlight() int {
+	n := maxInt(c.Stages)
+	if c.Subagents.enabled() {
+		n *= 1 + c.Subagents.N
+	}
+	return n
 }
 
 // Run executes every planned stage and returns the results (partial ones
@@ -111,13 +134,16 @@ func newHTTPClient(maxConns int) *http.Client {
 func (r *Runner) Run(ctx context.Context, abExplicit bool) (*Results, error) {
 	cfg := r.Cfg
 	if r.HC == nil {
-		r.HC = newHTTPClient(maxInt(cfg.Stages))
+		r.HC = newHTTPClient(cfg.maxInFlight())
 	}
 	t, err := Probe(ctx, r.HC, cfg.URL)
 	if err != nil {
 		return nil, err
 	}
 	t.AdminToken = cfg.AdminToken
+	if err := r.learnTimeScale(ctx, t, &cfg); err != nil {
+		return nil, err
+	}
 	if !t.Warden && len(cfg.Variants) > 0 {
 		if abExplicit {
 			return nil, fmt.Errorf("--ab %v needs a warden, but %s is a bare engine", cfg.Variants, t.URL)
@@ -169,6 +195,37 @@ func (r *Runner) Run(ctx context.Context, abExplicit bool) (*Results, error) {
 		}
 	}
 	return res, nil
+}
+
+// learnTimeScale sets cfg.TimeScale to the target's (Target.TimeScale):
+// a simulator ten times faster than wall time, read at scale 1, would report
+// every rate ten times too high and every time ten times too short. A
+// --time-scale the target contradicts is refused with both values; a target
+// that does not say (vLLM, an older warden) leaves --time-scale (default 1).
+func (r *Runner) learnTimeScale(ctx context.Context, t *Target, cfg *Config) error {
+	learned, source := t.TimeScale(ctx)
+	switch {
+	case source == "":
+		if cfg.TimeScale != 1 {
+			r.Log.Info("the target does not say its time scale; using --time-scale", "time_scale", cfg.TimeScale)
+		}
+		cfg.TimeScaleSource = "default: the target does not say"
+		if cfg.TimeScaleSet {
+			cfg.TimeScaleSource = "--time-scale"
+		}
+		return nil
+	case cfg.TimeScaleSet && math.Abs(cfg.TimeScale-learned) > 1e-9*learned:
+		return exit.New(2, fmt.Sprintf("--time-scale %g disagrees with the target: its engines run at time scale %g (%s); "+
+			"drop --time-scale to read it from the target, or pass --time-scale %g", cfg.TimeScale, learned, source, learned))
+	}
+	if learned < 1 {
+		return exit.New(2, fmt.Sprintf("the target runs at time scale %g (%s), slower than wall time; the bench reads times at scale 1 or more", learned, source))
+	}
+	if !cfg.TimeScaleSet && learned != 1 {
+		r.Log.Info("time scale learned from the target", "time_scale", learned, "from", source)
+	}
+	cfg.TimeScale, cfg.TimeScaleSource = learned, source
+	return nil
 }
 
 // groupSteps splits the plan into runs of one load each: with carry, the
@@ -239,9 +296,9 @@ func (r *Runner) progress(st step, cfg Config) progress {
 	if r.Stderr == nil || !cfg.Progress {
 		return noProgress{}
 	}
-	title := fmt.Sprintf("%2d sessions", st.Sessions)
-	if st.Variant != "" {
-		title += " [" + st.Variant + "]"
+	title := stageName(StageSummary{Sessions: st.Sessions, Variant: st.Variant})
+	if st.Sessions < 10 { // aligned as %2d: " 1 session", " 8 sessions [off]", "16 sessions [off]"
+		title = " " + title
 	}
 	return newBarProgress(r.Stderr, title, cfg.wall(cfg.Stage))
 }
@@ -255,7 +312,7 @@ func (r *Runner) newResults(t *Target, cfg Config) *Results {
 		Seed: cfg.Seed, SystemTokens: cfg.Sizes.SystemTokens, FirstTokens: cfg.Sizes.FirstTokens,
 		TurnTokens: cfg.Sizes.TurnTokens, CharsPerToken: cfg.Sizes.CharsPerToken, Turns: cfg.Turns,
 		MaxTokens: cfg.MaxTokens, Stages: cfg.Stages, StageSeconds: cfg.Stage.Seconds(), WarmupSeconds: cfg.Warmup.Seconds(),
-		DrainSeconds: cfg.Drain.Seconds(), TimeScale: cfg.TimeScale, ResetCache: cfg.ResetCache, Alternate: cfg.Alternate,
+		DrainSeconds: cfg.Drain.Seconds(), TimeScale: cfg.TimeScale, TimeScaleSource: cfg.TimeScaleSource, ResetCache: cfg.ResetCache, Alternate: cfg.Alternate,
 		Carry: cfg.carry(), ClientRTT: cfg.RTT.Seconds(), Load: cfg.Load, Mix: mixString(cfg.Mix),
 	}
 	if cfg.ToolTime.enabled() {
@@ -308,12 +365,8 @@ func (res *Results) Failed(maxShare float64) error {
 				break
 			}
 		}
-		name := fmt.Sprintf("%d sessions", s.Sessions)
-		if s.Variant != "" {
-			name += " [" + s.Variant + "]"
-		}
 		return fmt.Errorf("stage %s: %d of %d turns failed, more than %.0f%%; the first error: %s",
-			name, s.Errors, total, 100*maxShare, msg)
+			stageName(s), s.Errors, total, 100*maxShare, msg)
 	}
 	return nil
 }

@@ -40,7 +40,7 @@ func (r *stageRun) runSeries(ctx context.Context, stages []int, bar func(n int) 
 		r.mu.Lock()
 		r.sessions, r.launched, r.start, r.end = n, r.now(), time.Time{}, time.Time{}
 		r.mu.Unlock()
-		busy, before, after, sampleErr := r.window1(runCtx, b, func() { resize(n) })
+		w := r.window1(runCtx, b, func() { resize(n) })
 		last := i == len(stages)-1 || ctx.Err() != nil
 		if last {
 			close(r.stop)
@@ -54,7 +54,7 @@ func (r *stageRun) runSeries(ctx context.Context, stages []int, bar func(n int) 
 		turns, start, end := r.turns, r.start, r.end
 		r.turns = nil
 		r.mu.Unlock()
-		sums = append(sums, r.summary(n, end.Sub(start), turns, busy, before, after, sampleErr))
+		sums = append(sums, r.summary(n, end.Sub(start), turns, w))
 		all = append(all, turns...)
 		if last {
 			break
@@ -63,26 +63,38 @@ func (r *stageRun) runSeries(ctx context.Context, stages []int, bar func(n int) 
 	return sums, all
 }
 
+// measured is what window1 saw of one measured window besides the turns:
+// the polls, the counters before and after it, and the bench's own lag.
+type measured struct {
+	busy          []pollStat
+	before, after sample
+	err           error // reading the counters before the window
+	lag           lagStats
+}
+
 // window1 runs one stage of a series: it samples the counters, starts (or
 // retires) sessions with resize, waits out the warm-up (sampling again at
-// its end), opens the measured window and polls until it closes.
-func (r *stageRun) window1(ctx context.Context, bar progress, resize func()) (busy []pollStat, before, after sample, err error) {
+// its end), opens the measured window and polls until it closes, with the
+// heartbeat that measures the bench's own lag running meanwhile.
+func (r *stageRun) window1(ctx context.Context, bar progress, resize func()) (m measured) {
 	if r.cfg.Warmup == 0 {
-		before, err = r.target.Sample(ctx)
+		m.before, m.err = r.target.Sample(ctx)
 	}
 	resize()
 	if r.cfg.Warmup > 0 {
 		bar.describe("warming up")
 		sleepUntil(ctx, r.launched.Add(r.cfg.wall(r.cfg.Warmup)))
-		before, err = r.target.Sample(ctx)
+		m.before, m.err = r.target.Sample(ctx)
 	}
-	if err != nil {
-		r.log.Warn("cannot read engine counters", "err", err)
+	if m.err != nil {
+		r.log.Warn("cannot read engine counters", "err", m.err)
 	}
 	r.mu.Lock()
 	r.start = r.now()
 	r.end = r.start.Add(r.cfg.wall(r.cfg.Stage))
 	r.mu.Unlock()
-	busy, after = r.poll(ctx, bar)
-	return busy, before, after, err
+	hb := startHeartbeat(heartbeatPeriod)
+	m.busy, m.after = r.poll(ctx, bar)
+	m.lag = hb.stop()
+	return m
 }

@@ -222,7 +222,7 @@ func (r *stageRun) run(ctx context.Context, bar progress) (StageSummary, []TurnR
 	runCtx, cancel := context.WithDeadline(ctx, warmEnd.Add(r.cfg.wall(r.cfg.Stage+r.cfg.Drain)))
 	defer cancel()
 	var wg sync.WaitGroup
-	busy, before, after, sampleErr := r.window1(runCtx, bar, func() {
+	w := r.window1(runCtx, bar, func() {
 		for i := 0; i < r.sessions; i++ {
 			wg.Add(1)
 			go func() { defer wg.Done(); r.worker(runCtx, nil) }()
@@ -233,19 +233,24 @@ func (r *stageRun) run(ctx context.Context, bar progress) (StageSummary, []TurnR
 	wg.Wait()
 	bar.finish()
 
-	return r.summary(r.sessions, r.end.Sub(r.start), r.turns, busy, before, after, sampleErr), r.turns
+	return r.summary(r.sessions, r.end.Sub(r.start), r.turns, w), r.turns
 }
 
 // summary is the row of a stage of n sessions whose measured window lasted
-// window (wall time): its turns, its polls and the engines' counter deltas.
-func (r *stageRun) summary(n int, window time.Duration, turns []TurnRecord, busy []pollStat, before, after sample, sampleErr error) StageSummary {
-	hits, queries, hostHits, ok := prefixDelta(before, after)
-	ok = ok && sampleErr == nil && after != nil
-	s := summarize(r.variant, n, r.sim(window), turns, busyCounts(busy), hits, queries, ok)
+// window (wall time): its turns, its polls, the engines' counter deltas and
+// the bench's own lag (in simulated seconds, as the TTFB it may inflate).
+func (r *stageRun) summary(n int, window time.Duration, turns []TurnRecord, w measured) StageSummary {
+	hits, queries, hostHits, ok := prefixDelta(w.before, w.after)
+	ok = ok && w.err == nil && w.after != nil
+	s := summarize(r.variant, n, r.sim(window), turns, busyCounts(w.busy), hits, queries, ok)
 	if ok && hostHits > 0 && queries > 0 {
 		s.HostHitPct = ptr(100 * hostHits / queries)
 	}
-	s.addEngineStats(busy, before, after, sampleErr == nil)
+	s.addEngineStats(w.busy, w.before, w.after, w.err == nil)
+	if w.lag.N > 0 {
+		s.BenchLagP50, s.BenchLagP99, s.BenchLagMax = ptr(r.sim(w.lag.P50)), ptr(r.sim(w.lag.P99)), ptr(r.sim(w.lag.Max))
+		s.LagWarning = s.lagWarning()
+	}
 	return s
 }
 

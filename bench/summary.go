@@ -52,6 +52,15 @@ type StageSummary struct {
 	RunningMean *float64 `json:"running_mean,omitempty"`
 	WaitingMean *float64 `json:"waiting_mean,omitempty"`
 	Preemptions *float64 `json:"preemptions,omitempty"`
+
+	// The bench's own lag over the measured window (lag.go): how late a
+	// heartbeat timer of 10 ms (wall time) woke, in simulated seconds like
+	// the TTFB it adds to. LagWarning is set when the TTFB p95 is within
+	// lagWarnMultiple of BenchLagP99: the client may set the tail.
+	BenchLagP50 *float64 `json:"bench_lag_p50_s,omitempty"`
+	BenchLagP99 *float64 `json:"bench_lag_p99_s,omitempty"`
+	BenchLagMax *float64 `json:"bench_lag_max_s,omitempty"`
+	LagWarning  string   `json:"lag_warning,omitempty"`
 }
 
 // addEngineStats fills the engine-load fields from the stage's polls and

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -80,6 +81,7 @@ func (t *Target) post(ctx context.Context, path string, body []byte) error {
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit)) // to EOF: the connection stays reusable
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("POST %s: HTTP %d: %s", path, resp.StatusCode, strings.TrimSpace(string(msg)))
 	}
@@ -199,6 +201,61 @@ func wardenSample(st panel.Status) sample {
 			Preemptions: r.Preemptions, PreemptKnown: true}
 	}
 	return s
+}
+
+// The fields that tell a target's clock: the warden's status field and the
+// simulator's own gauge (sim.MetricTimeScale).
+const (
+	statusTimeScale = "engine_time_scale"
+	metricTimeScale = "warden_sim_time_scale"
+)
+
+// TimeScale is what the target says of its engines' clock: simulated
+// seconds per wall second, and where it said so. A warden says it in its
+// status (engine_time_scale; 0 means 1); a warden that does not is asked
+// through its first engine's /metrics, and a bare simulator through its own,
+// for the gauge warden_sim_time_scale. source is "" when nothing said it (vLLM
+// exports no such gauge): then the scale is unknown, not 1.
+func (t *Target) TimeScale(ctx context.Context) (scale float64, source string) {
+	if !t.Warden {
+		return engineTimeScale(ctx, t.hc, t.URL)
+	}
+	body, code, err := t.get(ctx, "/warden/status")
+	if err != nil || code != http.StatusOK {
+		return 0, ""
+	}
+	if v := gjson.GetBytes(body, statusTimeScale); v.Exists() {
+		scale = v.Float()
+		if scale <= 0 {
+			scale = 1
+		}
+		return scale, "the warden's /warden/status " + statusTimeScale
+	}
+	for _, u := range gjson.GetBytes(body, "replicas.#.url").Array() {
+		if u.String() != "" { // the first engine speaks for all: they share their arguments
+			return engineTimeScale(ctx, t.hc, strings.TrimRight(u.String(), "/"))
+		}
+	}
+	return 0, ""
+}
+
+// engineTimeScale reads the simulator's time-scale gauge from base/metrics
+// (a few seconds at most: an engine may be out of the bench's reach).
+func engineTimeScale(ctx context.Context, hc *http.Client, base string) (float64, string) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	body, code, err := (&Target{URL: base, hc: hc}).get(ctx, "/metrics")
+	if err != nil || code != http.StatusOK {
+		return 0, ""
+	}
+	fams, err := promtext.Parse(bytes.NewReader(body))
+	if err != nil {
+		return 0, ""
+	}
+	if v, ok := fams.Sum(metricTimeScale); ok && v > 0 {
+		return v, metricTimeScale + " at " + base + "/metrics"
+	}
+	return 0, ""
 }
 
 // Engine metric names; the prefix counters are accepted with or without _total.

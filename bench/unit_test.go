@@ -300,3 +300,17 @@ func TestMarkdownShowsHostHitsOnlyWithATier(t *testing.T) {
 		t.Errorf("no host hit column with a tier:\n%s", md)
 	}
 }
+
+func TestSummarizeLag(t *testing.T) {
+	ms := time.Millisecond
+	late := []time.Duration{9 * ms, 0, 1 * ms, 2 * ms, 1 * ms}
+	got := summarizeLag(late)
+	// numpy's linear interpolation over 0,1,1,2,9 ms: p50 1 ms, p99 at
+	// rank 3.96 = 2 + 0.96 x 7 ms.
+	if got.N != 5 || got.P50 != ms || got.Max != 9*ms || got.P99 != 2*ms+time.Duration(0.96*7*float64(ms)) {
+		t.Errorf("summarizeLag = %+v", got)
+	}
+	if (summarizeLag(nil) != lagStats{}) {
+		t.Errorf("no samples: %+v", summarizeLag(nil))
+	}
+}

@@ -119,7 +119,7 @@ func newServer(cfg Config, log *slog.Logger) (*server, error) {
 	sched := model.NewScheduler(sc, model.NewBlockPool(numBlocks))
 	s := &server{cfg: cfg, prof: prof, log: log, maxLen: maxLen, kvTokens: kvTokens, numBlocks: numBlocks, host: sc.Host, engineID: uuid4(),
 		lenLines: lenLines}
-	s.met = newMetrics(cfg.ServedNames[0], cacheConfigLabels(cfg, numBlocks))
+	s.met = newMetrics(cfg.ServedNames[0], cfg.TimeScale, cacheConfigLabels(cfg, numBlocks))
 	if sched.HasHostTier() {
 		s.met.enableHost()
 	}

@@ -25,6 +25,10 @@ type metrics struct {
 	running, waiting, usage, queries, hits, preempt, prompt, gen, cacheInfo *prometheus.Desc
 	cacheLabels                                                             prometheus.Labels
 	host                                                                    *hostDescs // nil without the host tier
+
+	// timeScale is --sim-time-scale, exported as MetricTimeScale so a
+	// client (warden bench) can read times in the engine's clock.
+	timeScale prometheus.Gauge
 }
 
 // hostDescs are the metrics vLLM 0.32.0 exports with its native KV
@@ -60,7 +64,11 @@ func (m *metrics) enableHost() {
 	}
 }
 
-func newMetrics(name string, cacheLabels prometheus.Labels) *metrics {
+// MetricTimeScale is the simulator's own gauge (not vLLM's): its
+// --sim-time-scale, simulated seconds per wall second.
+const MetricTimeScale = "warden_sim_time_scale"
+
+func newMetrics(name string, timeScale float64, cacheLabels prometheus.Labels) *metrics {
 	labels := prometheus.Labels{"model_name": name, "engine": "0"}
 	vl := []string{"model_name", "engine"}
 	desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, vl, nil) }
@@ -85,7 +93,11 @@ func newMetrics(name string, cacheLabels prometheus.Labels) *metrics {
 	m.success = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "vllm:request_success_total", Help: "Count of successfully processed requests.", ConstLabels: labels,
 	}, []string{"finished_reason"})
-	m.reg.MustRegister(m, m.ttft, m.success)
+	m.timeScale = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: MetricTimeScale, Help: "Simulated seconds per wall second (--sim-time-scale): times the simulator reports are in its simulated clock.",
+	})
+	m.timeScale.Set(timeScale)
+	m.reg.MustRegister(m, m.ttft, m.success, m.timeScale)
 	return m
 }
 

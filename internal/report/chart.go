@@ -35,7 +35,25 @@ type Series struct {
 	Legend string // the legend's text; Label when empty
 	Color  string
 	Dashed bool
+	// Hollow draws the series' points as rings rather than dots. A line's
+	// dash tells series of one colour apart only where there is a line: a
+	// chart of one category has points alone, so two series of one colour
+	// (a bench's p50 and p95) need points that differ too.
+	Hollow bool
 	Y      []*float64 // one per category; nil: missing
+}
+
+// marker is a point's circle at (x, y) in s's style, with a tooltip when
+// title is not empty.
+func (s Series) marker(x, y float64, title string) string {
+	style := fmt.Sprintf(`r="3" fill="%s"`, s.Color)
+	if s.Hollow {
+		style = fmt.Sprintf(`r="3.5" fill="white" stroke="%s" stroke-width="2"`, s.Color)
+	}
+	if title == "" {
+		return fmt.Sprintf(`<circle cx="%.1f" cy="%.1f" %s/>`, x, y, style)
+	}
+	return fmt.Sprintf(`<circle cx="%.1f" cy="%.1f" %s><title>%s</title></circle>`, x, y, style, xmlText(title))
 }
 
 // scale maps values to the plot's height and says where the ticks go.
@@ -156,9 +174,13 @@ func (c Chart) WriteSVG(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">%s</text>`+"\n", padL+plotW/2, svgH-10, xmlText(c.XLabel))
 	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="%s"/>`+"\n", padL, padT, plotW, plotH, colorFrame)
+	markers := false // the legend shows the points' markers where they differ
+	for _, s := range c.Series {
+		markers = markers || s.Hollow
+	}
 	for i, s := range c.Series {
 		c.drawSeries(&b, s, x, sc)
-		drawLegend(&b, i, s)
+		drawLegend(&b, i, s, markers)
 	}
 	b.WriteString("</svg>\n")
 	_, err := w.Write(b.Bytes())
@@ -176,15 +198,19 @@ func (c Chart) drawSeries(b *bytes.Buffer, s Series, x func(int) float64, sc sca
 			continue
 		}
 		pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(i), sc.y(*v)))
-		fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"><title>%s: %s%s</title></circle>`+"\n",
-			x(i), sc.y(*v), s.Color, xmlText(s.Label), sc.value(*v), xmlText(c.Unit))
 	}
-	if len(pts) > 1 {
+	if len(pts) > 1 { // the line first: the points on top of it
 		fmt.Fprintf(b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"%s/>`+"\n", strings.Join(pts, " "), s.Color, dash)
+	}
+	for i, v := range s.Y {
+		if v == nil || (c.Log && *v <= 0) {
+			continue
+		}
+		b.WriteString(s.marker(x(i), sc.y(*v), s.Label+": "+sc.value(*v)+c.Unit) + "\n")
 	}
 }
 
-func drawLegend(b *bytes.Buffer, i int, s Series) {
+func drawLegend(b *bytes.Buffer, i int, s Series, marker bool) {
 	ly := padT + 10 + 20*i
 	dash := ""
 	if s.Dashed {
@@ -195,6 +221,9 @@ func drawLegend(b *bytes.Buffer, i int, s Series) {
 		legend = s.Label
 	}
 	fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>`+"\n", padL+plotW+14, ly, padL+plotW+44, ly, s.Color, dash)
+	if marker {
+		b.WriteString(s.marker(float64(padL+plotW+29), float64(ly), "") + "\n")
+	}
 	fmt.Fprintf(b, `<text x="%d" y="%d">%s</text>`+"\n", padL+plotW+50, ly+4, xmlText(legend))
 }
 

@@ -44,7 +44,7 @@ func TestLinearChart(t *testing.T) {
 	if n := strings.Count(b.String(), "<polyline"); n != 1 {
 		t.Errorf("%d polylines, want 1 (the one series with two points)", n)
 	}
-	if n := strings.Count(b.String(), "<circle"); n != 3 {
+	if n := strings.Count(b.String(), "<circle"); n != 3 { // no hollow series: no markers in the legend
 		t.Errorf("%d points, want 3", n)
 	}
 	if !strings.Contains(b.String(), "output &lt;tok/min&gt;") || !strings.Contains(b.String(), ">12954<") {
@@ -69,5 +69,23 @@ func TestTableMarkdownAndCSV(t *testing.T) {
 	}
 	if Num(nil, 1) != Missing || OptFloat(nil) != "" || Float(0.25) != "0.25" {
 		t.Error("Num, OptFloat, Float")
+	}
+}
+
+// Points tell series of one colour apart without their lines: a hollow
+// series' points are rings, in the plot and in the legend alike.
+func TestHollowPoints(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	c := Chart{X: []string{"4"}, Log: true, Series: []Series{
+		{Label: "p50", Color: "#d62728", Y: []*float64{f(0.2)}},
+		{Label: "p95", Color: "#d62728", Dashed: true, Hollow: true, Y: []*float64{f(0.9)}},
+	}}
+	var b bytes.Buffer
+	if err := c.WriteSVG(&b); err != nil || parses(b.Bytes()) != nil {
+		t.Fatalf("%v\n%s", err, b.String())
+	}
+	dot, ring := `r="3" fill="#d62728"`, `fill="white" stroke="#d62728"`
+	if strings.Count(b.String(), dot) != 2 || strings.Count(b.String(), ring) != 2 {
+		t.Errorf("want a dot and a ring in the plot and in the legend:\n%s", b.String())
 	}
 }
