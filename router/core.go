@@ -212,6 +212,7 @@ type Core struct {
 	series    *series
 	peak      peakState    // the worst KV overcommit (status.go)
 	decisions *decisionLog // --decision-log; nil = off
+	timeScale atomic.Uint64 // the engines' time scale as float64 bits (noteTimeScale); 0 = not said
 }
 
 // Placement is one decision of the Core's Placer.

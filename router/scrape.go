@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/router/engine"
+	"github.com/lmwarden/warden/router/place"
 )
 
 // check polls one replica's /health and /metrics and records the outcome.
@@ -26,7 +28,9 @@ func (c *Core) check(ctx context.Context, r *Replica) {
 		if err == nil {
 			r.mu.Lock()
 			reset := r.eng.Apply(s, c.clock())
+			scale := r.eng.Stats().TimeScale
 			r.mu.Unlock()
+			c.noteTimeScale(scale)
 			if reset {
 				c.cacheWiped(r.rank, "its counters went down: the engine restarted")
 			}
@@ -42,6 +46,31 @@ func (c *Core) check(ctx context.Context, r *Replica) {
 		r.mu.Unlock()
 	}
 	r.health.Check(err == nil, err, c.clock())
+}
+
+// noteTimeScale tells placement the engines' time scale when an engine
+// reports one that differs from what it was told (a simulator's
+// --sim-time-scale: agents on its clock come back that much sooner).
+func (c *Core) noteTimeScale(scale float64) {
+	if scale <= 0 {
+		scale = 1
+	}
+	if math.Float64frombits(c.timeScale.Swap(math.Float64bits(scale))) == scale {
+		return
+	}
+	c.placer.Sessions(func(t *place.Table) { t.SetTimeScale(scale) })
+	if scale != 1 {
+		c.log.Info("the engines run on a simulated clock: the active window follows it", "time_scale", scale)
+	}
+}
+
+// EngineTimeScale is the engines' simulated seconds per wall second as
+// they last said it (1: real time, or not said).
+func (c *Core) EngineTimeScale() float64 {
+	if s := math.Float64frombits(c.timeScale.Load()); s > 0 {
+		return s
+	}
+	return 1
 }
 
 // learnMaxModelLen reads the context the engine serves at (vLLM's

@@ -31,7 +31,7 @@ func (c *Core) Status() panel.Status {
 		ActiveContextTokens: n.ContextSum, ActiveContextSessions: n.ContextN,
 		ConcurrentSessions: n.Concurrent, ActiveWindowSeconds: n.ActiveWindow.Seconds(),
 		SubagentSessions: n.SubagentSessions, SubagentsSeen: n.SubagentsSeen,
-		Engines: c.cfg.Engines,
+		Engines: c.cfg.Engines, EngineTimeScale: c.EngineTimeScale(),
 	}
 	if n.KnownTurns > 0 {
 		s.StickyShare = float64(n.HomeTurns) / float64(n.KnownTurns)

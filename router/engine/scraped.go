@@ -25,6 +25,7 @@ type Scraped struct {
 	prompt, generated        counter
 	preemptions              counter
 	offload                  Offload // the host KV tier's configuration, when the engine has one
+	timeScale                float64 // the simulator's time scale; 0 = real time
 	offQueries, offHits      counter // vllm:external_prefix_cache_queries / _hits
 	offLoaded, offStored     counter // vllm:kv_offload_load_bytes / _store_bytes
 	scrapedAt                time.Time
@@ -74,6 +75,7 @@ type Sample struct {
 	hasQueries, hasHits, hasPrompt, hasGen, hasPreem bool
 
 	offload                             Offload
+	timeScale                           float64 // metricname.SimTimeScale; 0 when absent
 	offQueries, offHits                 float64
 	offLoaded, offStored                float64
 	hasOffQ, hasOffH, hasOffL, hasOffSt bool
@@ -115,6 +117,7 @@ func Parse(r io.Reader) (Sample, error) {
 	s.preemptions, s.hasPreem = fams.Counter(mn.VLLMPreemptions)
 	s.kvCapacity = kvCapacity(fams[mn.VLLMCacheConfig])
 	s.offload = offloadConfig(fams[mn.VLLMCacheConfig])
+	s.timeScale, _ = fams.Sum(mn.SimTimeScale)
 	s.offQueries, s.hasOffQ = fams.Counter(mn.VLLMExternalQueries)
 	s.offHits, s.hasOffH = fams.Counter(mn.VLLMExternalHits)
 	s.offLoaded, s.hasOffL = fams.Counter(mn.VLLMOffloadLoadBytes)
@@ -195,6 +198,7 @@ func (e *Scraped) Apply(s Sample, at time.Time) (reset bool) {
 	if s.offload.Backend != "" {
 		e.offload = s.offload
 	}
+	e.timeScale = s.timeScale
 	for _, c := range []struct {
 		c  *counter
 		v  float64
@@ -243,6 +247,9 @@ type Stats struct {
 	Offload                                Offload
 	OffloadQueries, OffloadHits            float64
 	OffloadLoadedBytes, OffloadStoredBytes float64
+	// TimeScale is the engine's simulated seconds per wall second: the
+	// simulator's --sim-time-scale; 0 for a real engine (real time).
+	TimeScale float64
 	// OffloadStoredNow is the engine's own count of bytes stored to the
 	// tier since it (re)started, as last read (OffloadFilled).
 	OffloadStoredNow float64
@@ -282,7 +289,7 @@ func (e *Scraped) Stats() Stats {
 		Preemptions: e.preemptions.total, ScrapedAt: e.scrapedAt, ScrapeErr: e.scrapeErr,
 		Offload: e.offload, OffloadQueries: e.offQueries.total, OffloadHits: e.offHits.total,
 		OffloadLoadedBytes: e.offLoaded.total, OffloadStoredBytes: e.offStored.total,
-		OffloadStoredNow: e.offStoredNow()}
+		OffloadStoredNow: e.offStoredNow(), TimeScale: e.timeScale}
 }
 
 // offStoredNow is the engine's store counter as last read, -1 when it does

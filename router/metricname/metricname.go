@@ -18,6 +18,9 @@ const (
 	VLLMGeneration  = "vllm:generation_tokens"
 	VLLMPreemptions = "vllm:num_preemptions"
 	VLLMCacheConfig = "vllm:cache_config_info" // the cache config as labels (num_gpu_blocks, block_size, kv_offloading_*)
+	// SimTimeScale is the simulator's simulated seconds per wall second
+	// (its --sim-time-scale); real engines do not export it: 1.
+	SimTimeScale = "warden_sim_time_scale"
 
 	// vLLM's host KV tier, vLLM 0.32.0 (docs/kv-offload.md names the
 	// source lines). Tokens of prompts that missed the GPU prefix cache and

@@ -11,22 +11,26 @@ import "time"
 // are deltas of the engines' own Prometheus counters since Since, with engine
 // restarts (counter resets) handled.
 type Status struct {
-	Since          time.Time `json:"since"`
-	Now            time.Time `json:"now"`
-	UptimeSeconds  float64   `json:"uptime_seconds"`
-	Model          string    `json:"model"`           // the one served model name
-	Policy         string    `json:"policy"`          // off | hash | sticky | ...
-	Affinity       bool      `json:"affinity"`        // false when policy is "off"
-	SpillThreshold int       `json:"spill_threshold"` // in-flight requests above which a sticky turn spills
-	SpillAuto      bool      `json:"spill_threshold_auto"`
-	StickyShare    float64   `json:"sticky_share"` // turns served on their session's home / turns of known sessions (0..1)
-	InFlight       int       `json:"in_flight"`
-	Sessions       int       `json:"sessions"`      // active (not expired) sessions in the table
-	SessionsSeen   uint64    `json:"sessions_seen"` // distinct sessions since start
-	Replicas       []Replica `json:"replicas"`
-	Totals         Totals    `json:"totals"`
-	Series         []Point   `json:"series,omitempty"` // token rates, oldest first, last hour at most
-	Warnings       []string  `json:"warnings,omitempty"`
+	Since         time.Time `json:"since"`
+	Now           time.Time `json:"now"`
+	UptimeSeconds float64   `json:"uptime_seconds"`
+	Model         string    `json:"model"`  // the one served model name
+	Policy        string    `json:"policy"` // off | hash | sticky | ...
+	// EngineTimeScale is the engines' simulated seconds per wall second (a
+	// simulator's --sim-time-scale; 1 for real engines): a client that
+	// times the answers (warden bench) reads them on this clock.
+	EngineTimeScale float64   `json:"engine_time_scale"`
+	Affinity        bool      `json:"affinity"`        // false when policy is "off"
+	SpillThreshold  int       `json:"spill_threshold"` // in-flight requests above which a sticky turn spills
+	SpillAuto       bool      `json:"spill_threshold_auto"`
+	StickyShare     float64   `json:"sticky_share"` // turns served on their session's home / turns of known sessions (0..1)
+	InFlight        int       `json:"in_flight"`
+	Sessions        int       `json:"sessions"`      // active (not expired) sessions in the table
+	SessionsSeen    uint64    `json:"sessions_seen"` // distinct sessions since start
+	Replicas        []Replica `json:"replicas"`
+	Totals          Totals    `json:"totals"`
+	Series          []Point   `json:"series,omitempty"` // token rates, oldest first, last hour at most
+	Warnings        []string  `json:"warnings,omitempty"`
 
 	// ActiveContextTokens sums, over the active sessions whose context is
 	// known, each session's latest context length in tokens (prompt +

@@ -65,7 +65,8 @@ type Table struct {
 	ctxN   int
 
 	window       time.Duration
-	fixed        bool // FixWindow: the window does not follow the gaps
+	scale        float64 // the engines' seconds per wall second (SetTimeScale); 0 = 1
+	fixed        bool    // FixWindow: the window does not follow the gaps
 	oldestActive *Session
 	active       map[int]int // rank -> active sessions homed there
 	nActive      int
@@ -96,11 +97,36 @@ func NewTable(ttl time.Duration, max int) *Table {
 }
 
 func (t *Table) clampWindow(w time.Duration) time.Duration {
-	w = max(w, MinActiveWindow)
+	w = max(w, t.engineTime(MinActiveWindow))
 	if t.ttl > 0 {
 		w = min(w, t.ttl)
 	}
 	return w
+}
+
+// engineTime is d of the engines' time in wall time: a simulator that runs
+// ten times faster than real time has agents come back ten times sooner.
+func (t *Table) engineTime(d time.Duration) time.Duration {
+	if t.scale <= 0 {
+		return d
+	}
+	return time.Duration(float64(d) / t.scale)
+}
+
+// SetTimeScale tells the table the engines' simulated seconds per wall
+// second (a simulator's --sim-time-scale; 1 for real engines): the active
+// window's floor and its default before gaps were seen are engine time. The
+// window follows at once.
+func (t *Table) SetTimeScale(scale float64) {
+	if scale == t.scale || t.fixed {
+		return
+	}
+	t.scale = scale
+	if t.nGaps < gapsBeforeWindow {
+		t.window = t.clampWindow(t.engineTime(DefaultActiveWindow))
+	} else {
+		t.window = t.clampWindow(t.window)
+	}
 }
 
 // ActiveWindow is how long after its last request a session counts as active.

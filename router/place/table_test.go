@@ -256,3 +256,22 @@ func TestSessionTableActiveCountsMatchARecount(t *testing.T) {
 		}
 	}
 }
+
+// TestActiveWindowFollowsTheEnginesClock: on engines ten times faster than
+// real time (a simulator's --sim-time-scale 10) agents come back ten times
+// sooner, so the active window's default and floor shrink with them: a
+// session idle for a wall minute is no longer counted as active.
+func TestActiveWindowFollowsTheEnginesClock(t *testing.T) {
+	tab := NewTable(time.Hour, 0)
+	if w := tab.ActiveWindow(); w != DefaultActiveWindow {
+		t.Fatalf("window before any scale: %v, want %v", w, DefaultActiveWindow)
+	}
+	tab.SetTimeScale(10)
+	if w := tab.ActiveWindow(); w != DefaultActiveWindow/10 {
+		t.Errorf("window at scale 10: %v, want %v", w, DefaultActiveWindow/10)
+	}
+	tab.SetTimeScale(1)
+	if w := tab.ActiveWindow(); w != DefaultActiveWindow {
+		t.Errorf("window back at scale 1: %v, want %v", w, DefaultActiveWindow)
+	}
+}
