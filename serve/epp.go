@@ -103,6 +103,29 @@ func (o EPPOptions) endpointSpecs() ([]string, error) {
 	return specs, nil
 }
 
+// EPPEndpoints are the engines named by --replica URLs and an endpoints
+// file, as the gateway is told them (`warden epp envoy-config`).
+func EPPEndpoints(replicas []string, file string) ([]epp.Endpoint, error) {
+	specs, err := EPPOptions{Replicas: replicas, EndpointsFile: file}.endpointSpecs()
+	if err != nil {
+		return nil, err
+	}
+	bs, err := parseReplicas(specs, 1)
+	if err != nil {
+		return nil, err
+	}
+	var out []epp.Endpoint
+	for _, b := range bs {
+		hp := hostOf(b.URL)
+		if err := epp.CheckEndpoint(hp); err != nil {
+			return nil, fmt.Errorf("replica %s: %w", b.URL, err)
+		}
+		host, port, _ := net.SplitHostPort(hp)
+		out = append(out, epp.Endpoint{Name: "engine-" + strconv.Itoa(b.Rank), Address: host, Port: port})
+	}
+	return out, nil
+}
+
 // hostOf is the host:port of an http(s) URL.
 func hostOf(raw string) string {
 	_, rest, _ := cutScheme(raw)

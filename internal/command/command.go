@@ -21,6 +21,7 @@ func App(version string) *cli.App {
 		Commands: []*cli.Command{
 			serveCommand(),
 			routeCommand(),
+			eppCommand(),
 			gpusCommand(),
 			devicesCommand(),
 			statusCommand(),

@@ -1,0 +1,121 @@
+package command
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lmwarden/warden/epp"
+	"github.com/lmwarden/warden/internal/exit"
+	"github.com/lmwarden/warden/proxy"
+	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/router/place"
+	"github.com/lmwarden/warden/serve"
+)
+
+// The picker's defaults: gRPC where llm-d's EPP listens, the panel and
+// metrics on their own port.
+const (
+	defaultGRPCPort = 9002
+	defaultEPPPort  = 9090
+)
+
+// eppEndpointFlags name the engines, the same for the picker and the Envoy
+// config it goes with.
+func eppEndpointFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringSliceFlag{Name: "replica", EnvVars: envVars("REPLICA"),
+			Usage: "an engine (vLLM or a warden) by IP address: http://IP:PORT[#max_num_seqs=N]; repeat or separate with commas"},
+		&cli.StringFlag{Name: "endpoints-file", EnvVars: envVars("ENDPOINTS_FILE"),
+			Usage: "engines listed in llm-d's file-discovery schema (endpoints: [{name, address, port}]); watched"},
+	}
+}
+
+// eppFlags are `warden epp`'s flags: the engines', the picker's, then the
+// router's that apply to a picker (the gateway carries the bytes: no API
+// key, model mapping, billing block or response-header timeout here).
+func eppFlags() []cli.Flag {
+	notHere := []string{"api-key", "keep-billing-header", "strict-model", "response-header-timeout", "port"}
+	var rf []cli.Flag
+	for _, f := range routerFlags() {
+		if !slices.Contains(notHere, f.Names()[0]) {
+			rf = append(rf, f)
+		}
+	}
+	return append(append(eppEndpointFlags(),
+		&cli.IntFlag{Name: "grpc-port", Value: defaultGRPCPort, EnvVars: envVars("GRPC_PORT"),
+			Usage: "port of the ext_proc and gRPC health services (on --host)"},
+		&cli.IntFlag{Name: "port", Value: defaultEPPPort, EnvVars: envVars("PORT"),
+			Usage: "port of the status page, /metrics, /warden/status and the admin endpoints (on --host)"},
+		&cli.IntFlag{Name: "fallbacks", Value: epp.DefaultFallbacks, EnvVars: envVars("FALLBACKS"),
+			Usage: "endpoints named after the pick, least loaded first, for the gateway to retry on"},
+		&cli.IntFlag{Name: "max-num-seqs", Value: router.DefaultMaxNumSeqs, EnvVars: envVars("MAX_NUM_SEQS"),
+			Usage: "max_num_seqs assumed for an engine that does not say its own; the spill threshold derives from it"},
+		&cli.StringFlag{Name: "served-model-name", EnvVars: envVars("SERVED_MODEL_NAME"),
+			Usage: "the model name shown in the status (default: what the engines answer on /v1/models)"},
+	), rf...)
+}
+
+// eppCommand is `warden epp` and its `envoy-config`.
+func eppCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "epp",
+		Usage: "the warden's placement as an endpoint picker behind a gateway (Envoy, Gateway API inference gateways)",
+		Description: "Serves the Gateway API Inference Extension's endpoint-picker protocol over Envoy's external\n" +
+			"processing gRPC (full-duplex streamed) on --grpc-port: each request's conversation is identified and\n" +
+			"placed exactly as `warden serve` does, and the gateway is told the endpoint (x-gateway-destination-endpoint,\n" +
+			"with fallbacks). The panel, /metrics and /warden/status are on --port. `warden epp envoy-config` prints an\n" +
+			"Envoy bootstrap that uses it (docs/epp.md).",
+		Flags:       eppFlags(),
+		Action:      action(func(c *cli.Context) error { return serve.EPP(c.Context, eppOptions(c), c.App.Writer) }),
+		Subcommands: []*cli.Command{envoyConfigCommand()},
+	}
+}
+
+func eppOptions(c *cli.Context) serve.EPPOptions {
+	r := routerOptions(c)
+	r.ResponseHeaderTimeout = proxy.DefaultResponseHeaderTimeout // not a picker's: the gateway times the engines
+	return serve.EPPOptions{
+		Replicas: c.StringSlice("replica"), EndpointsFile: c.String("endpoints-file"), MaxNumSeqs: c.Int("max-num-seqs"),
+		ServedName: c.String("served-model-name"), GRPCPort: c.Int("grpc-port"), Fallbacks: c.Int("fallbacks"), Router: r,
+	}
+}
+
+// envoyConfigCommand is `warden epp envoy-config`.
+func envoyConfigCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "envoy-config",
+		Usage: "print an Envoy bootstrap that puts `warden epp` in front of the engines",
+		Description: "The listener's ext_proc filter asks the picker at --epp; the engines' cluster sends each request to\n" +
+			"the picked endpoint (Envoy's override_host policy), retries the fallbacks, and reports the endpoint that\n" +
+			"served back to the picker. Run it with `envoy -c FILE` (scripts/envoy.sh installs Envoy here).",
+		Flags: append(eppEndpointFlags(),
+			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", EnvVars: envVars("ENVOY_LISTEN"),
+				Usage: "address clients connect to (HOST:PORT)"},
+			&cli.StringFlag{Name: "epp", Value: fmt.Sprintf("127.0.0.1:%d", defaultGRPCPort), EnvVars: envVars("ENVOY_EPP"),
+				Usage: "the picker's gRPC address (HOST:PORT, as `warden epp --grpc-port`)"},
+			&cli.StringFlag{Name: "admin", Value: "127.0.0.1:9901", EnvVars: envVars("ENVOY_ADMIN"),
+				Usage: "Envoy's admin interface (HOST:PORT; keep it on loopback)"},
+			&cli.BoolFlag{Name: "fail-open", Value: true, EnvVars: envVars("ENVOY_FAIL_OPEN"),
+				Usage: "with the picker unreachable, send requests to the least-loaded engine (false: answer 500)"},
+			&cli.IntFlag{Name: "retries", Value: epp.DefaultFallbacks, EnvVars: envVars("ENVOY_RETRIES"),
+				Usage: "tries on the fallbacks when the picked engine cannot be reached"},
+			&cli.DurationFlag{Name: "stream-idle-timeout", Value: proxy.DefaultResponseHeaderTimeout, EnvVars: envVars("ENVOY_STREAM_IDLE_TIMEOUT"),
+				Usage: "end a request whose stream has sent nothing for this long"},
+		),
+		Action: action(func(c *cli.Context) error {
+			eps, err := serve.EPPEndpoints(c.StringSlice("replica"), c.String("endpoints-file"))
+			if err != nil {
+				return exit.New(2, "warden epp envoy-config: "+err.Error())
+			}
+			err = epp.WriteEnvoyConfig(c.App.Writer, epp.EnvoyOptions{Listen: c.String("listen"), EPP: c.String("epp"),
+				Admin: c.String("admin"), Endpoints: eps, FailOpen: c.Bool("fail-open"), Retries: c.Int("retries"),
+				Hold: place.MaxHold, StreamIdle: c.Duration("stream-idle-timeout")})
+			if err != nil {
+				return exit.New(2, "warden epp envoy-config: "+err.Error())
+			}
+			return nil
+		}),
+	}
+}
