@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/lmwarden/warden/engineplan"
 )
 
 // StartupError is why a rank did not become healthy during Start. Its
@@ -187,8 +189,8 @@ var hintRules = []hintRule{
 		return fmt.Sprintf("port %d is already in use (a stale engine?): check `ss -ltnp | grep %d`, "+
 			"stop the old process, and run again (warden picks free ports)", port, port)
 	}},
-	{markers: []string{"unrecognized arguments: " + RequiredVLLMFlag}, hint: func(string, int) string {
-		return "this vLLM is too old for the warden: it lacks " + RequiredVLLMFlag +
+	{markers: []string{"unrecognized arguments: " + engineplan.RequiredVLLMFlag}, hint: func(string, int) string {
+		return "this vLLM is too old for the warden: it lacks " + engineplan.RequiredVLLMFlag +
 			" (vLLM 0.9 and later have it); upgrade vLLM (pip install -U vllm)"
 	}},
 	{markers: []string{"unrecognized arguments: --kv-offloading-"}, hint: func(string, int) string {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lmwarden/warden/engineplan"
 	"github.com/lmwarden/warden/hostcpu"
 )
 
@@ -192,7 +193,7 @@ func (g *Group) newRank(s Spec) (*rank, error) {
 	if err != nil {
 		return nil, fmt.Errorf("launch: rank %d log: %w", s.Rank, err)
 	}
-	env := EngineEnv(append(os.Environ(), s.Env...), s.GPUs)
+	env := engineplan.EngineEnv(append(os.Environ(), s.Env...), s.GPUs)
 	log := g.log.With("rank", s.Rank, "port", s.Port)
 	if w := s.where(); w != "" {
 		log = log.With("device", w)

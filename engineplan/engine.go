@@ -1,8 +1,7 @@
-package launch
+package engineplan
 
 import (
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -116,45 +115,3 @@ func DefaultMaxNumSeqs(devs []gpu.Device) int {
 // CPUDefaultMaxNumSeqs is vLLM's own max_num_seqs for an API server on the
 // CPU platform (engine/arg_utils.py, 0.32.0: 128 x world size).
 const CPUDefaultMaxNumSeqs = 128
-
-// EngineEnv is the environment of an engine: base without the variables
-// that would make it join a data-parallel group or fix its internal ports
-// (VLLM_PORT, VLLM_DP_*, ...; see DroppedEnv) and, when gpus is not empty,
-// with CUDA_VISIBLE_DEVICES set to them (comma-separated NVML indices, see
-// gpu.CUDAIndices) and CUDA_DEVICE_ORDER=PCI_BUS_ID, so that CUDA numbers the
-// cards as NVML does; any inherited values of those two are replaced.
-// Without gpus (CPU engines, the simulator) both are left as inherited.
-func EngineEnv(base []string, gpus []string) []string {
-	out := make([]string, 0, len(base)+2)
-	for _, kv := range base {
-		if dropped(kv) {
-			continue
-		}
-		if len(gpus) > 0 && (strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") || strings.HasPrefix(kv, "CUDA_DEVICE_ORDER=")) {
-			continue
-		}
-		out = append(out, kv)
-	}
-	if len(gpus) > 0 {
-		out = append(out, "CUDA_VISIBLE_DEVICES="+strings.Join(gpus, ","), "CUDA_DEVICE_ORDER="+CUDADeviceOrder)
-	}
-	return out
-}
-
-// Specs builds one Spec per rank r of e: port ports[r], the GPUs of
-// groups[r] (as UUIDs, see gpu.VisibleDevices; groups may be nil for the
-// simulator) and the log file logDir/rank-r.log. extraEnv is added to
-// every rank's environment.
-func Specs(e Engine, ports []int, groups [][]gpu.Device, logDir string, extraEnv ...string) []Spec {
-	specs := make([]Spec, len(ports))
-	for r, port := range ports {
-		specs[r] = Spec{
-			Rank: r, Port: port, Argv: e.Argv(port), Env: extraEnv,
-			LogPath: filepath.Join(logDir, "rank-"+strconv.Itoa(r)+".log"),
-		}
-		if r < len(groups) {
-			specs[r].GPUs = gpu.VisibleDevices(groups[r])
-		}
-	}
-	return specs
-}
