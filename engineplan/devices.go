@@ -37,6 +37,11 @@ type Request struct {
 	// layer passes it, so that planning does not import the simulator's
 	// front end). Nil: unknown, and a simulated tier is sized without it.
 	SimKVCache func(args []string, getenv func(string) string) (uint64, error)
+	// Image is --image: vLLM's engines run from this container image, one
+	// container per rank (container.go); "" a host vLLM. ContainerRuntime
+	// is --container-runtime: docker, podman, or "" to detect.
+	Image            string
+	ContainerRuntime string
 }
 
 // Devices is what every rank runs on, found before anything starts:
@@ -173,8 +178,10 @@ func FindDevices(ctx context.Context, cfg Request, facts Facts, log *slog.Logger
 		kv, from := cardKV(cfg, facts, nil, d.Seqs)
 		return d, offloadDevices(cfg, facts, kv, from, &d, log)
 	}
-	if _, err := FindVLLM(cfg.VLLMPath); err != nil {
-		return d, err
+	if cfg.Image == "" {
+		if _, err := FindVLLM(cfg.VLLMPath); err != nil {
+			return d, err
+		}
 	}
 	if cfg.Device == "cpu" {
 		return cpuDevices(cfg, d, log)
@@ -240,26 +247,46 @@ func cpuDevices(cfg Request, d Devices, log *slog.Logger) (Devices, error) {
 
 // Facts is what the warden reads before it starts any engine: the
 // model's own files and the engines' vLLM version (from its dist-info,
-// without running it; "" unknown or for the simulator).
+// without running it, or from the image; "" unknown or for the simulator).
 type Facts struct {
 	Files   modelinfo.Files
 	Version string
+	Runtime string // with an Image: the container runtime's executable
 }
 
-// ReadFacts reads the model's files (modelinfo.Find) and the installed
-// vLLM's version; what it cannot read it logs, or leaves unknown.
-func ReadFacts(cfg Request, log *slog.Logger) Facts {
+// ReadFacts reads the model's files (modelinfo.Find) and the engines' vLLM
+// version: the installed vLLM's, or with an Image the image's (which it
+// first makes sure is on this host, and Runtime names the container
+// runtime). What it cannot read it logs, or leaves unknown; the error is
+// for an image that cannot be had or a missing runtime.
+func ReadFacts(ctx context.Context, cfg Request, log *slog.Logger) (Facts, error) {
 	var f Facts
 	var err error
 	if f.Files, err = modelinfo.Find(cfg.Model, os.Getenv); err != nil {
 		log.Warn("cannot read the model's files; choosing by its name", "err", err)
+	}
+	if cfg.Image != "" {
+		if f.Runtime, err = FindRuntime(cfg.ContainerRuntime); err != nil {
+			return f, err
+		}
+		if err := CheckImage(ctx, f.Runtime, cfg.Image, log); err != nil {
+			return f, err
+		}
+		var from string
+		if f.Version, from = ImageVersion(ctx, f.Runtime, cfg.Image); f.Version != "" {
+			log.Info("engine image", "image", cfg.Image, "runtime", f.Runtime, "vllm_version", f.Version, "read_from", from)
+		} else {
+			log.Warn("engine image: its vLLM version could not be read (no "+LabelVLLMVersion+" label, no python3 "+
+				"with vllm in it, no version tag); the per-version rules take it as unknown", "image", cfg.Image)
+		}
+		return f, nil
 	}
 	if cfg.Engine == "vllm" {
 		if exe, err := FindVLLM(cfg.VLLMPath); err == nil {
 			f.Version = InstalledVersion(exe)
 		}
 	}
-	return f
+	return f, nil
 }
 
 // ChooseFlags decides what every engine is started with beyond its rank's

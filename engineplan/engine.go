@@ -32,6 +32,10 @@ type Engine struct {
 	// MaxModelLen is --max-model-len for every engine ("auto": vLLM fits
 	// the longest context its KV cache holds; ContextFlag); omitted when "".
 	MaxModelLen string
+	// Host is the engine's --host: 127.0.0.1 when empty. An engine in a
+	// container listens on all of the container's addresses (0.0.0.0),
+	// reached through a port published on the host's loopback only.
+	Host string
 }
 
 // Argv is the command line that serves the model on 127.0.0.1:port:
@@ -66,12 +70,22 @@ func (e Engine) Argv(port int) []string {
 		}
 		argv = []string{path, "serve"}
 	}
+	return append(argv, e.ServeArgs(port)...)
+}
+
+// ServeArgs are Argv's arguments after `serve`: MODEL and the flags. A
+// container image whose entry point is `vllm serve` (vLLM's own) takes
+// them as its command.
+func (e Engine) ServeArgs(port int) []string {
 	name := e.ServedName
 	if name == "" {
 		name = e.Model
 	}
-	argv = append(argv, e.Model, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--served-model-name", name)
+	host := e.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	argv := []string{e.Model, "--host", host, "--port", strconv.Itoa(port), "--served-model-name", name}
 	if e.MaxNumSeqs > 0 {
 		argv = append(argv, "--max-num-seqs", strconv.Itoa(e.MaxNumSeqs))
 	}

@@ -156,6 +156,22 @@ const offloadOff = "or run with --kv-offload off (docs/kv-offload.md)"
 
 // hintRules are the other known causes, tried in order after offloadRules.
 var hintRules = []hintRule{
+	// The container runtime's own refusals (--image; docker 20.10 to 28 and
+	// podman print them before any engine output).
+	{markers: []string{"Unable to find image", "pull access denied", "No such image", "manifest unknown",
+		"repository does not exist", "image not known"}, hint: func(string, int) string {
+		return "the engine image is not on this host and could not be pulled: pull or build it first " +
+			"(docker pull IMAGE), and check its name and tag (--image)"
+	}},
+	{markers: []string{"could not select device driver", "unknown or invalid runtime name: nvidia", "nvidia-container-cli",
+		"unresolvable CDI devices", "CDI device injection failed"}, hint: func(string, int) string {
+		return "the container runtime cannot give containers GPUs: install the NVIDIA Container Toolkit and " +
+			"configure it (nvidia-ctk runtime configure --runtime=docker, then restart the daemon; for Podman " +
+			"nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml); docs/container.md"
+	}},
+	{markers: []string{"Cannot connect to the Docker daemon"}, hint: func(string, int) string {
+		return "the Docker daemon is not running: start it (systemctl start docker, or dockerd &) and run again"
+	}},
 	{markers: []string{"max seq len", "decreasing `max_model_len`", "decreasing max_model_len"}, hint: maxLenHint},
 	{markers: []string{"Free memory on device", "less than desired GPU memory utilization"}, hint: func(string, int) string {
 		return "the GPU is already in use: another process holds its memory (see `warden gpus`); " +

@@ -27,6 +27,9 @@ type Spec struct {
 	LogPath string   // the rank's log file (appended; its directory is created)
 	GPUs    []string // CUDA_VISIBLE_DEVICES for the rank (UUIDs or indices); empty: left as inherited
 	CPUs    []int    // CPU engines: the affinity mask of the rank's processes; empty: inherited
+	// Container: Argv runs the engine in this container (the runtime's CLI
+	// in the foreground, container.go); nil a host process.
+	Container *Container
 }
 
 // deviceEnv says, for the rank's log, what the engine was given: its
@@ -112,6 +115,10 @@ type rank struct {
 	// byte counted (logLines; supervisor goroutine only).
 	lines   int
 	counted int64
+
+	// exitCause and exitHint: why the rank's container ended, read by
+	// afterExit (container.go; supervisor goroutine only).
+	exitCause, exitHint string
 
 	mu       sync.Mutex
 	state    State

@@ -36,7 +36,8 @@ func (g *Group) run(r *rank, startup chan<- error) {
 		case <-p.exited:
 		}
 		reason := crashReason(p)
-		g.cleanup(p)
+		g.cleanup(r, p)
+		reason = r.withExit(reason)
 		g.setState(r, Down, reason)
 		if time.Since(readyAt) >= g.opts.RestartMax {
 			backoff = g.opts.RestartMin
@@ -138,6 +139,9 @@ func (g *Group) launch(r *rank, what string) error {
 	if err := ports.Bindable("127.0.0.1", s.Port); err != nil {
 		return fail("cannot start: "+err.Error(), nil)
 	}
+	if err := r.beforeStart(); err != nil {
+		return fail("cannot start: "+err.Error(), nil)
+	}
 	fmt.Fprintf(r.logf, "=== warden: %s rank %d at %s: %s (%s) ===\n",
 		what, s.Rank, time.Now().Format(time.RFC3339), strings.Join(s.Argv, " "), s.deviceEnv())
 	base = r.logLines()
@@ -161,7 +165,7 @@ func (g *Group) launch(r *rank, what string) error {
 		cause = p.exitReason()
 	}
 	g.stopProc(r, p)
-	return fail(cause, p)
+	return r.withExitError(fail(cause, p))
 }
 
 // exitedReason is vLLM's cause line of an engine that ended by itself,
@@ -273,8 +277,8 @@ func (g *Group) stopProc(r *rank, p *proc) {
 
 // cleanup kills what is left of a crashed engine's group (its EngineCore may
 // outlive the API server and hold the GPU).
-func (g *Group) cleanup(p *proc) {
-	g.reap(nil, p, nil)
+func (g *Group) cleanup(r *rank, p *proc) {
+	g.reap(r, p, nil)
 }
 
 func (g *Group) reap(r *rank, p *proc, kids []*processT) {
@@ -282,6 +286,9 @@ func (g *Group) reap(r *rank, p *proc, kids []*processT) {
 	defer cancel()
 	left := killTree(ctx, p.pid, kids)
 	<-p.exited
+	if r != nil {
+		r.afterExit()
+	}
 	log := g.log
 	if r != nil {
 		log = r.log

@@ -23,7 +23,7 @@ func TestCPUPin(t *testing.T) {
 		wantMask bool
 	}{{"", true}, {hostcpu.PinCores, true}, {hostcpu.PinThreads, false}} {
 		cfg := Options{Model: "m", DP: 2, Engine: "vllm", VLLMPath: "vllm", Device: "cpu", CPUPin: tc.pin, LogDir: t.TempDir()}
-		specs, _, err := engineSpecs(cfg, d, engineplan.ToolsChoice{}, engineplan.ContextChoice{})
+		specs, _, err := engineSpecs(cfg, d, engineplan.ToolsChoice{}, engineplan.ContextChoice{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

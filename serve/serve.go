@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,6 +56,10 @@ type Options struct {
 	// (engineplan.Request.SimKVCache; the command layer passes
 	// sim.KVCacheBytes). Nil: unknown.
 	SimKVCache func(args []string, getenv func(string) string) (uint64, error)
+	// Image is --image: every rank's vLLM runs in a container of this image
+	// (docs/container.md); "" a host vLLM. ContainerRuntime is
+	// --container-runtime: docker, podman (or a path to one), "" detected.
+	Image, ContainerRuntime string
 }
 
 // plan is what the engines are planned from.
@@ -62,7 +67,7 @@ func (o Options) plan() engineplan.Request {
 	return engineplan.Request{Model: o.Model, Engine: o.Engine, Device: o.Device, VLLMPath: o.VLLMPath,
 		DP: o.DP, TP: o.TP, GPUs: o.GPUs, CPUKVCache: o.CPUKVCache, KVOffload: o.KVOffload,
 		KVOffloadDefault: o.KVOffloadDefault, Tools: o.Tools, Reasoning: o.Reasoning, MaxNumSeqs: o.MaxNumSeqs,
-		Extra: o.Extra, SimKVCache: o.SimKVCache}
+		Extra: o.Extra, SimKVCache: o.SimKVCache, Image: o.Image, ContainerRuntime: o.ContainerRuntime}
 }
 
 // engineSetup is what the status reports of the engines' tool-calling
@@ -106,6 +111,12 @@ func (o Options) Config() (Config, error) {
 		return cfg, fmt.Errorf("--device cpu launches vLLM's CPU build; the simulator (--engine sim) needs no device")
 	case cfg.Device == "cpu" && cfg.TP > 1:
 		return cfg, fmt.Errorf("--tp %d with --device cpu: a CPU rank is one engine on its own cores; use --dp for more replicas", cfg.TP)
+	case cfg.Image != "" && cfg.Engine == "sim":
+		return cfg, fmt.Errorf("--image runs vLLM from its container image; the simulator (--engine sim) needs none")
+	case cfg.ContainerRuntime != "" && cfg.Image == "":
+		return cfg, fmt.Errorf("--container-runtime %s is for engines from an image: add --image REF", cfg.ContainerRuntime)
+	case cfg.ContainerRuntime != "" && !slices.Contains(engineplan.Runtimes, strings.TrimSuffix(filepath.Base(cfg.ContainerRuntime), ".exe")):
+		return cfg, fmt.Errorf("--container-runtime %q: want docker or podman (a name on PATH or a path)", cfg.ContainerRuntime)
 	case cfg.Device == "cpu" && cfg.GPUs != "":
 		return cfg, fmt.Errorf("--gpus is for --device gpu; a CPU rank's cores are chosen from the warden's affinity mask (taskset)")
 	}
@@ -189,8 +200,10 @@ func checkKVOffload(cfg Options) error {
 	return nil
 }
 
-// engineSpecs builds one launch spec and one proxy backend per rank.
-func engineSpecs(cfg Options, d engineplan.Devices, tools engineplan.ToolsChoice, fit engineplan.ContextChoice) ([]launch.Spec, []proxy.Backend, error) {
+// engineSpecs builds one launch spec and one proxy backend per rank; with
+// a container (--image), each rank's spec runs its engine in one.
+func engineSpecs(cfg Options, d engineplan.Devices, tools engineplan.ToolsChoice, fit engineplan.ContextChoice,
+	cont *engineplan.Container) ([]launch.Spec, []proxy.Backend, error) {
 	free, err := ports.Free(cfg.DP, "127.0.0.1")
 	if err != nil {
 		return nil, nil, fmt.Errorf("finding %d free loopback ports: %w", cfg.DP, err)
@@ -198,6 +211,12 @@ func engineSpecs(cfg Options, d engineplan.Devices, tools engineplan.ToolsChoice
 	eng := engineplan.Engine{Kind: cfg.Engine, VLLMPath: cfg.VLLMPath, Model: cfg.Model,
 		ServedName: cfg.ServedName, MaxNumSeqs: d.Seqs, TP: cfg.TP, KVBytes: d.KVBytes, OffloadBytes: d.Offload,
 		ToolFlags: tools.Flags(), MaxModelLen: fit.MaxModelLen, Extra: cfg.Extra}
+	if cont != nil {
+		eng.Host = "0.0.0.0" // the container's own network; the port is published on 127.0.0.1
+		if dir := engineplan.LocalModelDir(cfg.Model); dir != "" {
+			eng.Model, cont.ModelDir = dir, dir
+		}
+	}
 	specs := make([]launch.Spec, cfg.DP)
 	backends := make([]proxy.Backend, cfg.DP)
 	for i := range specs {
@@ -211,6 +230,14 @@ func engineSpecs(cfg Options, d engineplan.Devices, tools engineplan.ToolsChoice
 				specs[i].CPUs = d.CPUs[i].CPUs
 			}
 			backends[i].GPUs = []string{d.CPUs[i].Label()}
+		}
+		if cont != nil {
+			dev := engineplan.RankDevices{GPUs: d.GPUs[i]}
+			if i < len(d.CPUs) {
+				dev.Env, dev.CPUs = specs[i].Env, specs[i].CPUs
+			}
+			specs[i].Argv = cont.Argv(i, free[i], dev, eng.ServeArgs(free[i]))
+			specs[i].Container = &launch.Container{Runtime: cont.Runtime, Name: cont.Name(i)}
 		}
 	}
 	return specs, backends, nil
@@ -235,8 +262,15 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	defer stopSignals()
 
 	plan := cfg.plan()
-	facts := engineplan.ReadFacts(plan, log)
+	facts, err := engineplan.ReadFacts(ctx, plan, log)
+	if err != nil {
+		return exit.New(1, "warden serve: "+err.Error())
+	}
 	devices, err := engineplan.FindDevices(ctx, plan, facts, log)
+	if err != nil {
+		return exit.New(1, "warden serve: "+err.Error())
+	}
+	cont, err := engineContainer(ctx, cfg.Options, facts, log)
 	if err != nil {
 		return exit.New(1, "warden serve: "+err.Error())
 	}
@@ -247,7 +281,7 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	tools, fit := engineplan.ChooseFlags(plan, facts, log)
 	setup := engineSetup(cfg.Extra, tools)
 	setup.OffloadHint = engineplan.OffloadHint(plan, devices)
-	specs, backends, err := engineSpecs(cfg.Options, devices, tools, fit)
+	specs, backends, err := engineSpecs(cfg.Options, devices, tools, fit, cont)
 	if err != nil {
 		ln.Close()
 		return exit.New(1, "warden serve: "+err.Error())
@@ -267,7 +301,7 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	defer stopRun()
 	go px.Run(runCtx)
 
-	log.Info("starting engines", "engine", cfg.Engine, "device", cfg.Device, "model", cfg.Model, "dp", cfg.DP, "tp", cfg.TP,
+	log.Info("starting engines", "engine", cfg.Engine, "image", cfg.Image, "device", cfg.Device, "model", cfg.Model, "dp", cfg.DP, "tp", cfg.TP,
 		"max_num_seqs", devices.Seqs, "log_dir", cfg.LogDir)
 	group, err := launch.Start(ctx, specs, launch.Options{
 		StartupTimeout: cfg.StartupTimeout, StopGrace: cfg.StopGrace, Logger: log,
@@ -292,6 +326,24 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	stopEngines(group, cfg.StopGrace, log)
 	panel.WriteSummary(os.Stderr, final)
 	return nil
+}
+
+// engineContainer is how the engines run from --image (nil without one):
+// named and labelled by this run, the host's Hugging Face cache mounted.
+// It first removes what wardens that are gone left (launch.RemoveLeftovers).
+func engineContainer(ctx context.Context, cfg Options, facts engineplan.Facts, log *slog.Logger) (*engineplan.Container, error) {
+	if cfg.Image == "" {
+		return nil, nil
+	}
+	if _, err := launch.RemoveLeftovers(ctx, facts.Runtime, log); err != nil {
+		return nil, err
+	}
+	hf, err := engineplan.HostHFCache(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	run := strings.ToLower(time.Now().UTC().Format("20060102t150405")) + "-" + strconv.Itoa(os.Getpid())
+	return &engineplan.Container{Runtime: facts.Runtime, Image: cfg.Image, RunID: run, Owner: launch.Owner(), HFCache: hf}, nil
 }
 
 // stopEngines stops every engine (SIGTERM to each process group, SIGKILL

@@ -48,7 +48,7 @@ func TestCheckKVOffloadRefusals(t *testing.T) {
 func TestEngineSpecsPassTheTierToEveryRank(t *testing.T) {
 	cfg := Options{Model: "m", ServedName: "m", DP: 3, TP: 2, Engine: "vllm", VLLMPath: "vllm", LogDir: t.TempDir()}
 	d := engineplan.Devices{GPUs: [][]string{{"GPU-a", "GPU-b"}, {"GPU-c", "GPU-d"}, {"GPU-e", "GPU-f"}}, Seqs: 256, Offload: 40 << 30}
-	specs, _, err := engineSpecs(cfg, d, engineplan.ToolsChoice{}, engineplan.ContextChoice{})
+	specs, _, err := engineSpecs(cfg, d, engineplan.ToolsChoice{}, engineplan.ContextChoice{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

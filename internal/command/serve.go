@@ -102,6 +102,11 @@ func serveFlags() []cli.Flag {
 			Usage: "engine to launch: vllm, or sim (the built-in simulator; no GPU needed)"},
 		&cli.StringFlag{Name: "vllm", Value: "vllm", EnvVars: envVars("VLLM"),
 			Usage: "path of the vllm executable"},
+		&cli.StringFlag{Name: "image", EnvVars: envVars("IMAGE"),
+			Usage: "run each rank's vLLM from this container image instead of a host install (e.g. vllm/vllm-openai:v0.32.0): " +
+				"one container per rank with its GPUs, the host's Hugging Face cache and its port on 127.0.0.1 only (docs/container.md)"},
+		&cli.StringFlag{Name: "container-runtime", EnvVars: envVars("CONTAINER_RUNTIME"), DefaultText: "docker, else podman, whichever is on PATH",
+			Usage: "--image: the container runtime, docker or podman (a name on PATH or a path)"},
 		&cli.StringFlag{Name: "log-dir", EnvVars: envVars("LOG_DIR"),
 			Usage: "directory for per-rank engine logs (default: $XDG_STATE_HOME/warden/runs/<time>)"},
 		&cli.DurationFlag{Name: "startup-timeout", Value: 20 * time.Minute, EnvVars: envVars("STARTUP_TIMEOUT"),
@@ -206,6 +211,7 @@ func serveOptions(c *cli.Context) serve.Options {
 		MaxNumSeqs: c.Int("max-num-seqs"), Engine: c.String("engine"), VLLMPath: c.String("vllm"),
 		LogDir: c.String("log-dir"), StartupTimeout: c.Duration("startup-timeout"), StopGrace: c.Duration("stop-grace"),
 		Extra: c.Args().Slice(), Router: routerOptions(c), SimKVCache: sim.KVCacheBytes,
+		Image: c.String("image"), ContainerRuntime: c.String("container-runtime"),
 	}
 }
 
