@@ -106,7 +106,7 @@ func lastLine(s string) string {
 func CheckImage(ctx context.Context, runtime, image string, log *slog.Logger) error {
 	if _, err := runtimeCmd(ctx, time.Minute, runtime, "image", "inspect", "--format", "{{.Id}}", image); err == nil {
 		return nil
-	} else if strings.Contains(err.Error(), "daemon") {
+	} else if strings.Contains(err.Error(), "Cannot connect to the Docker daemon") || strings.Contains(err.Error(), "Is the docker daemon running") {
 		return fmt.Errorf("%v: start the container daemon (systemctl start docker, or dockerd &) and run again", err)
 	}
 	log.Info("pulling the engine image (not on this host yet)", "image", image)

@@ -35,6 +35,14 @@ func TestHint(t *testing.T) {
 		{"bad extra arg", []string{"vllm serve: error: unrecognized arguments: --max-modl-len"}, "after --"},
 		{"vLLM too old", []string{"vllm serve: error: unrecognized arguments: --enable-prompt-tokens-details"}, "too old"},
 		{"no GPU", []string{"RuntimeError: No CUDA GPUs are available"}, "--engine sim"},
+		{"image missing (docker 20.10)", []string{"Unable to find image 'vllm/vllm-openai:v9' locally",
+			"docker: Error response from daemon: pull access denied for vllm/vllm-openai, repository does not exist."}, "docker pull IMAGE"},
+		{"no GPU runtime (docker)", []string{`docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].`},
+			"NVIDIA Container Toolkit"},
+		{"no GPU runtime (podman CDI)", []string{`Error: setting up CDI devices: unresolvable CDI devices nvidia.com/gpu=0`},
+			"nvidia-ctk cdi generate"},
+		{"no daemon", []string{"docker: Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"},
+			"start it"},
 		{"unknown", []string{"Traceback (most recent call last):", "KeyError: 'x'"}, ""},
 	}
 	for _, tt := range tests {
