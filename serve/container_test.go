@@ -1,6 +1,8 @@
 package serve
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,9 +11,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/lmwarden/warden/engineplan"
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/launch"
 )
 
 // The container tier: `warden serve --image` against the real Docker
@@ -184,5 +188,45 @@ func TestServeImageNotFound(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "image warden-test-missing:"+port+" is not on this host and could not be pulled") ||
 		!strings.Contains(string(out), "pull or build it first") {
 		t.Fatalf("want a failed start naming the image: %v\n%s", err, out)
+	}
+}
+
+// TestImageEngineExitCauses: a rank whose container cannot start or dies
+// fails its start with the cause read from the runtime and a hint: no GPU
+// runtime (this machine has none), killed for lack of memory (a container
+// limited to 8 MiB); the container is removed either way.
+func TestImageEngineExitCauses(t *testing.T) {
+	tag := testImage(t)
+	for _, tc := range []struct {
+		name  string
+		flags []string // docker run's, before the image
+		args  []string // the engine's, after it
+		cause string
+		hint  string
+	}{
+		{"no GPU runtime", []string{"--gpus", `"device=0"`}, nil,
+			`the container runtime: could not select device driver`, "NVIDIA Container Toolkit"},
+		{"out of memory", []string{"--memory", "8m", "--memory-swap", "8m"}, []string{"--sim-kv-tokens", "100000000"},
+			"its container was killed for lack of memory (OOMKilled)", "ran out of memory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			port := simproc.FreePort(t)
+			p := strconv.Itoa(port)
+			name := "warden-test-" + strconv.Itoa(os.Getpid()) + "-" + p
+			argv := append([]string{"docker", "run", "--name", name, "--label", engineplan.LabelOwner + "=" + launch.Owner(),
+				"-p", "127.0.0.1:" + p + ":" + p}, tc.flags...)
+			argv = append(append(argv, tag, "demo", "--host", "0.0.0.0", "--port", p), tc.args...)
+			spec := launch.Spec{Rank: 0, Port: port, Argv: argv, LogPath: filepath.Join(t.TempDir(), "rank-0.log"),
+				Container: &launch.Container{Runtime: "docker", Name: name}}
+			t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", name).Run() })
+			_, err := launch.Start(context.Background(), []launch.Spec{spec}, launch.Options{StartupTimeout: time.Minute})
+			var se *launch.StartupError
+			if !errors.As(err, &se) || !strings.Contains(se.Cause, tc.cause) || !strings.Contains(se.Hint, tc.hint) {
+				t.Fatalf("want a startup error with cause %q and hint %q, got %v", tc.cause, tc.hint, err)
+			}
+			if out, _ := exec.Command("docker", "ps", "-aq", "--filter", "name="+name).Output(); len(strings.TrimSpace(string(out))) > 0 {
+				t.Errorf("the failed rank's container %s was not removed", name)
+			}
+		})
 	}
 }
