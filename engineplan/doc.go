@@ -8,9 +8,12 @@
 // (ChooseContext), the host KV tier (PlanOffload), and the facts these
 // depend on: the model's files and the installed vLLM's version
 // (ReadFacts, InstalledVersion, VersionAtLeast), with the per-version rules
-// beside each decision.
+// beside each decision; and what vLLM's known refusals to start mean for
+// the plan (Refusals: the hints of a failed start), and how an engine runs
+// from a container image (Container, ImageVersion).
 //
 // It starts, watches and stops nothing: package launch runs what is
-// planned here, and imports this package only for the engine environment
-// and the flag names its startup hints cite.
+// planned here, and imports this package for the engine environment, the
+// refusal rules it matches a failed rank's log against, and the container
+// labels.
 package engineplan

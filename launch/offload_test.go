@@ -78,7 +78,7 @@ func TestTailKeepsTheOffloadCauseAboveTheTracebacks(t *testing.T) {
 	}
 	for _, c := range cues {
 		if !isCue(c) {
-			t.Errorf("kept %q, which has no offloadRules marker", c)
+			t.Errorf("kept %q, which has no engineplan.OffloadRefusals marker", c)
 		}
 	}
 }
