@@ -176,8 +176,11 @@ func ownerGone(owner string) bool {
 // names it removed.
 func RemoveLeftovers(ctx context.Context, runtime string, log *slog.Logger) ([]string, error) {
 	c := &Container{Runtime: runtime}
-	out, err := c.run("ps", "-a", "--filter", "label="+engineplan.LabelOwner,
-		"--format", `{{.ID}}|{{.Names}}|{{.Label "`+engineplan.LabelOwner+`"}}`)
+	owner := `{{.Label "` + engineplan.LabelOwner + `"}}`
+	if engineplan.IsPodman(runtime) {
+		owner = `{{index .Labels "` + engineplan.LabelOwner + `"}}` // Podman's ps has no Label method
+	}
+	out, err := c.run("ps", "-a", "--filter", "label="+engineplan.LabelOwner, "--format", `{{.ID}}|{{.Names}}|`+owner)
 	if err != nil {
 		return nil, fmt.Errorf("listing the containers of earlier wardens: %w", err)
 	}
