@@ -241,7 +241,7 @@ func BusyWarnings(groups [][]Device) []string {
 
 // CUDAIndices is what an engine on group gets in CUDA_VISIBLE_DEVICES: the
 // cards' NVML indices (PCI bus order, as nvidia-smi numbers them), to be
-// read with CUDA_DEVICE_ORDER=PCI_BUS_ID (launch.EngineEnv sets it; CUDA's
+// read with CUDA_DEVICE_ORDER=PCI_BUS_ID (engineplan.EngineEnv sets it; CUDA's
 // own default order is fastest first, where an index could name another
 // card). Indices, not UUIDs: vLLM releases before about 0.24 parse each
 // entry with int() and die on a UUID; vLLM 0.32.0 accepts both and maps a

@@ -21,4 +21,10 @@
 // could kill an engine early. When the warden itself is SIGKILLed, the
 // engine leader gets SIGTERM and shuts down its own children (vLLM's API
 // server stops its EngineCore; EngineCore also watches for its parent).
+//
+// What each engine is told (argv, environment, devices) is decided before
+// it starts, in package engineplan. An engine in a container (--image) is
+// the runtime's CLI in the foreground; container.go adds what a process
+// group cannot do: the container's exit cause, its removal, and the
+// removal of what a killed warden left (RemoveLeftovers).
 package launch

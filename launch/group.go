@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lmwarden/warden/engineplan"
 	"github.com/lmwarden/warden/hostcpu"
 )
 
@@ -26,6 +27,9 @@ type Spec struct {
 	LogPath string   // the rank's log file (appended; its directory is created)
 	GPUs    []string // CUDA_VISIBLE_DEVICES for the rank (UUIDs or indices); empty: left as inherited
 	CPUs    []int    // CPU engines: the affinity mask of the rank's processes; empty: inherited
+	// Container: Argv runs the engine in this container (the runtime's CLI
+	// in the foreground, container.go); nil a host process.
+	Container *Container
 }
 
 // deviceEnv says, for the rank's log, what the engine was given: its
@@ -126,6 +130,10 @@ type rank struct {
 	lines   int
 	counted int64
 
+	// exitCause and exitHint: why the rank's container ended, read by
+	// afterExit (container.go; supervisor goroutine only).
+	exitCause, exitHint string
+
 	mu       sync.Mutex
 	state    State
 	since    time.Time
@@ -208,7 +216,7 @@ func (g *Group) newRank(s Spec) (*rank, error) {
 	if err != nil {
 		return nil, fmt.Errorf("launch: rank %d log: %w", s.Rank, err)
 	}
-	env := EngineEnv(append(os.Environ(), s.Env...), s.GPUs)
+	env := engineplan.EngineEnv(append(os.Environ(), s.Env...), s.GPUs)
 	log := g.log.With("rank", s.Rank, "port", s.Port)
 	if w := s.where(); w != "" {
 		log = log.With("device", w)

@@ -37,7 +37,8 @@ func (g *Group) run(r *rank, startup chan<- error) {
 		case <-p.exited:
 		}
 		cause, fix := crashReason(p), crashFix(p)
-		g.cleanup(p)
+		g.cleanup(r, p)
+		cause = r.withExit(cause)
 		g.setState(r, Down, cause)
 		if time.Since(readyAt) >= g.opts.StableAfter {
 			loop = crashLoop{}
@@ -206,6 +207,9 @@ func (g *Group) launch(r *rank, what string) error {
 	if err := ports.Bindable("127.0.0.1", s.Port); err != nil {
 		return fail("cannot start: "+err.Error(), nil)
 	}
+	if err := r.beforeStart(); err != nil {
+		return fail("cannot start: "+err.Error(), nil)
+	}
 	fmt.Fprintf(r.logf, "=== warden: %s rank %d at %s: %s (%s) ===\n",
 		what, s.Rank, time.Now().Format(time.RFC3339), strings.Join(s.Argv, " "), s.deviceEnv())
 	base = r.logLines()
@@ -229,7 +233,7 @@ func (g *Group) launch(r *rank, what string) error {
 		cause = p.exitReason()
 	}
 	g.stopProc(r, p)
-	return fail(cause, p)
+	return r.withExitError(fail(cause, p))
 }
 
 // exitedReason is vLLM's cause line of an engine that ended by itself,
@@ -344,8 +348,8 @@ func (g *Group) stopProc(r *rank, p *proc) {
 
 // cleanup kills what is left of a crashed engine's group (its EngineCore may
 // outlive the API server and hold the GPU).
-func (g *Group) cleanup(p *proc) {
-	g.reap(nil, p, nil)
+func (g *Group) cleanup(r *rank, p *proc) {
+	g.reap(r, p, nil)
 }
 
 func (g *Group) reap(r *rank, p *proc, kids []*processT) {
@@ -353,6 +357,9 @@ func (g *Group) reap(r *rank, p *proc, kids []*processT) {
 	defer cancel()
 	left := killTree(ctx, p.pid, kids)
 	<-p.exited
+	if r != nil {
+		r.afterExit()
+	}
 	log := g.log
 	if r != nil {
 		log = r.log

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"sync"
+
+	"github.com/lmwarden/warden/engineplan"
 )
 
 // tailLines is how many of an engine's last output lines are kept for error
@@ -231,7 +233,7 @@ func (t *tailWriter) diagnose(port, within int) diagnosis {
 		for _, k := range kept {
 			all = append(all, k.text)
 		}
-		d.hint, d.known = r.hint(strings.Join(all, "\n"), port), true
+		d.hint, d.known = r.Hint(strings.Join(all, "\n"), port), true
 	} else {
 		for _, pass := range []func(*keptLine) bool{
 			func(k *keptLine) bool { return k.kind == exceptionLine && !k.generic },
@@ -253,14 +255,15 @@ func (t *tailWriter) diagnose(port, within int) diagnosis {
 	return d
 }
 
-// firstRule returns the first hint rule (offloadRules, then hintRules)
+// firstRule returns the first hint rule (engineplan.OffloadRefusals, then
+// engineplan.Refusals)
 // whose marker a kept line carries, with those lines.
-func firstRule(kept []*keptLine) (*hintRule, []*keptLine) {
-	for _, rules := range [][]hintRule{offloadRules, hintRules} {
+func firstRule(kept []*keptLine) (*engineplan.Refusal, []*keptLine) {
+	for _, rules := range [][]engineplan.Refusal{engineplan.OffloadRefusals, engineplan.Refusals} {
 		for i := range rules {
 			var lines []*keptLine
 			for _, k := range kept {
-				if rules[i].matches(k.text) {
+				if rules[i].Matches(k.text) {
 					lines = append(lines, k)
 				}
 			}

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lmwarden/warden/engineplan"
 	"github.com/lmwarden/warden/hostcpu"
-	"github.com/lmwarden/warden/launch"
 )
 
 // TestCPUPin: --cpu-pin cores confines each CPU rank's processes to its
@@ -14,7 +14,7 @@ import (
 // compute threads, as vLLM's own data parallelism does; anything else is
 // refused with both choices named.
 func TestCPUPin(t *testing.T) {
-	d := rankDevices{gpus: make([][]string, 2), seqs: 8, kvBytes: 1 << 30, cpus: []hostcpu.Set{
+	d := engineplan.Devices{GPUs: make([][]string, 2), Seqs: 8, KVBytes: 1 << 30, CPUs: []hostcpu.Set{
 		{Rank: 0, CPUs: []int{0, 2}, Bind: []int{0}, Nodes: []int{0}},
 		{Rank: 1, CPUs: []int{1, 3}, Bind: []int{1}, Nodes: []int{0}},
 	}}
@@ -23,7 +23,7 @@ func TestCPUPin(t *testing.T) {
 		wantMask bool
 	}{{"", true}, {hostcpu.PinCores, true}, {hostcpu.PinThreads, false}} {
 		cfg := Options{Model: "m", DP: 2, Engine: "vllm", VLLMPath: "vllm", Device: "cpu", CPUPin: tc.pin, LogDir: t.TempDir()}
-		specs, _, err := engineSpecs(cfg, d, launch.ToolsChoice{}, launch.ContextChoice{})
+		specs, _, err := engineSpecs(cfg, d, engineplan.ToolsChoice{}, engineplan.ContextChoice{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,10 +31,10 @@ func TestCPUPin(t *testing.T) {
 			if got := len(s.CPUs) > 0; got != tc.wantMask {
 				t.Errorf("--cpu-pin %q rank %d: affinity mask %v, want one: %v", tc.pin, i, s.CPUs, tc.wantMask)
 			}
-			if tc.wantMask && !slices.Equal(s.CPUs, d.cpus[i].CPUs) {
-				t.Errorf("--cpu-pin %q rank %d: mask %v, want %v", tc.pin, i, s.CPUs, d.cpus[i].CPUs)
+			if tc.wantMask && !slices.Equal(s.CPUs, d.CPUs[i].CPUs) {
+				t.Errorf("--cpu-pin %q rank %d: mask %v, want %v", tc.pin, i, s.CPUs, d.CPUs[i].CPUs)
 			}
-			bind := "VLLM_CPU_OMP_THREADS_BIND=" + hostcpu.FormatList(d.cpus[i].Bind)
+			bind := "VLLM_CPU_OMP_THREADS_BIND=" + hostcpu.FormatList(d.CPUs[i].Bind)
 			if !slices.Contains(s.Env, bind) {
 				t.Errorf("--cpu-pin %q rank %d: env %v lacks %s", tc.pin, i, s.Env, bind)
 			}
@@ -43,27 +43,5 @@ func TestCPUPin(t *testing.T) {
 	_, err := Options{Model: "m", DP: 2, TP: 1, Engine: "vllm", Device: "cpu", CPUPin: "numa", CPUKVCache: "auto"}.Config()
 	if err == nil || !strings.Contains(err.Error(), `--cpu-pin "numa"`) || !strings.Contains(err.Error(), "threads") {
 		t.Errorf("--cpu-pin numa: %v", err)
-	}
-}
-
-// TestOffloadHint: the overcommit warning names --kv-offload auto where the
-// engines could have a tier and have none, says the host is too small where
-// auto found too little, and says nothing on CPU engines or with a tier.
-func TestOffloadHint(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		cfg  Options
-		d    rankDevices
-		want string
-	}{
-		{"GPU, off", Options{Device: "gpu"}, rankDevices{}, "--kv-offload auto"},
-		{"GPU, auto found too little", Options{Device: "gpu"}, rankDevices{offloadPlan: launch.OffloadPlan{Info: "host KV tier off: ..."}}, "cannot give each rank 2 x"},
-		{"GPU, a tier", Options{Device: "gpu"}, rankDevices{offload: 1 << 34}, ""},
-		{"CPU", Options{Device: "cpu"}, rankDevices{}, ""},
-	} {
-		got := offloadHint(tc.cfg, tc.d)
-		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
-			t.Errorf("%s: %q, want one with %q", tc.name, got, tc.want)
-		}
 	}
 }

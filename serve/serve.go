@@ -11,24 +11,23 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/lmwarden/warden/gpu"
+	"github.com/lmwarden/warden/engineplan"
 	"github.com/lmwarden/warden/hostcpu"
 	"github.com/lmwarden/warden/internal/argv"
 	"github.com/lmwarden/warden/internal/exit"
 	"github.com/lmwarden/warden/internal/ports"
 	"github.com/lmwarden/warden/internal/wardenproc"
 	"github.com/lmwarden/warden/launch"
-	"github.com/lmwarden/warden/modelinfo"
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/panel"
-	"github.com/lmwarden/warden/sim"
 )
 
 // Options are `warden serve`'s flags as given (the command layer,
@@ -54,6 +53,37 @@ type Options struct {
 	StopGrace        time.Duration
 	Extra            []string // after --: every engine's
 	Router           Router
+	// SimKVCache is the simulator's KV cache size for its arguments
+	// (engineplan.Request.SimKVCache; the command layer passes
+	// sim.KVCacheBytes). Nil: unknown.
+	SimKVCache func(args []string, getenv func(string) string) (uint64, error)
+	// Image is --image: every rank's vLLM runs in a container of this image
+	// (docs/container.md); "" a host vLLM. ContainerRuntime is
+	// --container-runtime: docker, podman (or a path to one), "" detected.
+	Image, ContainerRuntime string
+}
+
+// plan is what the engines are planned from.
+func (o Options) plan() engineplan.Request {
+	return engineplan.Request{Model: o.Model, Engine: o.Engine, Device: o.Device, VLLMPath: o.VLLMPath,
+		DP: o.DP, TP: o.TP, GPUs: o.GPUs, CPUKVCache: o.CPUKVCache, KVOffload: o.KVOffload,
+		KVOffloadDefault: o.KVOffloadDefault, Tools: o.Tools, Reasoning: o.Reasoning, MaxNumSeqs: o.MaxNumSeqs,
+		Extra: o.Extra, SimKVCache: o.SimKVCache, Image: o.Image, ContainerRuntime: o.ContainerRuntime}
+}
+
+// engineSetup is what the status reports of the engines' tool-calling
+// flags: the warden's choice, or what was given after --.
+func engineSetup(extra []string, c engineplan.ToolsChoice) *panel.EngineSetup {
+	setup := &panel.EngineSetup{ToolCallParser: c.ToolParser, AutoToolChoice: c.ToolParser != "",
+		ReasoningParser: c.ReasoningParser, Tools: c.Info, ToolsFix: c.Fix}
+	if c.FromExtra {
+		setup.ToolCallParser, _ = argv.Value(extra, "--tool-call-parser")
+		setup.AutoToolChoice = argv.Has(extra, "--enable-auto-tool-choice")
+	}
+	if v, ok := argv.Value(extra, "--reasoning-parser"); ok {
+		setup.ReasoningParser = v
+	}
+	return setup
 }
 
 // Config is everything `warden serve` needs, validated once: the options
@@ -82,6 +112,12 @@ func (o Options) Config() (Config, error) {
 		return cfg, fmt.Errorf("--device cpu launches vLLM's CPU build; the simulator (--engine sim) needs no device")
 	case cfg.Device == "cpu" && cfg.TP > 1:
 		return cfg, fmt.Errorf("--tp %d with --device cpu: a CPU rank is one engine on its own cores; use --dp for more replicas", cfg.TP)
+	case cfg.Image != "" && cfg.Engine == "sim":
+		return cfg, fmt.Errorf("--image runs vLLM from its container image; the simulator (--engine sim) needs none")
+	case cfg.ContainerRuntime != "" && cfg.Image == "":
+		return cfg, fmt.Errorf("--container-runtime %s is for engines from an image: add --image REF", cfg.ContainerRuntime)
+	case cfg.ContainerRuntime != "" && !slices.Contains(engineplan.Runtimes, strings.TrimSuffix(filepath.Base(cfg.ContainerRuntime), ".exe")):
+		return cfg, fmt.Errorf("--container-runtime %q: want docker or podman (a name on PATH or a path)", cfg.ContainerRuntime)
 	case cfg.Device == "cpu" && cfg.GPUs != "":
 		return cfg, fmt.Errorf("--gpus is for --device gpu; a CPU rank's cores are chosen from the warden's affinity mask (taskset)")
 	}
@@ -96,10 +132,10 @@ func (o Options) Config() (Config, error) {
 			return cfg, fmt.Errorf("--cpu-kv-cache: %w, or auto", err)
 		}
 	}
-	if err := launch.CheckExtra(cfg.Extra); err != nil {
+	if err := engineplan.CheckExtra(cfg.Extra); err != nil {
 		return cfg, err
 	}
-	if err := launch.CheckToolSettings(cfg.Tools, cfg.Reasoning, cfg.Extra); err != nil {
+	if err := engineplan.CheckToolSettings(cfg.Tools, cfg.Reasoning, cfg.Extra); err != nil {
 		return cfg, err
 	}
 	if strings.TrimSpace(cfg.KVOffload) == "" {
@@ -147,7 +183,7 @@ func DefaultKVOffload(engine, device string) string {
 // --kv-transfer-config given after -- (config/vllm.py,
 // _post_init_kv_transfer_config).
 func checkKVOffload(cfg Options) error {
-	if err := launch.CheckKVOffload(cfg.KVOffload); err != nil {
+	if err := engineplan.CheckKVOffload(cfg.KVOffload); err != nil {
 		return err
 	}
 	if cfg.KVOffload == "off" {
@@ -165,277 +201,44 @@ func checkKVOffload(cfg Options) error {
 	return nil
 }
 
-// rankDevices is what every rank runs on, found before anything starts:
-// a GPU group per rank, or (--device cpu) a core set per rank and the KV
-// cache size; and the max_num_seqs every engine is given.
-type rankDevices struct {
-	gpus        [][]string    // CUDA_VISIBLE_DEVICES per rank; nil entries for the simulator
-	cpus        []hostcpu.Set // --device cpu
-	kvBytes     uint64        // --device cpu: --kv-cache-memory-bytes per rank; 0 when given after --
-	offload     uint64        // --kv-offload: each rank's host KV tier in bytes; 0 off
-	offloadPlan launch.OffloadPlan
-	// offloadFailed: the default --kv-offload auto could not plan a tier
-	// (logged) and the engines run without one.
-	offloadFailed bool
-	seqs          int
-}
-
-// hostMemory reads what --kv-offload auto sizes from: the memory available
-// and, for vLLM (which maps a GPU engine's tier from /dev/shm), /dev/shm's
-// free space. A variable, for tests.
-var hostMemory = func(shm bool) (launch.HostMemory, error) {
-	avail, err := hostcpu.Available()
-	if err != nil {
-		return launch.HostMemory{}, fmt.Errorf("reading the memory available: %w", err)
-	}
-	m := launch.HostMemory{Available: avail}
-	if shm {
-		m.ShmFree, m.ShmChecked = launch.ShmFree()
-	}
-	return m, nil
-}
-
-// offloadDevices sizes every rank's host KV tier (--kv-offload) from the
-// host's memory, the engines' vLLM version and one rank's GPU KV cache
-// (cardKV, 0 unknown; from stands for where it came from).
-func offloadDevices(cfg Options, facts engineFacts, cardKV uint64, from string, d *rankDevices, log *slog.Logger) error {
-	if cfg.KVOffload == "off" || cfg.KVOffload == "" {
-		return nil
-	}
-	sim := cfg.Engine == "sim"
-	mem, err := hostMemory(!sim)
-	if err != nil {
-		return err
-	}
-	plan, err := launch.PlanOffload(launch.OffloadRequest{Setting: cfg.KVOffload, Ranks: cfg.DP, TP: cfg.TP, Mem: mem,
-		Version: facts.version, Sim: sim, CardKV: cardKV, CardKVFrom: from})
-	if err != nil && cfg.KVOffloadDefault {
-		d.offloadFailed = true
-		log.Info("host KV tier off (the default --kv-offload auto): " + err.Error())
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	for _, w := range plan.Warn {
-		log.Warn(w)
-	}
-	d.offload, d.offloadPlan = plan.PerRank, plan
-	shm := "not checked"
-	if mem.ShmChecked {
-		shm = hostcpu.Bytes(mem.ShmFree)
-	}
-	log.Info(plan.Info, "ranks", cfg.DP, "memory_available", hostcpu.Bytes(mem.Available),
-		"headroom", hostcpu.Bytes(plan.Headroom), "shm_free", shm)
-	return nil
-}
-
-// offloadHint is what the overcommit warning adds when the engines run
-// without a host KV tier they could have: how to turn one on, or, when
-// --kv-offload auto found too little memory for a useful one, that.
-func offloadHint(cfg Options, d rankDevices) string {
-	switch {
-	case cfg.Device == "cpu" || d.offload > 0:
-		return ""
-	case d.offloadFailed:
-		return "A host KV tier would keep the evicted prefixes; the default --kv-offload auto made none (the start " +
-			"log says why): --kv-offload SIZE gives one."
-	case d.offloadPlan.Info != "":
-		return fmt.Sprintf("A host KV tier would keep the evicted prefixes, but this host cannot give each rank "+
-			"%.0f x its KV cache (the start log says what it found): fewer ranks per host, or more RAM.", launch.OffloadUseful)
-	}
-	return "Or keep evicted prefixes in host RAM, loaded back instead of prefilled again: --kv-offload auto " +
-		"(on the simulated reference rig at 24-32 sessions: output +59-73 %, 83-87 % of prompt tokens cached; docs/kv-offload.md)."
-}
-
-// cardKV estimates one rank's GPU KV cache before its engine starts, as
-// vLLM sizes it: its cards' memory times --gpu-memory-utilization, less the
-// weights (the model's files) and about 2 GiB a card for activations, CUDA
-// graphs and the CUDA context; 0 when the weights or the geometry are not
-// known (the model not downloaded yet). The simulator's is its profile's.
-func cardKV(cfg Options, facts engineFacts, groups [][]gpu.Device, seqs int) (uint64, string) {
-	if cfg.Engine == "sim" {
-		args := append([]string{cfg.Model, "--max-num-seqs", strconv.Itoa(seqs), "--tensor-parallel-size",
-			strconv.Itoa(cfg.TP)}, cfg.Extra...)
-		b, err := sim.KVCacheBytes(args, os.Getenv)
-		if err != nil {
-			return 0, ""
-		}
-		return b, "the simulator's profile"
-	}
-	if len(groups) == 0 || facts.files.WeightBytes == 0 {
-		return 0, ""
-	}
-	util, _, err := gpu.MemoryUtilization(cfg.Extra, facts.version)
-	if err != nil {
-		return 0, ""
-	}
-	var budget float64
-	for _, d := range groups[0] {
-		budget += util*float64(d.MemTotal) - 2<<30
-	}
-	kv := budget - float64(facts.files.WeightBytes)
-	if kv <= 0 {
-		return 0, ""
-	}
-	return uint64(kv), "estimated from the cards and the weights"
-}
-
-// engineDevices finds the devices for the run, and sizes the host KV tier
-// from them. The simulator needs none.
-func engineDevices(ctx context.Context, cfg Options, facts engineFacts, log *slog.Logger) (rankDevices, error) {
-	d := rankDevices{gpus: make([][]string, cfg.DP), seqs: cfg.MaxNumSeqs}
-	if names := launch.DroppedEnv(os.Environ()); len(names) > 0 {
-		log.Info("removed from every engine's environment (each rank is its own server)", "vars", strings.Join(names, ","))
-	}
-	if cfg.Engine == "sim" {
-		if d.seqs == 0 {
-			d.seqs = simDefaultMaxNumSeqs
-		}
-		kv, from := cardKV(cfg, facts, nil, d.seqs)
-		return d, offloadDevices(cfg, facts, kv, from, &d, log)
-	}
-	if _, err := launch.FindVLLM(cfg.VLLMPath); err != nil {
-		return d, err
-	}
-	if cfg.Device == "cpu" {
-		return cpuDevices(cfg, d, log)
-	}
-	devs, err := gpu.Discover(ctx)
-	if err != nil {
-		return d, err
-	}
-	shm, shmOK := launch.ShmFree()
-	cuda, cudaSet := os.LookupEnv("CUDA_VISIBLE_DEVICES")
-	plan, err := gpu.Choose(devs, gpu.Request{DP: cfg.DP, TP: cfg.TP, GPUs: cfg.GPUs,
-		CUDAVisible: cuda, CUDAVisibleSet: cudaSet, CUDADeviceOrder: os.Getenv("CUDA_DEVICE_ORDER"),
-		Extra: cfg.Extra, VLLMVersion: facts.version, ShmFree: shm, ShmChecked: shmOK})
-	if err != nil {
-		return d, err
-	}
-	plan.Log(log)
-	var used []gpu.Device
-	for i, g := range plan.Groups {
-		d.gpus[i] = gpu.CUDAIndices(g)
-		used = append(used, g...)
-	}
-	if d.seqs == 0 {
-		d.seqs = launch.DefaultMaxNumSeqs(used)
-	}
-	kv, from := cardKV(cfg, facts, plan.Groups, d.seqs)
-	return d, offloadDevices(cfg, facts, kv, from, &d, log)
-}
-
-// cpuDevices cuts the warden's CPUs into one core set per rank and sizes
-// each rank's KV cache (vLLM's CPU default is a share of all host RAM per
-// instance, which several instances would each take).
-func cpuDevices(cfg Options, d rankDevices, log *slog.Logger) (rankDevices, error) {
-	topo, err := hostcpu.Discover()
-	if err != nil {
-		return d, err
-	}
-	if d.cpus, err = hostcpu.Split(topo, cfg.DP); err != nil {
-		return d, err
-	}
-	if d.seqs == 0 {
-		d.seqs = launch.CPUDefaultMaxNumSeqs
-	}
-	if argv.Has(cfg.Extra, "--kv-cache-memory-bytes") {
-		return d, nil // the user's, verbatim
-	}
-	avail, err := hostcpu.Available()
-	if err != nil {
-		return d, fmt.Errorf("reading the memory available: %w", err)
-	}
-	var fits bool
-	if d.kvBytes, fits, err = hostcpu.KVCache(cfg.CPUKVCache, cfg.DP, avail); err != nil {
-		return d, err
-	}
-	if !fits {
-		log.Warn("the CPU engines may not fit in memory", "kv_cache_per_rank", hostcpu.Bytes(d.kvBytes),
-			"engine_overhead", hostcpu.Bytes(hostcpu.EngineOverhead), "ranks", cfg.DP, "available", hostcpu.Bytes(avail))
-	}
-	log.Info("CPU engines", "ranks", cfg.DP, "kv_cache_per_rank", hostcpu.Bytes(d.kvBytes),
-		"memory_available", hostcpu.Bytes(avail), "cpus", topo.Summary())
-	return d, nil
-}
-
-// engineFacts is what the warden reads before it starts any engine: the
-// model's own files and the engines' vLLM version (from its dist-info,
-// without running it; "" unknown or for the simulator).
-type engineFacts struct {
-	files   modelinfo.Files
-	version string
-}
-
-func readEngineFacts(cfg Options, log *slog.Logger) engineFacts {
-	var f engineFacts
-	var err error
-	if f.files, err = modelinfo.Find(cfg.Model, os.Getenv); err != nil {
-		log.Warn("cannot read the model's files; choosing by its name", "err", err)
-	}
-	if cfg.Engine == "vllm" {
-		if exe, err := launch.FindVLLM(cfg.VLLMPath); err == nil {
-			f.version = launch.InstalledVersion(exe)
-		}
-	}
-	return f
-}
-
-// engineOptions decides what every engine is started with beyond its rank's
-// devices, from the model's own files and the engines' vLLM version: the
-// tool-calling flags (--tools, --reasoning) and the context
-// (--max-model-len auto where vLLM has it). It logs the decisions; setup is
-// what the status reports of them.
-func engineOptions(cfg Options, facts engineFacts, log *slog.Logger) (launch.ToolsChoice, launch.ContextChoice, *panel.EngineSetup) {
-	files, version := facts.files, facts.version
-	sim := cfg.Engine == "sim"
-	c := launch.ChooseTools(launch.ToolsRequest{Tools: cfg.Tools, Reasoning: cfg.Reasoning, Extra: cfg.Extra,
-		Files: files, Version: version, Sim: sim})
-	log.Info(c.Info)
-	for _, w := range c.Warn {
-		log.Warn(w)
-	}
-	ctx := launch.ChooseContext(cfg.Extra, version, sim, files)
-	log.Info(ctx.Info)
-	setup := &panel.EngineSetup{ToolCallParser: c.ToolParser, AutoToolChoice: c.ToolParser != "",
-		ReasoningParser: c.ReasoningParser, Tools: c.Info, ToolsFix: c.Fix}
-	if c.FromExtra {
-		setup.ToolCallParser, _ = argv.Value(cfg.Extra, "--tool-call-parser")
-		setup.AutoToolChoice = argv.Has(cfg.Extra, "--enable-auto-tool-choice")
-	}
-	if v, ok := argv.Value(cfg.Extra, "--reasoning-parser"); ok {
-		setup.ReasoningParser = v
-	}
-	return c, ctx, setup
-}
-
-// simDefaultMaxNumSeqs is the reference rig's max_num_seqs, which the
-// simulator's default profile models.
-const simDefaultMaxNumSeqs = 32
-
-// engineSpecs builds one launch spec and one proxy backend per rank.
-func engineSpecs(cfg Options, d rankDevices, tools launch.ToolsChoice, fit launch.ContextChoice) ([]launch.Spec, []router.Backend, error) {
+// engineSpecs builds one launch spec and one proxy backend per rank; with
+// a container (--image), each rank's spec runs its engine in one.
+func engineSpecs(cfg Options, d engineplan.Devices, tools engineplan.ToolsChoice, fit engineplan.ContextChoice,
+	cont *engineplan.Container) ([]launch.Spec, []router.Backend, error) {
 	free, err := ports.Free(cfg.DP, "127.0.0.1")
 	if err != nil {
 		return nil, nil, fmt.Errorf("finding %d free loopback ports: %w", cfg.DP, err)
 	}
-	eng := launch.Engine{Kind: cfg.Engine, VLLMPath: cfg.VLLMPath, Model: cfg.Model,
-		ServedName: cfg.ServedName, MaxNumSeqs: d.seqs, TP: cfg.TP, KVBytes: d.kvBytes, OffloadBytes: d.offload,
+	eng := engineplan.Engine{Kind: cfg.Engine, VLLMPath: cfg.VLLMPath, Model: cfg.Model,
+		ServedName: cfg.ServedName, MaxNumSeqs: d.Seqs, TP: cfg.TP, KVBytes: d.KVBytes, OffloadBytes: d.Offload,
 		ToolFlags: tools.Flags(), MaxModelLen: fit.MaxModelLen, Extra: cfg.Extra}
+	if cont != nil {
+		eng.Host = "0.0.0.0" // the container's own network; the port is published on 127.0.0.1
+		if dir := engineplan.LocalModelDir(cfg.Model); dir != "" {
+			eng.Model, cont.ModelDir = dir, dir
+		}
+	}
 	specs := make([]launch.Spec, cfg.DP)
 	backends := make([]router.Backend, cfg.DP)
 	for i := range specs {
-		specs[i] = launch.Spec{Rank: i, Argv: eng.Argv(free[i]), Port: free[i], GPUs: d.gpus[i],
+		specs[i] = launch.Spec{Rank: i, Argv: eng.Argv(free[i]), Port: free[i], GPUs: d.GPUs[i],
 			LogPath: filepath.Join(cfg.LogDir, "rank-"+strconv.Itoa(i)+".log")}
 		backends[i] = router.Backend{Rank: i, URL: "http://127.0.0.1:" + strconv.Itoa(free[i]),
-			GPUs: d.gpus[i], MaxNumSeqs: d.seqs}
-		if i < len(d.cpus) {
-			specs[i].Env = d.cpus[i].Env()
+			GPUs: d.GPUs[i], MaxNumSeqs: d.Seqs}
+		if i < len(d.CPUs) {
+			specs[i].Env = d.CPUs[i].Env()
 			if cfg.CPUPin != hostcpu.PinThreads {
-				specs[i].CPUs = d.cpus[i].CPUs
+				specs[i].CPUs = d.CPUs[i].CPUs
 			}
-			backends[i].GPUs = []string{d.cpus[i].Label()}
+			backends[i].GPUs = []string{d.CPUs[i].Label()}
+		}
+		if cont != nil {
+			dev := engineplan.RankDevices{GPUs: d.GPUs[i]}
+			if i < len(d.CPUs) {
+				dev.Env, dev.CPUs = specs[i].Env, specs[i].CPUs
+			}
+			specs[i].Argv = cont.Argv(i, free[i], dev, eng.ServeArgs(free[i]))
+			specs[i].Container = &launch.Container{Runtime: cont.Runtime, Name: cont.Name(i)}
 		}
 	}
 	return specs, backends, nil
@@ -460,8 +263,16 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 
-	facts := readEngineFacts(cfg.Options, log)
-	devices, err := engineDevices(ctx, cfg.Options, facts, log)
+	plan := cfg.plan()
+	facts, err := engineplan.ReadFacts(ctx, plan, log)
+	if err != nil {
+		return exit.New(1, "warden serve: "+err.Error())
+	}
+	devices, err := engineplan.FindDevices(ctx, plan, facts, log)
+	if err != nil {
+		return exit.New(1, "warden serve: "+err.Error())
+	}
+	cont, err := engineContainer(ctx, cfg.Options, facts, log)
 	if err != nil {
 		return exit.New(1, "warden serve: "+err.Error())
 	}
@@ -469,9 +280,10 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	if err != nil {
 		return exit.Newf(1, "warden serve: cannot listen on %s: %v (choose another --port)", cfg.Addr, err)
 	}
-	tools, fit, setup := engineOptions(cfg.Options, facts, log)
-	setup.OffloadHint = offloadHint(cfg.Options, devices)
-	specs, backends, err := engineSpecs(cfg.Options, devices, tools, fit)
+	tools, fit := engineplan.ChooseFlags(plan, facts, log)
+	setup := engineSetup(cfg.Extra, tools)
+	setup.OffloadHint = engineplan.OffloadHint(plan, devices)
+	specs, backends, err := engineSpecs(cfg.Options, devices, tools, fit, cont)
 	if err != nil {
 		ln.Close()
 		return exit.New(1, "warden serve: "+err.Error())
@@ -491,8 +303,8 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	defer stopRun()
 	go px.Core().Run(runCtx)
 
-	log.Info("starting engines", "engine", cfg.Engine, "device", cfg.Device, "model", cfg.Model, "dp", cfg.DP, "tp", cfg.TP,
-		"max_num_seqs", devices.seqs, "log_dir", cfg.LogDir)
+	log.Info("starting engines", "engine", cfg.Engine, "image", cfg.Image, "device", cfg.Device, "model", cfg.Model, "dp", cfg.DP, "tp", cfg.TP,
+		"max_num_seqs", devices.Seqs, "log_dir", cfg.LogDir)
 	group, err := launch.Start(ctx, specs, launch.Options{
 		StartupTimeout: cfg.StartupTimeout, StopGrace: cfg.StopGrace, Logger: log,
 		Progress: os.Stderr, OnState: onEngineState(px),
@@ -511,7 +323,7 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	px.Core().CheckNow(ctx)
 	px.Core().SetStarting(false)
 	if cfg.Engine == "vllm" {
-		log.Info("engines ready", "vllm_version", launch.Version(ctx, backends[0].URL))
+		log.Info("engines ready", "vllm_version", engineplan.Version(ctx, backends[0].URL))
 	}
 	printServeReady(stdout, cfg, px.Core().Status().Policy)
 
@@ -520,6 +332,24 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	stopEngines(group, cfg.StopGrace, log)
 	panel.WriteSummary(os.Stderr, final)
 	return nil
+}
+
+// engineContainer is how the engines run from --image (nil without one):
+// named and labelled by this run, the host's Hugging Face cache mounted.
+// It first removes what wardens that are gone left (launch.RemoveLeftovers).
+func engineContainer(ctx context.Context, cfg Options, facts engineplan.Facts, log *slog.Logger) (*engineplan.Container, error) {
+	if cfg.Image == "" {
+		return nil, nil
+	}
+	if _, err := launch.RemoveLeftovers(ctx, facts.Runtime, log); err != nil {
+		return nil, err
+	}
+	hf, err := engineplan.HostHFCache(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	run := strings.ToLower(time.Now().UTC().Format("20060102t150405")) + "-" + strconv.Itoa(os.Getpid())
+	return &engineplan.Container{Runtime: facts.Runtime, Image: cfg.Image, RunID: run, Owner: launch.Owner(), HFCache: hf}, nil
 }
 
 // stopEngines stops every engine (SIGTERM to each process group, SIGKILL

@@ -1,10 +1,8 @@
 package serve
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"log/slog"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -13,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmwarden/warden/engineplan"
 	"github.com/lmwarden/warden/internal/simproc"
-	"github.com/lmwarden/warden/launch"
 )
 
 func TestCheckKVOffloadRefusals(t *testing.T) {
@@ -47,101 +45,10 @@ func TestCheckKVOffloadRefusals(t *testing.T) {
 	}
 }
 
-// fakeHostMemory makes hostMemory return mem for the test, recording
-// whether /dev/shm was asked for.
-func fakeHostMemory(t *testing.T, mem launch.HostMemory) *bool {
-	t.Helper()
-	asked := new(bool)
-	old := hostMemory
-	hostMemory = func(shm bool) (launch.HostMemory, error) {
-		*asked = shm
-		m := mem
-		if !shm {
-			m.ShmFree, m.ShmChecked = 0, false
-		}
-		return m, nil
-	}
-	t.Cleanup(func() { hostMemory = old })
-	return asked
-}
-
-func TestOffloadDevicesSizesEveryRank(t *testing.T) {
-	const G = 1 << 30
-	fakeHostMemory(t, launch.HostMemory{Available: 256 * G, ShmFree: 128 * G, ShmChecked: true})
-	var logs bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&logs, nil))
-	v032 := engineFacts{version: "0.32.0"}
-	for _, c := range []struct {
-		engine, setting string
-		facts           engineFacts
-		card            uint64
-		dp              int
-		want            uint64
-	}{
-		{"vllm", "off", v032, 5 * G, 4, 0},
-		// (256 - 64 kept) / 4 = 48, /dev/shm's 0.9 x 128 / 4 = 28.8: a card of 5 GiB wants 4 x 5 = 20.
-		{"vllm", "auto", v032, 5 * G, 4, 20 * G},
-		// A card of 10 GiB wants 40: /dev/shm caps it at 28.8, in whole 256 MiB.
-		{"vllm", "auto", v032, 10 * G, 4, 28*G + 768<<20},
-		// vLLM 0.26 pins tensors rounded to a power of two: 4 x 10 = 40 GiB a rank, 32 GiB per worker.
-		{"vllm", "auto", engineFacts{version: "0.26.0"}, 10 * G, 4, 32 * G},
-		// The card not known (the model not here yet): what the host gives.
-		{"vllm", "auto", v032, 0, 4, 28*G + 768<<20},
-		{"vllm", "20GiB", v032, 5 * G, 4, 20 * G},
-	} {
-		d := rankDevices{}
-		cfg := Options{Engine: c.engine, KVOffload: c.setting, DP: c.dp, TP: 1}
-		if err := offloadDevices(cfg, c.facts, c.card, "test", &d, log); err != nil {
-			t.Fatalf("%+v: %v", c, err)
-		}
-		if d.offload != c.want {
-			t.Errorf("%s %s (vLLM %s, card %.1f GiB): per rank %.3f GiB, want %.3f", c.engine, c.setting, c.facts.version,
-				float64(c.card)/G, float64(d.offload)/G, float64(c.want)/G)
-		}
-	}
-	if !strings.Contains(logs.String(), "host KV tier (vLLM native KV offloading): 20 GiB a rank") {
-		t.Errorf("no log line of the tier:\n%s", logs.String())
-	}
-	cfg := Options{Engine: "vllm", KVOffload: "64GiB", DP: 4, TP: 1}
-	if err := offloadDevices(cfg, v032, 5*G, "test", &rankDevices{}, log); err == nil || !strings.Contains(err.Error(), "/dev/shm") {
-		t.Errorf("4 x 64 GiB into a 128 GiB /dev/shm: %v", err)
-	}
-	cfg = Options{Engine: "vllm", KVOffload: "auto", DP: 4, TP: 1}
-	if err := offloadDevices(cfg, engineFacts{}, 5*G, "test", &rankDevices{}, log); err == nil ||
-		!strings.Contains(err.Error(), "version could not be read") {
-		t.Errorf("auto without the vLLM version: %v", err)
-	}
-}
-
-// TestOffloadAutoTooSmallRunsWithoutATier: the simulated reference rig on a
-// host like this project's (24 GiB): auto would give each of four ranks
-// less than a card's KV cache (issue 27 measured 3.75 GiB a rank, a 0.0 %
-// hit rate), so it says so, with the numbers, and runs without a tier.
-func TestOffloadAutoTooSmallRunsWithoutATier(t *testing.T) {
-	const G = 1 << 30
-	fakeHostMemory(t, launch.HostMemory{Available: 24 * G})
-	var logs bytes.Buffer
-	cfg := Options{Engine: "sim", Model: "Qwen/Qwen3-4B-Instruct-2507", KVOffload: "auto", DP: 4, TP: 1,
-		Extra: []string{"--sim-profile", "a4000-qwen3-4b-2507-bf16-vllm026-fit"}}
-	d, err := engineDevices(context.Background(), cfg, engineFacts{}, slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.offload != 0 {
-		t.Errorf("a tier of %.2f GiB a rank, want none", float64(d.offload)/G)
-	}
-	for _, want := range []string{"host KV tier off", "a card's KV cache 5.2 GiB (the simulator's profile)",
-		"so the engines run without one"} {
-		if !strings.Contains(logs.String(), want) {
-			t.Errorf("the log lacks %q:\n%s", want, logs.String())
-		}
-	}
-}
-
 func TestEngineSpecsPassTheTierToEveryRank(t *testing.T) {
 	cfg := Options{Model: "m", ServedName: "m", DP: 3, TP: 2, Engine: "vllm", VLLMPath: "vllm", LogDir: t.TempDir()}
-	d := rankDevices{gpus: [][]string{{"GPU-a", "GPU-b"}, {"GPU-c", "GPU-d"}, {"GPU-e", "GPU-f"}}, seqs: 256, offload: 40 << 30}
-	specs, _, err := engineSpecs(cfg, d, launch.ToolsChoice{}, launch.ContextChoice{})
+	d := engineplan.Devices{GPUs: [][]string{{"GPU-a", "GPU-b"}, {"GPU-c", "GPU-d"}, {"GPU-e", "GPU-f"}}, Seqs: 256, Offload: 40 << 30}
+	specs, _, err := engineSpecs(cfg, d, engineplan.ToolsChoice{}, engineplan.ContextChoice{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,25 +164,6 @@ func TestKVOffloadDefault(t *testing.T) {
 		t.Errorf("an explicit auto taken for the default: %v %v", cfg.KVOffloadDefault, err)
 	}
 
-	const G = 1 << 30
-	fakeHostMemory(t, launch.HostMemory{Available: 256 * G, ShmFree: 128 * G, ShmChecked: true})
-	var logs bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&logs, nil))
-	def := Options{Engine: "vllm", Device: "gpu", KVOffload: "auto", KVOffloadDefault: true, DP: 2, TP: 1}
-	d := rankDevices{}
-	if err := offloadDevices(def, engineFacts{}, 5*G, "test", &d, log); err != nil {
-		t.Fatalf("the default auto without the vLLM version stopped the start: %v", err)
-	}
-	if d.offload != 0 || !strings.Contains(logs.String(), "host KV tier off (the default --kv-offload auto)") {
-		t.Errorf("tier %d, log:\n%s", d.offload, logs.String())
-	}
-	if h := offloadHint(def, d); !strings.Contains(h, "--kv-offload SIZE") {
-		t.Errorf("hint %q", h)
-	}
-	d = rankDevices{}
-	if err := offloadDevices(def, engineFacts{version: "0.32.0"}, 5*G, "test", &d, log); err != nil || d.offload != 20*G {
-		t.Errorf("the default on a big host: %v, %.1f GiB a rank, want 20", err, float64(d.offload)/G)
-	}
 	user, err := Options{Model: "m", DP: 1, TP: 1, Engine: "vllm", Device: "gpu", Tools: "auto", Reasoning: "auto",
 		Router: testRouter, Extra: []string{"--kv-transfer-config", `{"kv_connector":"LMCacheConnectorV1"}`}}.Config()
 	if err != nil || user.KVOffload != "off" {

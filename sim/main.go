@@ -277,7 +277,7 @@ func uuid4() string {
 // serve` would start with args (MODEL and its flags, as the warden passes
 // them): the KV tokens newServer sizes times the profile's KV bytes a token.
 // The warden sizes a host KV tier from it before the engines start, as a
-// real GPU engine's would be estimated (launch.PlanOffload).
+// real GPU engine's would be estimated (engineplan.PlanOffload).
 func KVCacheBytes(args []string, getenv func(string) string) (uint64, error) {
 	cfg, err := ParseArgs(args, getenv)
 	if err != nil {

@@ -6,11 +6,12 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/urfave/cli/v2"
 
+	"github.com/lmwarden/warden/engineplan"
 	"github.com/lmwarden/warden/hostcpu"
-	"github.com/lmwarden/warden/launch"
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/serve"
+	"github.com/lmwarden/warden/sim"
 )
 
 // routerFlags are the flags of the router in front of the engines, the same
@@ -92,10 +93,10 @@ func serveFlags() []cli.Flag {
 				"and the engines' own processes need, at most 90 % of /dev/shm's free space, split over the ranks; " +
 				"the tier is pinned and cannot be swapped), and none under 2 x, which would hold what the GPU " +
 				"holds; NVIDIA GPUs and --engine sim (vLLM's CPU platform cannot run it)"},
-		&cli.StringFlag{Name: "tools", Value: launch.ToolsAuto, EnvVars: envVars("TOOLS"),
+		&cli.StringFlag{Name: "tools", Value: engineplan.ToolsAuto, EnvVars: envVars("TOOLS"),
 			Usage: "tool calling, which every coding agent needs: auto (--enable-auto-tool-choice with the " +
 				"--tool-call-parser that fits the model, read from its files; docs/tools.md), off, or a vLLM parser name"},
-		&cli.StringFlag{Name: "reasoning", Value: launch.ToolsAuto, EnvVars: envVars("REASONING"),
+		&cli.StringFlag{Name: "reasoning", Value: engineplan.ToolsAuto, EnvVars: envVars("REASONING"),
 			Usage: "vLLM's --reasoning-parser: auto (the model's, when it thinks), off, or a vLLM parser name"},
 		&cli.IntFlag{Name: "max-num-seqs", EnvVars: envVars("MAX_NUM_SEQS"),
 			Usage: "vLLM --max-num-seqs per replica (0: vLLM's own default for the GPU); the spill threshold derives from it"},
@@ -103,6 +104,11 @@ func serveFlags() []cli.Flag {
 			Usage: "engine to launch: vllm, or sim (the built-in simulator; no GPU needed)"},
 		&cli.StringFlag{Name: "vllm", Value: "vllm", EnvVars: envVars("VLLM"),
 			Usage: "path of the vllm executable"},
+		&cli.StringFlag{Name: "image", EnvVars: envVars("IMAGE"),
+			Usage: "run each rank's vLLM from this container image instead of a host install (e.g. vllm/vllm-openai:v0.32.0): " +
+				"one container per rank with its GPUs, the host's Hugging Face cache and its port on 127.0.0.1 only (docs/container.md)"},
+		&cli.StringFlag{Name: "container-runtime", EnvVars: envVars("CONTAINER_RUNTIME"), DefaultText: "docker, else podman, whichever is on PATH",
+			Usage: "--image: the container runtime, docker or podman (a name on PATH or a path)"},
 		&cli.StringFlag{Name: "log-dir", EnvVars: envVars("LOG_DIR"),
 			Usage: "directory for per-rank engine logs (default: $XDG_STATE_HOME/warden/runs/<time>)"},
 		&cli.DurationFlag{Name: "startup-timeout", Value: 20 * time.Minute, EnvVars: envVars("STARTUP_TIMEOUT"),
@@ -206,7 +212,8 @@ func serveOptions(c *cli.Context) serve.Options {
 		CPUPin: c.String("cpu-pin"), KVOffload: c.String("kv-offload"), Tools: c.String("tools"), Reasoning: c.String("reasoning"),
 		MaxNumSeqs: c.Int("max-num-seqs"), Engine: c.String("engine"), VLLMPath: c.String("vllm"),
 		LogDir: c.String("log-dir"), StartupTimeout: c.Duration("startup-timeout"), StopGrace: c.Duration("stop-grace"),
-		Extra: c.Args().Slice(), Router: routerOptions(c),
+		Extra: c.Args().Slice(), Router: routerOptions(c), SimKVCache: sim.KVCacheBytes,
+		Image: c.String("image"), ContainerRuntime: c.String("container-runtime"),
 	}
 }
 

@@ -1,4 +1,4 @@
-package launch
+package engineplan
 
 import "strings"
 
@@ -67,6 +67,30 @@ func DroppedEnv(base []string) []string {
 			seen[name] = true
 			out = append(out, name)
 		}
+	}
+	return out
+}
+
+// EngineEnv is the environment of an engine: base without the variables
+// that would make it join a data-parallel group or fix its internal ports
+// (VLLM_PORT, VLLM_DP_*, ...; see DroppedEnv) and, when gpus is not empty,
+// with CUDA_VISIBLE_DEVICES set to them (comma-separated NVML indices, see
+// gpu.CUDAIndices) and CUDA_DEVICE_ORDER=PCI_BUS_ID, so that CUDA numbers the
+// cards as NVML does; any inherited values of those two are replaced.
+// Without gpus (CPU engines, the simulator) both are left as inherited.
+func EngineEnv(base []string, gpus []string) []string {
+	out := make([]string, 0, len(base)+2)
+	for _, kv := range base {
+		if dropped(kv) {
+			continue
+		}
+		if len(gpus) > 0 && (strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") || strings.HasPrefix(kv, "CUDA_DEVICE_ORDER=")) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	if len(gpus) > 0 {
+		out = append(out, "CUDA_VISIBLE_DEVICES="+strings.Join(gpus, ","), "CUDA_DEVICE_ORDER="+CUDADeviceOrder)
 	}
 	return out
 }

@@ -1,8 +1,7 @@
-package launch
+package engineplan
 
 import (
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -33,6 +32,10 @@ type Engine struct {
 	// MaxModelLen is --max-model-len for every engine ("auto": vLLM fits
 	// the longest context its KV cache holds; ContextFlag); omitted when "".
 	MaxModelLen string
+	// Host is the engine's --host: 127.0.0.1 when empty. An engine in a
+	// container listens on all of the container's addresses (0.0.0.0),
+	// reached through a port published on the host's loopback only.
+	Host string
 }
 
 // Argv is the command line that serves the model on 127.0.0.1:port:
@@ -67,12 +70,22 @@ func (e Engine) Argv(port int) []string {
 		}
 		argv = []string{path, "serve"}
 	}
+	return append(argv, e.ServeArgs(port)...)
+}
+
+// ServeArgs are Argv's arguments after `serve`: MODEL and the flags. A
+// container image whose entry point is `vllm serve` (vLLM's own) takes
+// them as its command.
+func (e Engine) ServeArgs(port int) []string {
 	name := e.ServedName
 	if name == "" {
 		name = e.Model
 	}
-	argv = append(argv, e.Model, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--served-model-name", name)
+	host := e.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	argv := []string{e.Model, "--host", host, "--port", strconv.Itoa(port), "--served-model-name", name}
 	if e.MaxNumSeqs > 0 {
 		argv = append(argv, "--max-num-seqs", strconv.Itoa(e.MaxNumSeqs))
 	}
@@ -116,45 +129,3 @@ func DefaultMaxNumSeqs(devs []gpu.Device) int {
 // CPUDefaultMaxNumSeqs is vLLM's own max_num_seqs for an API server on the
 // CPU platform (engine/arg_utils.py, 0.32.0: 128 x world size).
 const CPUDefaultMaxNumSeqs = 128
-
-// EngineEnv is the environment of an engine: base without the variables
-// that would make it join a data-parallel group or fix its internal ports
-// (VLLM_PORT, VLLM_DP_*, ...; see DroppedEnv) and, when gpus is not empty,
-// with CUDA_VISIBLE_DEVICES set to them (comma-separated NVML indices, see
-// gpu.CUDAIndices) and CUDA_DEVICE_ORDER=PCI_BUS_ID, so that CUDA numbers the
-// cards as NVML does; any inherited values of those two are replaced.
-// Without gpus (CPU engines, the simulator) both are left as inherited.
-func EngineEnv(base []string, gpus []string) []string {
-	out := make([]string, 0, len(base)+2)
-	for _, kv := range base {
-		if dropped(kv) {
-			continue
-		}
-		if len(gpus) > 0 && (strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") || strings.HasPrefix(kv, "CUDA_DEVICE_ORDER=")) {
-			continue
-		}
-		out = append(out, kv)
-	}
-	if len(gpus) > 0 {
-		out = append(out, "CUDA_VISIBLE_DEVICES="+strings.Join(gpus, ","), "CUDA_DEVICE_ORDER="+CUDADeviceOrder)
-	}
-	return out
-}
-
-// Specs builds one Spec per rank r of e: port ports[r], the GPUs of
-// groups[r] (as UUIDs, see gpu.VisibleDevices; groups may be nil for the
-// simulator) and the log file logDir/rank-r.log. extraEnv is added to
-// every rank's environment.
-func Specs(e Engine, ports []int, groups [][]gpu.Device, logDir string, extraEnv ...string) []Spec {
-	specs := make([]Spec, len(ports))
-	for r, port := range ports {
-		specs[r] = Spec{
-			Rank: r, Port: port, Argv: e.Argv(port), Env: extraEnv,
-			LogPath: filepath.Join(logDir, "rank-"+strconv.Itoa(r)+".log"),
-		}
-		if r < len(groups) {
-			specs[r].GPUs = gpu.VisibleDevices(groups[r])
-		}
-	}
-	return specs
-}

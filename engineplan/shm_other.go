@@ -1,6 +1,6 @@
 //go:build !linux
 
-package launch
+package engineplan
 
 // ShmPath is where vLLM maps a GPU engine's host KV tier from (Linux).
 const ShmPath = "/dev/shm"
