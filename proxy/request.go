@@ -10,12 +10,10 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/http/httputil"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -196,14 +194,12 @@ func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 type attempt struct {
 	rep    *router.Replica
 	req    *request
-	retry  bool        // never reached the engine: try another replica
-	reused atomic.Bool // sent on a kept-alive connection (httptrace GotConn)
+	retry  bool // never reached the engine: try another replica
 	status int
 	tap    *tap.Tap
 	timer  *time.Timer // the response-header timeout; stopped when headers arrive
 	cause  string      // why the attempt failed, for the failure streak
 	body   bodyReader  // the body sent (in the attempt: no allocation of its own)
-	trace  httptrace.ClientTrace
 }
 
 // bodyReader is the request body of one attempt.
@@ -244,8 +240,6 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 	at.timer = time.AfterFunc(p.cfg.ResponseHeaderTimeout, func() { cancel(errHeaderTimeout) })
 	defer at.timer.Stop()
 	defer func() { p.core.Finish(pl, p.outcome(at, req, start)) }()
-	at.trace.GotConn = func(c httptrace.GotConnInfo) { at.reused.Store(c.Reused) }
-	ctx = httptrace.WithClientTrace(ctx, &at.trace)
 	// A shallow copy: the ReverseProxy clones it, header included, for the
 	// engine, and Rewrite edits that clone, so r stays as the client sent
 	// it for a retry.
@@ -358,15 +352,19 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.As(err, &op) && op.Op == "dial" {
 		at.retry = true
 		at.rep.Refused(err)
+		p.core.Retrying(at.rep, "refused", err)
 		return
 	}
-	if at.reused.Load() && closedBeforeAnswer(err) {
-		// A kept-alive connection whose engine went away (crashed, or
-		// closed it as idle) before answering: nothing was served there,
-		// so the request goes elsewhere, as after a dial error. The health
+	if closedBeforeAnswer(err) {
+		// The engine closed or reset the connection before any answer
+		// byte (it crashed, was killed, or closed a kept-alive connection
+		// as idle): nothing was served, so the request (its body is
+		// buffered) goes elsewhere, as after a refused dial. The client
+		// has seen nothing yet; a request that got any answer byte is
+		// never replayed (its errors come through the tap). The health
 		// checks decide whether the replica is down.
 		at.retry = true
-		at.rep.Log().Info("engine closed a kept-alive connection before answering; trying another replica", "error", err)
+		p.core.Retrying(at.rep, "reset", err)
 		return
 	}
 	at.status, at.cause = http.StatusBadGateway, err.Error()

@@ -17,13 +17,15 @@ import (
 	"github.com/lmwarden/warden/router/place"
 )
 
-// resettingEngine answers its first request and resets the kept-alive
-// connection on the second, as an engine that was SIGKILLed between two
-// requests does.
-func resettingEngine(t *testing.T) (*httptest.Server, *atomic.Int32) {
+// resettingEngine answers its requests but resets the connection on the
+// resetOn-th, after reading it and before any answer byte, as an engine
+// SIGKILLed between two requests (a kept-alive connection) or while it
+// took one (a new connection) does.
+func resettingEngine(t *testing.T, resetOn int32) (*httptest.Server, *atomic.Int32) {
 	var n atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if n.Add(1) == 2 {
+		io.Copy(io.Discard, r.Body)
+		if n.Add(1) == resetOn {
 			conn, _, err := w.(http.Hijacker).Hijack()
 			if err != nil {
 				t.Error(err)
@@ -41,8 +43,8 @@ func resettingEngine(t *testing.T) (*httptest.Server, *atomic.Int32) {
 }
 
 func TestResetOnAKeptAliveConnectionGoesToAnotherReplica(t *testing.T) {
-	a, na := resettingEngine(t)
-	b, nb := resettingEngine(t)
+	a, na := resettingEngine(t, 2)
+	b, nb := resettingEngine(t, 2)
 	_, front := testProxyBackends(t, Config{Config: router.Config{Policy: place.PolicySticky}},
 		[]router.Backend{{Rank: 0, URL: a.URL, MaxNumSeqs: 32}, {Rank: 1, URL: b.URL, MaxNumSeqs: 32}})
 	body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
@@ -60,6 +62,43 @@ func TestResetOnAKeptAliveConnectionGoesToAnotherReplica(t *testing.T) {
 	}
 	if na.Load()+nb.Load() != 3 {
 		t.Errorf("engines saw %d + %d requests, want 3 (one reset, then one retry elsewhere)", na.Load(), nb.Load())
+	}
+}
+
+// TestResetBeforeAnyAnswerByteGoesToAnotherReplica: an engine that takes
+// a request on a new connection and resets it before answering (killed
+// while it held the request: the race TestServeEngineKilledMidStream... and
+// the crash-loop test met as a 502) has served nothing, so the request is
+// replayed on the other replica, answered 200 there, and the retry counted.
+func TestResetBeforeAnyAnswerByteGoesToAnotherReplica(t *testing.T) {
+	var seen atomic.Int32 // over both engines: the first request is reset
+	engine := func() *httptest.Server {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			if seen.Add(1) == 1 {
+				conn, _, _ := w.(http.Hijacker).Hijack()
+				conn.(*net.TCPConn).SetLinger(0) // RST, not FIN
+				conn.Close()
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`))
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	a, b := engine(), engine()
+	p, front := testProxyBackends(t, Config{Config: router.Config{Policy: place.PolicySticky}},
+		[]router.Backend{{Rank: 0, URL: a.URL, MaxNumSeqs: 32}, {Rank: 1, URL: b.URL, MaxNumSeqs: 32}})
+	resp, out := post(t, front.URL+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("a reset before any answer byte reached the client: %d %s", resp.StatusCode, out)
+	}
+	if n := seen.Load(); n != 2 {
+		t.Errorf("the engines saw %d requests, want 2 (the reset, then the replay)", n)
+	}
+	if n, _ := metric(t, p.core.Registry(), "warden_retries_total", "reason", "reset"); n != 1 {
+		t.Errorf("warden_retries_total{reason=reset} = %v, want 1", n)
 	}
 }
 

@@ -121,6 +121,14 @@ func (c *Core) Finish(pl *Placement, o Outcome) {
 	c.placer.End(pl, o.Status != 499, place.Report(o.Usage), ttfb)
 }
 
+// Retrying counts a request that never reached r's engine and is placed
+// again elsewhere (why: "refused", "reset"), and says so in r's log; the
+// data plane then finishes its placement with Outcome.Retry.
+func (c *Core) Retrying(r *Replica, why string, err error) {
+	c.metrics.retries.WithLabelValues(strconv.Itoa(r.rank), why).Inc()
+	r.log.Info("the request never reached the engine; trying another replica", "why", why, "error", err)
+}
+
 // countTurn adds one served turn to the replica's counter of its reason.
 func countTurn(r *Replica, reason place.Reason) {
 	r.requests.Add(1)
