@@ -61,6 +61,7 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 	// request never reached an engine. Each try skips the replicas tried
 	// before (they are unavailable to the policies), so the tries end.
 	pr := p.core.PlaceRequest(req.key, pinned, pin, len(req.body))
+	var failed string // the last try that never reached its engine: "replica N: why"
 	for {
 		pl := p.core.Place(r.Context(), pr)
 		if pl.Rank < 0 {
@@ -70,16 +71,21 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 			}
 			break
 		}
-		if !p.forward(w, r, req, &pl, start) {
+		retry, why := p.forward(w, r, req, &pl, start)
+		if !retry {
 			return
 		}
+		failed = fmt.Sprintf("replica %d: %s", pl.Rank, why)
 		pr.Skip = append(pr.Skip, pl.Rank)
 	}
-	msg := "no replica is available"
-	if pinned {
-		msg = fmt.Sprintf("replica %d (X-Warden-Replica) does not exist or is not available", pin)
+	switch {
+	case failed != "": // no other replica to try: the engine's failure is the answer
+		writeError(w, r, http.StatusBadGateway, failed+" (no other replica available)")
+	case pinned:
+		writeError(w, r, http.StatusServiceUnavailable, fmt.Sprintf("replica %d (X-Warden-Replica) does not exist or is not available", pin))
+	default:
+		writeError(w, r, http.StatusServiceUnavailable, "no replica is available")
 	}
-	writeError(w, r, http.StatusServiceUnavailable, msg)
 }
 
 // badContentType returns a message when r posts a body with a content type
@@ -230,9 +236,9 @@ func routeValue(r place.Reason) []string {
 }
 
 // forward sends the request to the placed replica and accounts for it. It
-// reports true when the request never reached the engine and may be
-// retried elsewhere.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl *router.Placement, start time.Time) bool {
+// reports retry when the request never reached the engine and may be
+// replayed elsewhere, and why.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl *router.Placement, start time.Time) (retry bool, why string) {
 	rep := pl.Replica
 	at := &attempt{rep: rep, req: req}
 	ctx, cancel := context.WithCancelCause(r.Context())
@@ -256,7 +262,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 		h.Del(identity.PinHeader)
 		h.Del(routeHeader)
 	}
-	return at.retry
+	return at.retry, at.cause
 }
 
 // reverseProxy is the hop to every replica: the placed engine's URL (the
@@ -350,7 +356,7 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
-		at.retry = true
+		at.retry, at.cause = true, err.Error()
 		at.rep.Refused(err)
 		p.core.Retrying(at.rep, "refused", err)
 		return
@@ -363,7 +369,7 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		// has seen nothing yet; a request that got any answer byte is
 		// never replayed (its errors come through the tap). The health
 		// checks decide whether the replica is down.
-		at.retry = true
+		at.retry, at.cause = true, "the engine closed the connection before answering: "+err.Error()
 		p.core.Retrying(at.rep, "reset", err)
 		return
 	}
