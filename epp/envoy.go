@@ -133,9 +133,11 @@ static_resources:
                 response_body_mode: FULL_DUPLEX_STREAMED
                 request_trailer_mode: SEND
                 response_trailer_mode: SEND
-              metadata_options:
+              metadata_options: # the pick comes back as envoy.lb metadata; the served endpoint and the subset hint go out
                 forwarding_namespaces:
                   untyped: [envoy.lb, envoy.lb.subset_hint]
+                receiving_namespaces:
+                  untyped: [envoy.lb]
           - name: envoy.filters.http.router
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router

@@ -481,13 +481,18 @@ func (x *exchange) moved(served string) {
 	core.Finish(&x.pl, router.Outcome{Retry: true})
 	x.placed = false
 	primary.Refused(fmt.Errorf("the gateway served the request on %s instead", served))
-	x.pr.Skip = x.outside([]string{served})
-	if pl := core.Place(x.ctx, x.pr); pl.Rank >= 0 {
-		x.pl, x.placed = pl, true
-		primary.Log().Info("the gateway retried elsewhere; the request is accounted there", "served", served, "replica_served", pl.Rank)
+	core.Retrying(primary, "gateway", fmt.Errorf("served on %s", served))
+	skip := x.outside([]string{served})
+	if len(skip) == len(core.Replicas()) {
+		x.s.log.Warn("the gateway served a request on an endpoint that is not a replica: it is not accounted", "endpoint", served)
 		return
 	}
-	x.s.log.Warn("the gateway served a request on an endpoint that is not a replica", "endpoint", served)
+	x.pr.Skip = skip
+	if pl := core.Place(x.ctx, x.pr); pl.Rank >= 0 {
+		x.pl, x.placed = pl, true
+		return
+	}
+	x.s.log.Warn("the gateway served a request on a replica out of rotation: it is not accounted", "endpoint", served)
 }
 
 // end accounts the request once, when its answer ended or its stream did
