@@ -17,9 +17,14 @@ type EnvoyOptions struct {
 	Admin     string     // host:port of Envoy's admin interface; "" = 127.0.0.1:9901
 	Endpoints []Endpoint // the engines, as the picker knows them
 	// FailOpen lets a request through when the picker cannot be reached:
-	// it goes to the least-loaded engine without stickiness. false: the
-	// client gets 500 while the picker is down.
-	FailOpen bool
+	// it goes to the least-loaded engine without stickiness. Envoy 1.40
+	// fails closed in the protocol's full-duplex mode whatever
+	// failure_mode_allow says (measured: 500), so fail-open buffers the
+	// request body (up to MaxBodyBytes) and streams the answer through the
+	// picker instead. false: full-duplex, and the client gets 500 while the
+	// picker is down.
+	FailOpen     bool
+	MaxBodyBytes int64 // FailOpen: the largest request body Envoy buffers
 	// Retries are the gateway's tries on the picker's fallbacks after the
 	// pick could not be reached; 0 = none.
 	Retries int
@@ -63,6 +68,7 @@ func WriteEnvoyConfig(w io.Writer, o EnvoyOptions) error {
 		FailOpen           bool
 		Retries            int
 		Hold, StreamIdle   string
+		MaxBody            int64
 	}
 	var err error
 	if data.Listen, err = split("--listen", o.Listen); err != nil {
@@ -81,7 +87,10 @@ func WriteEnvoyConfig(w io.Writer, o EnvoyOptions) error {
 		}
 		data.Engines = append(data.Engines, a)
 	}
-	data.FailOpen, data.Retries = o.FailOpen, o.Retries
+	data.FailOpen, data.Retries, data.MaxBody = o.FailOpen, o.Retries, o.MaxBodyBytes
+	if data.MaxBody <= 0 {
+		data.MaxBody = DefaultMaxBodyBytes
+	}
 	data.Hold = fmt.Sprintf("%ds", int((o.Hold + time.Minute).Seconds()))
 	data.StreamIdle = fmt.Sprintf("%ds", int(o.StreamIdle.Seconds()))
 	return envoyTemplate.Execute(w, data)
@@ -89,7 +98,8 @@ func WriteEnvoyConfig(w io.Writer, o EnvoyOptions) error {
 
 var envoyTemplate = template.Must(template.New("envoy").Parse(`# Envoy bootstrap for the warden's endpoint picker (warden epp envoy-config).
 # Clients -> this listener -> ext_proc asks the picker at {{.EPP.Host}}:{{.EPP.Port}} -> the picked engine.
-# Fail-{{if .FailOpen}}open: with the picker unreachable, requests go to the least-loaded engine (no stickiness){{else}}closed: with the picker unreachable, clients get 500{{end}}.
+# Fail-{{if .FailOpen}}open: with the picker unreachable, requests go to the least-loaded engine (no stickiness);
+# request bodies are buffered (up to {{.MaxBody}} bytes) since Envoy fails closed in full-duplex mode.{{else}}closed: with the picker unreachable, clients get 500 (full-duplex streamed, the protocol's mode).{{end}}
 admin:
   address:
     socket_address: {address: {{.Admin.Host}}, port_value: {{.Admin.Port}}}
@@ -97,7 +107,8 @@ static_resources:
   listeners:
   - name: warden
     address:
-      socket_address: {address: {{.Listen.Host}}, port_value: {{.Listen.Port}}}
+      socket_address: {address: {{.Listen.Host}}, port_value: {{.Listen.Port}}}{{if .FailOpen}}
+    per_connection_buffer_limit_bytes: {{.MaxBody}}{{end}}
     filter_chains:
     - filters:
       - name: envoy.filters.network.http_connection_manager
@@ -128,11 +139,13 @@ static_resources:
               message_timeout: {{.Hold}} # the picker may hold a new conversation until a cache has room
               processing_mode:
                 request_header_mode: SEND
-                response_header_mode: SEND
+                response_header_mode: SEND{{if .FailOpen}}
+                request_body_mode: BUFFERED
+                response_body_mode: STREAMED{{else}}
                 request_body_mode: FULL_DUPLEX_STREAMED
                 response_body_mode: FULL_DUPLEX_STREAMED
                 request_trailer_mode: SEND
-                response_trailer_mode: SEND
+                response_trailer_mode: SEND{{end}}
               metadata_options: # the pick comes back as envoy.lb metadata; the served endpoint and the subset hint go out
                 forwarding_namespaces:
                   untyped: [envoy.lb, envoy.lb.subset_hint]

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
@@ -141,6 +142,7 @@ func (s *Server) Register(g *grpc.Server) {
 // replica in rotation) every interval until ctx ends, then reports
 // NOT_SERVING on all of them.
 func (s *Server) WatchHealth(ctx context.Context, interval time.Duration) {
+	s.updateHealth()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -203,7 +205,11 @@ type exchange struct {
 	path    string
 	subset  []string // the gateway's subset hint; nil = none
 	body    []byte
-	decided bool // the request's headers have been answered
+	decided bool // the pick (or an immediate answer) was given
+	// The gateway's body modes, from its first message: full-duplex (the
+	// protocol's) hands the request body back and streams the answer
+	// back; buffered/streamed bodies only get answers to let them pass.
+	reqDuplex, respDuplex bool
 
 	key     identity.SessionKey
 	kind    tap.Kind
@@ -223,8 +229,17 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) ([]*extprocv3.Proces
 		x.start = x.s.core.Now()
 		x.readHeaders(v.RequestHeaders)
 		x.subset = subsetHint(req.MetadataContext)
+		x.reqDuplex, x.respDuplex = true, true
+		if pc := req.GetProtocolConfig(); pc != nil {
+			x.reqDuplex = pc.GetRequestBodyMode() == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED
+			x.respDuplex = pc.GetResponseBodyMode() == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED
+		}
 		if v.RequestHeaders.EndOfStream {
 			return x.decide()
+		}
+		if !x.reqDuplex { // the gateway waits for this answer before it sends the body
+			return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+				RequestHeaders: &extprocv3.HeadersResponse{}}}}, nil
 		}
 		return nil, nil
 	case *extprocv3.ProcessingRequest_RequestBody:
@@ -258,10 +273,12 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) ([]*extprocv3.Proces
 		if b.EndOfStream {
 			x.end(nil)
 		}
-		return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseBody{
-			ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
-				Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
-					Body: b.Body, EndOfStream: b.EndOfStream}}}}}}}}, nil
+		br := &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}}
+		if x.respDuplex { // full-duplex: only what comes back goes on to the client
+			br.Response.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
+				StreamedResponse: &extprocv3.StreamedBodyResponse{Body: b.Body, EndOfStream: b.EndOfStream}}}
+		}
+		return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: br}}}, nil
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
 		x.end(nil)
 		return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
@@ -349,7 +366,7 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 	}
 	x.pl, x.placed = pl, true
 	eps := strings.Join(append([]string{pl.Replica.URL().Host}, x.fallbacks(pl.Replica)...), ",")
-	hr := &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+	cr := &extprocv3.CommonResponse{
 		ClearRouteCache: true,
 		HeaderMutation: &extprocv3.HeaderMutation{
 			SetHeaders: []*corev3.HeaderValueOption{{
@@ -358,9 +375,15 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 			}},
 			RemoveHeaders: []string{strings.ToLower(identity.PinHeader)},
 		},
-	}}
+	}
+	if !x.reqDuplex && x.body != nil { // a buffered body: the pick comes with the body's answer
+		return []*extprocv3.ProcessingResponse{{
+			Response:        &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: cr}},
+			DynamicMetadata: pickMetadata(eps),
+		}}, nil
+	}
 	out := []*extprocv3.ProcessingResponse{{
-		Response:        &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: hr},
+		Response:        &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: cr}},
 		DynamicMetadata: pickMetadata(eps),
 	}}
 	return append(out, bodyBack(x.body)...), nil

@@ -200,7 +200,7 @@ func runEPP(ctx context.Context, stopSignals func(), cfg EPPConfig, core *router
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	go core.Run(runCtx)
-	go picker.WatchHealth(runCtx, time.Second)
+	go picker.WatchHealth(runCtx, time.Second) // SERVING from the first check on
 	if cfg.EndpointsFile != "" {
 		go watchEndpointsFile(runCtx, cfg, core, log)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/dustin/go-humanize"
 	"github.com/urfave/cli/v2"
 
 	"github.com/lmwarden/warden/epp"
@@ -97,8 +98,10 @@ func envoyConfigCommand() *cli.Command {
 				Usage: "the picker's gRPC address (HOST:PORT, as `warden epp --grpc-port`)"},
 			&cli.StringFlag{Name: "admin", Value: "127.0.0.1:9901", EnvVars: envVars("ENVOY_ADMIN"),
 				Usage: "Envoy's admin interface (HOST:PORT; keep it on loopback)"},
-			&cli.BoolFlag{Name: "fail-open", Value: true, EnvVars: envVars("ENVOY_FAIL_OPEN"),
-				Usage: "with the picker unreachable, send requests to the least-loaded engine (false: answer 500)"},
+			&cli.BoolFlag{Name: "fail-open", EnvVars: envVars("ENVOY_FAIL_OPEN"),
+				Usage: "with the picker unreachable, send requests to the least-loaded engine (buffers request bodies: Envoy fails closed in full-duplex mode); default: 500"},
+			&cli.StringFlag{Name: "max-body-bytes", Value: humanize.IBytes(epp.DefaultMaxBodyBytes), EnvVars: envVars("ENVOY_MAX_BODY_BYTES"),
+				Usage: "with --fail-open, the largest request body Envoy buffers"},
 			&cli.IntFlag{Name: "retries", Value: epp.DefaultFallbacks, EnvVars: envVars("ENVOY_RETRIES"),
 				Usage: "tries on the fallbacks when the picked engine cannot be reached"},
 			&cli.DurationFlag{Name: "stream-idle-timeout", Value: proxy.DefaultResponseHeaderTimeout, EnvVars: envVars("ENVOY_STREAM_IDLE_TIMEOUT"),
@@ -109,8 +112,12 @@ func envoyConfigCommand() *cli.Command {
 			if err != nil {
 				return exit.New(2, "warden epp envoy-config: "+err.Error())
 			}
+			maxBody, err := humanize.ParseBytes(c.String("max-body-bytes"))
+			if err != nil || maxBody == 0 {
+				return exit.Newf(2, "warden epp envoy-config: --max-body-bytes %q is not a size such as 32MiB", c.String("max-body-bytes"))
+			}
 			err = epp.WriteEnvoyConfig(c.App.Writer, epp.EnvoyOptions{Listen: c.String("listen"), EPP: c.String("epp"),
-				Admin: c.String("admin"), Endpoints: eps, FailOpen: c.Bool("fail-open"), Retries: c.Int("retries"),
+				Admin: c.String("admin"), Endpoints: eps, FailOpen: c.Bool("fail-open"), MaxBodyBytes: int64(maxBody), Retries: c.Int("retries"),
 				Hold: place.MaxHold, StreamIdle: c.Duration("stream-idle-timeout")})
 			if err != nil {
 				return exit.New(2, "warden epp envoy-config: "+err.Error())
