@@ -23,6 +23,10 @@ import (
 // sent no response headers within Config.ResponseHeaderTimeout.
 var errHeaderTimeout = errors.New("no response headers in time")
 
+// errStreamIdle is the cause of an attempt cancelled because its stream
+// sent nothing for Config.StreamIdleTimeout after its first byte.
+var errStreamIdle = errors.New("nothing from the engine within --stream-idle-timeout")
+
 // maxNamedErrorBody bounds the engine error bodies the proxy rewrites to name
 // the replica; longer ones pass through unchanged.
 const maxNamedErrorBody = 64 << 10

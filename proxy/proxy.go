@@ -19,6 +19,13 @@ import (
 const (
 	DefaultMaxBodyBytes          = 32 << 20
 	DefaultResponseHeaderTimeout = 10 * time.Minute
+	// DefaultStreamIdleTimeout is longer than any pause of a healthy
+	// stream: a decode step takes well under a second, but a request that
+	// vLLM preempts mid-stream (its KV cache full) goes silent until it is
+	// scheduled and prefilled again, which under deliberate overload takes
+	// as long as a first token: up to 83 s at p95 on the reference rig at
+	// 32 sessions (docs/reliability.md). Five minutes clears that with room.
+	DefaultStreamIdleTimeout = 5 * time.Minute
 )
 
 // Config configures a Proxy: the router core's settings and the HTTP data
@@ -45,6 +52,14 @@ type Config struct {
 	// complete); then the client gets 504 naming the replica. 0 =
 	// DefaultResponseHeaderTimeout.
 	ResponseHeaderTimeout time.Duration
+	// StreamIdleTimeout ends a stream that has sent its first byte and then
+	// nothing for this long (a wedged or stopped engine): the client gets
+	// the error event of a broken stream, the engine request is cancelled
+	// and the replica leaves the rotation until a health check succeeds.
+	// Before the first byte nothing is cut: a queued request waits (the
+	// engine's running/waiting counters tell a queue from a wedge). 0 =
+	// DefaultStreamIdleTimeout, < 0 = never.
+	StreamIdleTimeout time.Duration
 }
 
 // Validate checks the settings a user gives (each named by the warden flag
@@ -88,6 +103,9 @@ func New(cfg Config, backends []router.Backend) (*Proxy, error) {
 	}
 	if cfg.ResponseHeaderTimeout == 0 {
 		cfg.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
+	}
+	if cfg.StreamIdleTimeout == 0 {
+		cfg.StreamIdleTimeout = DefaultStreamIdleTimeout
 	}
 	core, err := router.New(cfg.Config, backends)
 	if err != nil {

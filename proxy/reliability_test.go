@@ -256,3 +256,37 @@ func TestTheLastReplicaInRotationStaysDespiteFailures(t *testing.T) {
 		t.Errorf("the only replica: up %v, errors %d", r.Up, r.Errors)
 	}
 }
+
+// TestStalledStreamEndsWithinTheIdleTimeout: an engine stopped (SIGSTOP)
+// after its first tokens leaves its stream silent; within the idle timeout
+// the client's stream ends with the error event of a broken stream naming
+// the replica, the replica leaves the rotation, and the next request is
+// served by the other one.
+func TestStalledStreamEndsWithinTheIdleTimeout(t *testing.T) {
+	procs, bs := simSet(t, slow, fast)
+	const idle = 500 * time.Millisecond
+	_, front := testProxyBackends(t, Config{StreamIdleTimeout: idle}, bs)
+	resp, rest := openStream(t, context.Background(), front.URL, streamBody("stalled", 4000), identity.PinHeader, "0")
+	if resp.Header.Get(identity.PinHeader) != "0" {
+		t.Fatalf("stream went to replica %s", resp.Header.Get(identity.PinHeader))
+	}
+	if err := procs[0].Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer procs[0].Signal(syscall.SIGCONT)
+	stopped := time.Now()
+	tail, err := io.ReadAll(rest)
+	waited := time.Since(stopped)
+	if err != nil {
+		t.Fatalf("the stream was cut instead of ended with an error event: %v\n%s", err, tail)
+	}
+	msg := gjson.Get(simproc.LastEvent(string(tail)), "error.message").Str
+	if !strings.Contains(msg, "replica 0") || !strings.Contains(msg, "--stream-idle-timeout") || strings.Contains(string(tail), "[DONE]") {
+		t.Fatalf("the stalled stream does not end with an error event naming replica 0 and the timeout:\n%s", tail)
+	}
+	t.Logf("stream ended %v after SIGSTOP (idle timeout %v)", waited.Round(time.Millisecond), idle)
+	r, body := post(t, front.URL+"/v1/chat/completions", simChat("after-the-stall"))
+	if r.StatusCode != http.StatusOK || r.Header.Get(identity.PinHeader) != "1" {
+		t.Fatalf("the request after the stall: status %d on replica %s: %s", r.StatusCode, r.Header.Get(identity.PinHeader), body)
+	}
+}

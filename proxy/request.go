@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -198,14 +199,17 @@ func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 // attempt is one try of forwarding a request to one replica; the reverse
 // proxy's hooks find it in the request context.
 type attempt struct {
-	rep    *router.Replica
-	req    *request
-	retry  bool // never reached the engine: try another replica
-	status int
-	tap    *tap.Tap
-	timer  *time.Timer // the response-header timeout; stopped when headers arrive
-	cause  string      // why the attempt failed, for the failure streak
-	body   bodyReader  // the body sent (in the attempt: no allocation of its own)
+	rep     *router.Replica
+	req     *request
+	retry   bool                    // never reached the engine: try another replica
+	client  context.Context         // the client's request context (the attempt's is derived from it)
+	cancel  context.CancelCauseFunc // cancels the attempt (header timeout, a stalled stream)
+	stalled atomic.Bool             // the stream sent nothing for --stream-idle-timeout
+	status  int
+	tap     *tap.Tap
+	timer   *time.Timer // the response-header timeout; stopped when headers arrive
+	cause   string      // why the attempt failed, for the failure streak
+	body    bodyReader  // the body sent (in the attempt: no allocation of its own)
 }
 
 // bodyReader is the request body of one attempt.
@@ -240,9 +244,10 @@ func routeValue(r place.Reason) []string {
 // replayed elsewhere, and why.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl *router.Placement, start time.Time) (retry bool, why string) {
 	rep := pl.Replica
-	at := &attempt{rep: rep, req: req}
+	at := &attempt{rep: rep, req: req, client: r.Context()}
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
+	at.cancel = cancel
 	at.timer = time.AfterFunc(p.cfg.ResponseHeaderTimeout, func() { cancel(errHeaderTimeout) })
 	defer at.timer.Stop()
 	defer func() { p.core.Finish(pl, p.outcome(at, req, start)) }()
@@ -320,16 +325,57 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	}
 	if resp.StatusCode == http.StatusOK && at.req.kind != tap.None {
 		sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
-		ctx, rank, kind := resp.Request.Context(), at.rep.Rank(), at.req.kind
+		ctx, client, rank, kind := resp.Request.Context(), at.client, at.rep.Rank(), at.req.kind
 		o := tap.Options{Stream: at.req.stream, Strip: at.req.strip && sse, Now: p.clock,
-			Alive: func() bool { return ctx.Err() == nil }}
+			Alive: func() bool { return client.Err() == nil }}
 		if sse {
-			o.Fail = func(err error) []byte { return tap.ErrorEvent(kind, streamBrokeOff(rank, err)) }
+			o.Fail = func(err error) []byte {
+				if cause := context.Cause(ctx); errors.Is(cause, errStreamIdle) {
+					err = cause
+				}
+				return tap.ErrorEvent(kind, streamBrokeOff(rank, err))
+			}
+			if p.cfg.StreamIdleTimeout > 0 {
+				resp.Body = &idleBody{ReadCloser: resp.Body, idle: p.cfg.StreamIdleTimeout, stalled: func() {
+					at.stalled.Store(true)
+					at.cancel(errStreamIdle)
+				}}
+			}
 		}
 		at.tap = tap.New(resp.Body, kind, o)
 		resp.Body = at.tap
 	}
 	return nil
+}
+
+// idleBody ends a stream whose engine stopped sending: after the first
+// byte (a queued request, still before its first token, is never cut), no
+// byte for idle calls stalled, which cancels the attempt; the tap then ends
+// the client's stream with the error event of a broken stream.
+type idleBody struct {
+	io.ReadCloser
+	idle    time.Duration
+	stalled func()
+	timer   *time.Timer
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		if b.timer == nil {
+			b.timer = time.AfterFunc(b.idle, b.stalled)
+		} else {
+			b.timer.Reset(b.idle)
+		}
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	return b.ReadCloser.Close()
 }
 
 // proxyError handles a failed round trip: a dial error means the request
@@ -394,7 +440,13 @@ func (p *Proxy) outcome(at *attempt, req *request, start time.Time) router.Outco
 	if at.tap != nil {
 		if err := at.tap.Failed(); err != nil {
 			o.Status, o.Cause = http.StatusBadGateway, err.Error()
-			at.rep.Log().Warn("engine stream broke off", "error", err)
+			if at.stalled.Load() {
+				o.Cause = errStreamIdle.Error()
+				// A wedged engine: out of the rotation until a health
+				// check succeeds, so the next request goes elsewhere.
+				at.rep.Refused(fmt.Errorf("%w: nothing for %v (--stream-idle-timeout)", errStreamIdle, p.cfg.StreamIdleTimeout))
+			}
+			at.rep.Log().Warn("engine stream broke off", "error", o.Cause)
 		}
 		o.Usage, o.FirstByte = at.tap.Usage(), at.tap.FirstByte()
 	}

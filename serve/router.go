@@ -44,6 +44,7 @@ type Router struct {
 	AdminToken, APIKey    string
 	MaxBodyBytes          string // a size such as 32MiB
 	ResponseHeaderTimeout time.Duration
+	StreamIdleTimeout     time.Duration
 	DecisionLog           string
 	DecisionLogMaxMB      int
 	DrainTimeout          time.Duration
@@ -78,7 +79,8 @@ func (r Router) proxyConfig(servedName string) (proxy.Config, string, error) {
 			DecisionLog: r.DecisionLog, DecisionLogMaxMB: r.DecisionLogMaxMB,
 		},
 		KeepBillingHeader: r.KeepBillingHeader, AdminToken: r.AdminToken, APIKey: r.APIKey,
-		ResponseHeaderTimeout: r.ResponseHeaderTimeout, StrictModel: r.StrictModel, MaxBodyBytes: int64(maxBody),
+		ResponseHeaderTimeout: r.ResponseHeaderTimeout, StreamIdleTimeout: r.StreamIdleTimeout,
+		StrictModel: r.StrictModel, MaxBodyBytes: int64(maxBody),
 	}
 	if err := cfg.Validate(); err != nil {
 		return proxy.Config{}, "", err

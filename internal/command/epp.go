@@ -37,7 +37,7 @@ func eppEndpointFlags() []cli.Flag {
 // router's that apply to a picker (the gateway carries the bytes: no API
 // key, model mapping, billing block or response-header timeout here).
 func eppFlags() []cli.Flag {
-	notHere := []string{"api-key", "keep-billing-header", "strict-model", "response-header-timeout", "port"}
+	notHere := []string{"api-key", "keep-billing-header", "strict-model", "response-header-timeout", "stream-idle-timeout", "port"}
 	var rf []cli.Flag
 	for _, f := range routerFlags() {
 		if !slices.Contains(notHere, f.Names()[0]) {

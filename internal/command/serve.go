@@ -58,6 +58,8 @@ func routerFlags() []cli.Flag {
 			Usage: "largest request body accepted (e.g. 32MiB); larger ones get 413 (agent conversations reach a few MB)"},
 		&cli.DurationFlag{Name: "response-header-timeout", Value: proxy.DefaultResponseHeaderTimeout, EnvVars: envVars("RESPONSE_HEADER_TIMEOUT"),
 			Usage: "how long to wait for an engine's response headers (a non-streaming answer sends them when complete); then 504 naming the replica"},
+		&cli.DurationFlag{Name: "stream-idle-timeout", Value: proxy.DefaultStreamIdleTimeout, EnvVars: envVars("STREAM_IDLE_TIMEOUT"),
+			Usage: "end a stream that sent its first token and then nothing for this long (a wedged engine): the client gets an error event, the replica leaves the rotation; longer than a preempted request's wait (negative: never)"},
 		&cli.StringFlag{Name: "decision-log", EnvVars: envVars("DECISION_LOG"),
 			Usage: "write one JSON line per routed request to this file (route reason, replica, warden queue wait, tokens, TTFB; docs/operations.md); off by default"},
 		&cli.IntFlag{Name: "decision-log-max-mb", Value: router.DefaultDecisionLogMaxMB, EnvVars: envVars("DECISION_LOG_MAX_MB"),
@@ -198,7 +200,8 @@ func routerOptions(c *cli.Context) serve.Router {
 		RampUp: c.Duration("ramp-up"), KVFill: c.Float64("kv-fill"), SessionHeaders: c.StringSlice("session-header"),
 		KeepBillingHeader: c.Bool("keep-billing-header"), StrictModel: c.Bool("strict-model"),
 		AdminToken: c.String("admin-token"), APIKey: c.String("api-key"), MaxBodyBytes: c.String("max-body-bytes"),
-		ResponseHeaderTimeout: c.Duration("response-header-timeout"), DecisionLog: c.String("decision-log"),
+		ResponseHeaderTimeout: c.Duration("response-header-timeout"), StreamIdleTimeout: c.Duration("stream-idle-timeout"),
+		DecisionLog:      c.String("decision-log"),
 		DecisionLogMaxMB: c.Int("decision-log-max-mb"), DrainTimeout: c.Duration("drain-timeout"),
 	}
 }
