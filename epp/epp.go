@@ -543,7 +543,7 @@ func (x *exchange) end(err error) {
 	}
 	if x.tap != nil {
 		x.tap.End(nil)
-		o.Usage, o.FirstByte = x.tap.Usage(), x.tap.FirstByte()
+		o.Usage, o.FirstByte, o.FirstToken = x.tap.Usage(), x.tap.FirstByte(), x.tap.FirstToken()
 	}
 	x.s.core.Finish(&x.pl, o)
 }

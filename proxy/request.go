@@ -448,7 +448,7 @@ func (p *Proxy) outcome(at *attempt, req *request, start time.Time) router.Outco
 			}
 			at.rep.Log().Warn("engine stream broke off", "error", o.Cause)
 		}
-		o.Usage, o.FirstByte = at.tap.Usage(), at.tap.FirstByte()
+		o.Usage, o.FirstByte, o.FirstToken = at.tap.Usage(), at.tap.FirstByte(), at.tap.FirstToken()
 	}
 	return o
 }

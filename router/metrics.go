@@ -14,6 +14,7 @@ type metrics struct {
 	cached     *prometheus.CounterVec
 	completion *prometheus.CounterVec
 	ttfb       *prometheus.HistogramVec
+	ttft       *prometheus.HistogramVec
 	retries    *prometheus.CounterVec
 }
 
@@ -45,11 +46,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 40, 80},
 		}, []string{"replica"}),
 	}
+	m.ttft = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "warden_time_to_first_token_seconds",
+		Help:    "Time from the request's arrival to the engine's first answer content (a stream's first event with text, reasoning or a tool call; a whole JSON answer's arrival): what clients wait for, and what placement learns from.",
+		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 40, 80},
+	}, []string{"replica"})
 	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "warden_retries_total",
 		Help: "Requests that never reached an engine (a refused connection, or one closed or reset before any answer byte) and were placed again elsewhere, by the replica that failed them and why.",
 	}, []string{"replica", "reason"})
-	for _, c := range []prometheus.Collector{m.requests, m.inFlight, m.prompt, m.cached, m.completion, m.ttfb, m.retries} {
+	for _, c := range []prometheus.Collector{m.requests, m.inFlight, m.prompt, m.cached, m.completion, m.ttfb, m.ttft, m.retries} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

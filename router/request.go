@@ -64,9 +64,11 @@ type Outcome struct {
 	Cause string
 	// Usage is what the engine reported (tap.Tap.Usage).
 	Usage tap.Usage
-	// FirstByte is when the engine's first answer byte came (the first
-	// content event of a stream); zero if none.
-	FirstByte time.Time
+	// FirstByte is when the engine's first answer byte came; FirstToken
+	// when its first content came (tap.Tap.FirstToken: not a role-only
+	// chunk or headers); zero if none. The time to first token is what
+	// placement learns from and the decision log records.
+	FirstByte, FirstToken time.Time
 	// Start is when the request arrived.
 	Start time.Time
 	// Key and RequestID identify it in the decision log.
@@ -97,10 +99,13 @@ func (c *Core) Finish(pl *Placement, o Outcome) {
 		countTurn(rep, pl.Reason)
 		c.metrics.requests.WithLabelValues(rank, string(pl.Reason)).Inc()
 	}
-	ttfb := -1.0
 	if !o.FirstByte.IsZero() {
-		ttfb = o.FirstByte.Sub(o.Start).Seconds()
-		c.metrics.ttfb.WithLabelValues(rank).Observe(ttfb)
+		c.metrics.ttfb.WithLabelValues(rank).Observe(o.FirstByte.Sub(o.Start).Seconds())
+	}
+	ttft := -1.0
+	if !o.FirstToken.IsZero() {
+		ttft = o.FirstToken.Sub(o.Start).Seconds()
+		c.metrics.ttft.WithLabelValues(rank).Observe(ttft)
 	}
 	u := o.Usage
 	if u.Known {
@@ -118,7 +123,7 @@ func (c *Core) Finish(pl *Placement, o Outcome) {
 		c.log.Debug("routed", "replica", rep.rank, "route", pl.Reason, "session_source", o.Key.Source,
 			"status", o.Status, "prompt_tokens", u.Prompt, "cached_tokens", u.Cached)
 	}
-	c.placer.End(pl, o.Status != 499, place.Report(o.Usage), ttfb)
+	c.placer.End(pl, o.Status != 499, place.Report(o.Usage), ttft)
 }
 
 // Retrying counts a request that never reached r's engine and is placed
@@ -168,8 +173,8 @@ func (c *Core) logDecision(pl *Placement, o Outcome, u tap.Usage) {
 	d := decision.Record{At: now, RequestID: o.RequestID, Source: o.Key.Source, Key: o.Key.Key, Subagent: o.Key.Subagent,
 		Policy: pl.Policy, Route: string(pl.Reason), Replica: pl.Replica.rank, Wait: pl.Waited,
 		Prompt: u.Prompt, Cached: u.Cached, Completion: u.Completion, TTFB: -1, Duration: now.Sub(o.Start), Status: o.Status}
-	if !o.FirstByte.IsZero() {
-		d.TTFB = o.FirstByte.Sub(o.Start)
+	if !o.FirstToken.IsZero() {
+		d.TTFB = o.FirstToken.Sub(o.Start)
 	}
 	c.decisions.add(d)
 }

@@ -94,13 +94,14 @@ type Tap struct {
 	strip  bool
 	now    func() time.Time
 
-	usage     Usage
-	firstByte time.Time
-	buf       []byte // stream: bytes of the current unfinished line/event; JSON: the body so far
-	out       []byte // strip mode: bytes ready for the client
-	event     []byte // strip mode: lines of the current event
-	eof       error
-	overflow  bool
+	usage      Usage
+	firstByte  time.Time
+	firstToken time.Time
+	buf        []byte // stream: bytes of the current unfinished line/event; JSON: the body so far
+	out        []byte // strip mode: bytes ready for the client
+	event      []byte // strip mode: lines of the current event
+	eof        error
+	overflow   bool
 
 	fail    func(err error) []byte // Options.Fail
 	alive   func() bool            // Options.Alive
@@ -132,6 +133,18 @@ func (t *Tap) Usage() Usage { return t.usage }
 
 // FirstByte is when the first byte of the answer was read; zero before.
 func (t *Tap) FirstByte() time.Time { return t.firstByte }
+
+// FirstToken is when the first content of the answer was read: the first
+// stream event that carries text, reasoning or a tool call (not a
+// role-only chunk, message_start, a ping or an empty delta), or a whole
+// JSON answer's first byte. Zero before; a stream that never carried
+// content has none.
+func (t *Tap) FirstToken() time.Time {
+	if !t.stream {
+		return t.firstByte
+	}
+	return t.firstToken
+}
 
 // Failed is the error that broke the engine's body off, nil if none.
 func (t *Tap) Failed() error { return t.failed }
@@ -281,11 +294,50 @@ func (t *Tap) line(l []byte) bool {
 	if len(d) == 0 || d[0] != '{' {
 		return false
 	}
+	if t.firstToken.IsZero() && hasContent(t.kind, d) {
+		t.firstToken = t.now()
+	}
 	if !t.parseJSON(d) || t.kind != OpenAI {
 		return false
 	}
 	ch := gjson.GetBytes(d, "choices")
 	return ch.IsArray() && len(ch.Array()) == 0 && gjson.GetBytes(d, "usage").IsObject()
+}
+
+// Content markers of stream events (bytes.Contains before any parse).
+var (
+	anthropicDelta  = []byte(`"content_block_delta"`)
+	responsesPrefix = []byte(`"type":"response.`)
+	responsesDelta  = []byte(`.delta"`)
+	openAIToolCalls = []byte(`"tool_calls":[{`)
+	openAIFields    = [][]byte{[]byte(`"content":"`), []byte(`"reasoning_content":"`), []byte(`"reasoning":"`), []byte(`"text":"`)}
+)
+
+// hasContent reports whether a stream event carries answer content: text,
+// reasoning or a tool call, in kind's event shapes.
+func hasContent(kind Kind, d []byte) bool {
+	switch kind {
+	case Anthropic:
+		return bytes.Contains(d, anthropicDelta)
+	case Responses:
+		return bytes.Contains(d, responsesPrefix) && bytes.Contains(d, responsesDelta)
+	}
+	if bytes.Contains(d, openAIToolCalls) {
+		return true
+	}
+	for _, f := range openAIFields {
+		for rest := d; ; {
+			i := bytes.Index(rest, f)
+			if i < 0 {
+				break
+			}
+			rest = rest[i+len(f):]
+			if len(rest) > 0 && rest[0] != '"' { // a non-empty string
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // parseJSON reads usage from one JSON document: a whole response or an SSE

@@ -142,3 +142,43 @@ func TestWriteFedTapReadsUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestFirstTokenIsTheFirstContent: a stream's first token is its first
+// event with text, reasoning or a tool call, in each API's shape: not the
+// role-only chunk, message_start, a ping or an empty delta before it.
+func TestFirstTokenIsTheFirstContent(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		kind    Kind
+		before  []string // events without content
+		content string
+	}{
+		{"openai", OpenAI, []string{`{"choices":[{"delta":{"role":"assistant","content":""}}]}`, `{"choices":[{"delta":{"content":""}}]}`},
+			`{"choices":[{"delta":{"content":"Hi"}}]}`},
+		{"openai tool call", OpenAI, []string{`{"choices":[{"delta":{"role":"assistant"}}]}`},
+			`{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"read"}}]}}]}`},
+		{"openai reasoning", OpenAI, nil, `{"choices":[{"delta":{"reasoning_content":"think"}}]}`},
+		{"anthropic", Anthropic, []string{`{"type":"message_start","message":{"usage":{"input_tokens":5}}}`, `{"type":"ping"}`,
+			`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`},
+			`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`},
+		{"responses", Responses, []string{`{"type":"response.created"}`, `{"type":"response.output_item.added"}`},
+			`{"type":"response.output_text.delta","delta":"Hi"}`},
+	} {
+		now := time.Unix(100, 0)
+		tp := New(nil, tc.kind, Options{Stream: true, Now: func() time.Time { return now }})
+		for _, ev := range tc.before {
+			tp.Write([]byte("data: " + ev + "\n\n"))
+			now = now.Add(time.Second)
+		}
+		if !tp.FirstToken().IsZero() {
+			t.Errorf("%s: a first token at %v before any content", tc.name, tp.FirstToken())
+		}
+		want := now
+		tp.Write([]byte("data: " + tc.content + "\n\n"))
+		now = now.Add(time.Second)
+		tp.Write([]byte("data: " + tc.content + "\n\n"))
+		if !tp.FirstToken().Equal(want) || !tp.FirstByte().Equal(time.Unix(100, 0)) {
+			t.Errorf("%s: first token %v (want %v), first byte %v", tc.name, tp.FirstToken(), want, tp.FirstByte())
+		}
+	}
+}
