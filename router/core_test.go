@@ -10,8 +10,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -387,5 +391,50 @@ func BenchmarkPlace(b *testing.B) {
 				i++
 			}
 		})
+	}
+}
+
+// TestScrapeAsksForTheSeriesItReads: the engines' /metrics is asked with
+// name[] for the series the warden reads (vLLM's prometheus_client then
+// sends those alone); a server that answers the filter without them is read
+// whole from then on.
+func TestScrapeAsksForTheSeriesItReads(t *testing.T) {
+	var queries []url.Values
+	var mu sync.Mutex
+	filters := true
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/health":
+		case "/metrics":
+			mu.Lock()
+			queries = append(queries, r.URL.Query())
+			f := filters
+			mu.Unlock()
+			if f && r.URL.Query().Has("name[]") {
+				return // a server whose filter knows none of the names: nothing
+			}
+			io.WriteString(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 2\n")
+		}
+	}))
+	defer srv.Close()
+	c := testCoreBackends(t, Config{}, []Backend{{Rank: 0, URL: srv.URL, MaxNumSeqs: 32}})
+	c.CheckNow(context.Background())
+	c.CheckNow(context.Background())
+	mu.Lock()
+	defer mu.Unlock()
+	if len(queries) != 3 {
+		t.Fatalf("%d /metrics requests for two checks, want 3 (filtered, whole, then whole only)", len(queries))
+	}
+	names := queries[0]["name[]"]
+	for _, want := range []string{"vllm:num_requests_running", "vllm:prefix_cache_hits_total", "vllm:cache_config_info"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("the filtered scrape does not ask for %s: %v", want, names)
+		}
+	}
+	if queries[1].Has("name[]") || queries[2].Has("name[]") {
+		t.Errorf("after an empty filtered answer the scrape still filters: %v", queries)
+	}
+	if got := c.Status().Replicas[0].Running; got != 2 {
+		t.Errorf("running %v, want 2 from the whole answer", got)
 	}
 }

@@ -41,6 +41,7 @@ type Replica struct {
 	maxNumSeqs   atomic.Int64 // may be learned at run time (Backend.Probe)
 	maxModelLen  atomic.Int64 // the engine's max_model_len from its /v1/models; 0 until learned (again after a restart)
 	learnSeqs    atomic.Bool  // still to ask the server for max_num_seqs
+	fullScrape   atomic.Bool  // its /metrics answered the name[] filter without the series asked: read it whole
 	fallbackSeqs int
 	fresh        time.Duration // metrics older than this are stale (staleAfter scrape intervals)
 	rampUp       time.Duration // Config.RampUp

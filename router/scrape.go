@@ -6,12 +6,14 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/router/engine"
+	"github.com/lmwarden/warden/router/metricname"
 	"github.com/lmwarden/warden/router/place"
 )
 
@@ -20,11 +22,7 @@ func (c *Core) check(ctx context.Context, r *Replica) {
 	err := c.getOK(ctx, r.target.String()+"/health", nil)
 	if err == nil {
 		var s engine.Sample
-		err = c.getOK(ctx, r.target.String()+"/metrics", func(body io.Reader) error {
-			var perr error
-			s, perr = engine.Parse(io.LimitReader(body, engine.MaxMetricsBytes))
-			return perr
-		})
+		s, err = c.scrape(ctx, r)
 		if err == nil {
 			r.mu.Lock()
 			reset := r.eng.Apply(s, c.clock())
@@ -71,6 +69,46 @@ func (c *Core) EngineTimeScale() float64 {
 		return s
 	}
 	return 1
+}
+
+// metricsQuery asks an engine's /metrics for the series the warden reads
+// only (metricname.Scraped; servers that do not filter send everything).
+var metricsQuery = func() string {
+	q := url.Values{"name[]": metricname.Scraped}
+	return "/metrics?" + q.Encode()
+}()
+
+// scrape reads the replica's /metrics: the filtered series, unless an
+// answer without vLLM's running-requests gauge showed that the server
+// filters by other names (then, and from then on, everything).
+func (c *Core) scrape(ctx context.Context, r *Replica) (engine.Sample, error) {
+	var s engine.Sample
+	read := func(path string) (bool, error) {
+		seen := false
+		err := c.getOK(ctx, r.target.String()+path, func(body io.Reader) error {
+			var perr error
+			s, perr = engine.Parse(io.LimitReader(body, engine.MaxMetricsBytes))
+			seen = s.HasRunning()
+			return perr
+		})
+		return seen, err
+	}
+	if r.fullScrape.Load() {
+		_, err := read("/metrics")
+		return s, err
+	}
+	seen, err := read(metricsQuery)
+	if err != nil || seen {
+		return s, err
+	}
+	if _, err := read("/metrics"); err != nil {
+		return s, err
+	}
+	if s.HasRunning() {
+		r.fullScrape.Store(true)
+		r.log.Info("the engine's /metrics does not filter by name[] as vLLM's does: reading all of it from now on")
+	}
+	return s, nil
 }
 
 // learnMaxModelLen reads the context the engine serves at (vLLM's

@@ -76,10 +76,16 @@ type Sample struct {
 
 	offload                             Offload
 	timeScale                           float64 // metricname.SimTimeScale; 0 when absent
+	hasRunning                          bool
 	offQueries, offHits                 float64
 	offLoaded, offStored                float64
 	hasOffQ, hasOffH, hasOffL, hasOffSt bool
 }
+
+// HasRunning reports whether the sample had vLLM's running-requests gauge
+// (or is another warden's): a /metrics answer that lacks it did not carry
+// what the warden reads.
+func (s Sample) HasRunning() bool { return s.hasRunning }
 
 // Offload is an engine's host-RAM KV tier (vLLM's KV offloading) as its
 // vllm:cache_config_info says: the labels kv_offloading_backend ("native",
@@ -103,7 +109,7 @@ func Parse(r io.Reader) (Sample, error) {
 		return ws, nil // another warden (route in front of serve): dynamic.go
 	}
 	var s Sample
-	s.running, _ = fams.Sum(mn.VLLMRunning)
+	s.running, s.hasRunning = fams.Sum(mn.VLLMRunning)
 	s.waiting, _ = fams.Sum(mn.VLLMWaiting)
 	if v, ok := fams.Sum(mn.VLLMKVUsage); ok {
 		s.kvUsed = v
@@ -309,7 +315,7 @@ func wardenSample(fams promtext.Families) (s Sample, ok bool) {
 	if fams[mn.EngineRunning] == nil {
 		return s, false
 	}
-	s.running, _ = fams.Sum(mn.EngineRunning)
+	s.running, s.hasRunning = fams.Sum(mn.EngineRunning)
 	s.waiting, _ = fams.Sum(mn.EngineWaiting)
 	s.queries, s.hasQueries = fams.Sum(mn.EnginePrefixQuery)
 	s.hits, s.hasHits = fams.Sum(mn.EnginePrefixHits)

@@ -34,7 +34,7 @@ vllm:generation_tokens_total{engine="0",model_name="m"} 50
 vllm:num_preemptions_total{engine="0",model_name="m"} 2
 # TYPE vllm:cache_config_info gauge
 vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",num_gpu_blocks="2750"} 1
-`, Sample{running: 5, waiting: 1, kvUsed: 0.25, queries: 1000, hits: 600, prompt: 1100, generated: 50,
+`, Sample{running: 5, hasRunning: true, waiting: 1, kvUsed: 0.25, queries: 1000, hits: 600, prompt: 1100, generated: 50,
 			preemptions: 2, kvCapacity: 44000, hasQueries: true, hasHits: true, hasPrompt: true, hasGen: true, hasPreem: true}},
 		{"older names: counters without _total, gpu_cache_usage_perc", `# TYPE vllm:gpu_cache_usage_perc gauge
 vllm:gpu_cache_usage_perc{model_name="m"} 0.5
@@ -169,7 +169,7 @@ func TestParseHostKVTier(t *testing.T) {
 		text string
 		want Sample
 	}{
-		{"vLLM 0.32 native tier", vllm032Tier, Sample{running: 2, queries: 10000, hits: 6000, kvCapacity: 44000,
+		{"vLLM 0.32 native tier", vllm032Tier, Sample{running: 2, hasRunning: true, queries: 10000, hits: 6000, kvCapacity: 44000,
 			hasQueries: true, hasHits: true,
 			offload: Offload{Backend: "native", Bytes: 64 << 30}, offQueries: 4000, offHits: 2500,
 			offLoaded: 163840000, offStored: 655360000, hasOffQ: true, hasOffH: true, hasOffL: true, hasOffSt: true}},

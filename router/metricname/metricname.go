@@ -51,3 +51,18 @@ const (
 	EnginePromptTokens = "warden_engine_prompt_tokens_total"               // counter
 	EngineGenTokens    = "warden_engine_generation_tokens_total"           // counter
 )
+
+// Scraped are the series an engine's /metrics is asked for: every vLLM
+// series above (counters with their _total samples) and the simulator's
+// time scale. vLLM serves /metrics through prometheus_client, which answers
+// ?name[]=NAME&name[]=... with only the samples named, sparing the engine's
+// API server the rest of its several hundred series per scrape.
+var Scraped = []string{
+	VLLMRunning, VLLMWaiting, VLLMKVUsage, VLLMGPUKVUsage, VLLMCacheConfig, SimTimeScale,
+	VLLMPrefixQuery, VLLMPrefixQuery + "_total", VLLMPrefixHits, VLLMPrefixHits + "_total",
+	VLLMPrompt, VLLMPrompt + "_total", VLLMGeneration, VLLMGeneration + "_total",
+	VLLMPreemptions, VLLMPreemptions + "_total",
+	VLLMExternalQueries, VLLMExternalQueries + "_total", VLLMExternalHits, VLLMExternalHits + "_total",
+	VLLMOffloadLoadBytes, VLLMOffloadLoadBytes + "_total", VLLMOffloadStoreBytes, VLLMOffloadStoreBytes + "_total",
+	VLLMOffloadTotalBytes, VLLMOffloadTotalBytes + "_total",
+}
