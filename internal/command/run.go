@@ -43,8 +43,15 @@ func runCommand() *cli.Command {
 			ArgsUsage: "[-- " + a.Bin + " arguments]",
 			Description: "Sets: " + a.Sets + "\n\nOptions go before --; everything after -- goes to " + a.Bin +
 				" verbatim. Nothing in your config files is changed.",
-			Flags:  runFlags(),
-			Action: action(func(c *cli.Context) error { return run.Main(c.Context, a, runOptions(c)) }),
+			Flags: runFlags(),
+			Action: action(func(c *cli.Context) error {
+				if c.String("serve") != "" {
+					if err := processGroups("warden run --serve"); err != nil {
+						return err
+					}
+				}
+				return run.Main(c.Context, a, runOptions(c))
+			}),
 		})
 	}
 	return &cli.Command{
