@@ -15,13 +15,12 @@ require (
 	github.com/tidwall/gjson v1.20.2 // path lookups in request bodies without unmarshalling
 	github.com/tidwall/sjson v1.2.9 // surgical request body edits
 	github.com/urfave/cli/v2 v2.27.7 // command tree, flags with WARDEN_* env vars
+	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // "did you mean" for misspelt commands and flags (urfave/cli's measure)
 	go.uber.org/goleak v1.3.0 // goroutine-leak checks in tests
 	golang.org/x/sys v0.50.0 // CPU affinity of CPU engines (sched_setaffinity)
 	golang.org/x/term v0.44.0 // terminal detection for live displays
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // size-rotated --decision-log file
 )
-
-require github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
