@@ -120,3 +120,19 @@ func TestServeCtrlCSaysWhatDrainsAndASecondOneStops(t *testing.T) {
 		}
 	}
 }
+
+// TestServeSimSaysWhatItAnswers: a warden on the simulator says, where
+// `warden run` and the status page read it, that the answers are filler
+// text and how to make them short.
+func TestServeSimSaysWhatItAnswers(t *testing.T) {
+	w := startServe(t)
+	st := w.status(t)
+	if st.Engines == nil {
+		t.Fatal("no engines in the status")
+	}
+	if note := strings.Join(st.Engines.Simulator, " "); !strings.Contains(note, "filler text") ||
+		!strings.Contains(note, "--sim-output-tokens 20") {
+		t.Errorf("status engines.simulator = %+v, want the simulator's first-contact note", st.Engines)
+	}
+	w.stop(t)
+}

@@ -469,6 +469,9 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	}
 	tools, fit, setup := engineOptions(cfg.Options, facts, log)
 	setup.OffloadHint = offloadHint(cfg.Options, devices)
+	if cfg.Engine == "sim" {
+		setup.Simulator = sim.FirstContact(cfg.Extra)
+	}
 	specs, backends, err := engineSpecs(cfg.Options, devices, tools, fit)
 	if err != nil {
 		ln.Close()
@@ -507,7 +510,7 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	if cfg.Engine == "vllm" {
 		log.Info("engines ready", "vllm_version", launch.Version(ctx, backends[0].URL))
 	}
-	printServeReady(stdout, cfg, px.Status().Policy)
+	printServeReady(stdout, cfg, px.Status().Policy, setup.Simulator)
 
 	final := drain(ctx, stopSignals, srv, served, px, cfg.Router.DrainTimeout, log)
 	stopRun()
@@ -558,9 +561,13 @@ func shutdownHTTP(srv *http.Server, grace time.Duration) {
 	}
 }
 
-// printServeReady prints the one line scripts wait for: the URL to use.
-func printServeReady(w io.Writer, cfg Config, policy string) {
+// printServeReady prints the one line scripts wait for: the URL to use;
+// then, for the simulator, what its answers are (note).
+func printServeReady(w io.Writer, cfg Config, policy string, note []string) {
 	url := wardenproc.URL(cfg.Router.Host, strconv.Itoa(cfg.Router.Port))
 	fmt.Fprintf(w, "warden: ready at %s (%d x %s, policy %s; status page %s/, logs %s)\n",
 		url, cfg.DP, cfg.ServedName, policy, url, cfg.LogDir)
+	for _, line := range note {
+		fmt.Fprintln(w, "warden: "+line)
+	}
 }

@@ -80,6 +80,10 @@ type EngineSetup struct {
 	// OffloadHint, when the engines run without a host KV tier that they
 	// could have, is what the overcommit warning adds as a remedy.
 	OffloadHint string `json:"offload_hint,omitempty"`
+	// Simulator, when the engines are the built-in simulator, is what a
+	// user meeting it must know, in lines (sim.FirstContact): its answers
+	// are filler text, how long they run, how fast its time runs.
+	Simulator []string `json:"simulator,omitempty"`
 }
 
 // OvercommitPeak records a moment at which the active conversations needed
