@@ -50,6 +50,9 @@ type Router struct {
 // proxyConfig validates the router's settings into a proxy.Config for the
 // served model name and returns the listen address.
 func (r Router) proxyConfig(servedName string) (proxy.Config, string, error) {
+	if err := checkHost(r.Host); err != nil {
+		return proxy.Config{}, "", err
+	}
 	port := r.Port
 	if port < 1 || port > 65535 {
 		return proxy.Config{}, "", fmt.Errorf("--port %d is not a TCP port", port)

@@ -465,7 +465,7 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return exit.Newf(1, "warden serve: cannot listen on %s: %v (choose another --port)", cfg.Addr, err)
+		return exit.New(1, listenError("warden serve", cfg.Addr, err))
 	}
 	tools, fit, setup := engineOptions(cfg.Options, facts, log)
 	setup.OffloadHint = offloadHint(cfg.Options, devices)
