@@ -86,6 +86,20 @@ type EngineSetup struct {
 	Simulator []string `json:"simulator,omitempty"`
 }
 
+// ActiveSessionCount is what "sessions" means wherever the panel, the
+// status table and the page show the word unqualified: the conversations
+// with a turn within the active window (ConcurrentSessions), which is the
+// sum of the replicas' ActiveSessions. Sessions (remembered: still in the
+// session table, their replica kept for a returning turn) and SessionsSeen
+// (distinct since start) are always shown with their qualifier. Without a
+// window (ActiveWindowSeconds 0) it is Sessions.
+func (s Status) ActiveSessionCount() int {
+	if s.ActiveWindowSeconds > 0 {
+		return s.ConcurrentSessions
+	}
+	return s.Sessions
+}
+
 // OvercommitPeak records a moment at which the active conversations needed
 // more KV cache than all replicas together have (see Overcommit).
 type OvercommitPeak struct {
