@@ -3,7 +3,9 @@ package command
 import (
 	"bytes"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -138,4 +140,34 @@ func TestUsageErrors(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestEveryFlagIsInFlagsMd: every flag of every command appears in
+// docs/flags.md, in a section whose heading names the command.
+func TestEveryFlagIsInFlagsMd(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "flags.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sections := strings.Split(string(doc), "\n## ")
+	eachCommand(func(path string, c *cli.Command) {
+		if path == "" {
+			return
+		}
+		cmd := "`warden " + strings.Fields(path)[0] // `warden run <agent>` names all three
+		var text string
+		for _, s := range sections {
+			if heading, _, _ := strings.Cut(s, "\n"); strings.Contains(heading, cmd) {
+				text += s
+			}
+		}
+		for _, f := range c.Flags {
+			if f == cli.HelpFlag {
+				continue
+			}
+			if name := "`--" + f.Names()[0] + "`"; !strings.Contains(text, name) {
+				t.Errorf("docs/flags.md has no %s in a section headed %s`", name, cmd)
+			}
+		}
+	})
 }
