@@ -21,7 +21,7 @@ type Status struct {
 	SpillAuto      bool      `json:"spill_threshold_auto"`
 	StickyShare    float64   `json:"sticky_share"` // turns served on their session's home / turns of known sessions (0..1)
 	InFlight       int       `json:"in_flight"`
-	Sessions       int       `json:"sessions"`      // active (not expired) sessions in the table
+	Sessions       int       `json:"sessions"`      // remembered: sessions in the table (not expired); "sessions" unqualified is ActiveSessionCount
 	SessionsSeen   uint64    `json:"sessions_seen"` // distinct sessions since start
 	Replicas       []Replica `json:"replicas"`
 	Totals         Totals    `json:"totals"`
