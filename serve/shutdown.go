@@ -56,7 +56,7 @@ func drainHTTP(srv *http.Server, grace time.Duration, stopSignals func(), inFlig
 			return
 		case <-tick.C:
 			if left := inFlight(); left > 0 {
-				log.Info(fmt.Sprintf("draining: %s left, %s of the grace; Ctrl-C again to stop now", requests(left),
+				log.Info(fmt.Sprintf("draining: %s in flight, %s to go; Ctrl-C again to stop now", requests(left),
 					time.Until(deadline).Round(time.Second)), "in_flight", left)
 			}
 		case <-again:

@@ -171,3 +171,20 @@ func TestEveryFlagIsInFlagsMd(t *testing.T) {
 		}
 	})
 }
+
+// TestUnsupportedOSSaysWhereAndWhatWorks: the refusal of serve outside Unix
+// (a Windows build) names the OS, where it runs, and what works there.
+func TestUnsupportedOSSaysWhereAndWhatWorks(t *testing.T) {
+	err := unsupported("warden serve", "windows")
+	if exitCode(cliExit(err)) != 2 {
+		t.Errorf("exit status of %v, want 2", err)
+	}
+	for _, want := range []string{"warden serve: not supported on windows", "WSL2", "warden route, status, bench"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q lacks %q", err, want)
+		}
+	}
+	if processGroups("warden serve") != nil {
+		t.Errorf("processGroups refuses on a Unix build")
+	}
+}
