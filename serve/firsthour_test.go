@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -133,6 +134,25 @@ func TestServeSimSaysWhatItAnswers(t *testing.T) {
 	if note := strings.Join(st.Engines.Simulator, " "); !strings.Contains(note, "filler text") ||
 		!strings.Contains(note, "--sim-output-tokens 20") {
 		t.Errorf("status engines.simulator = %+v, want the simulator's first-contact note", st.Engines)
+	}
+	w.stop(t)
+}
+
+// TestRunAgainstTheSimulatorSaysWhatItAnswers: `warden run` against a
+// warden on the simulator tells the user, before the agent starts, that the
+// answers will be filler text.
+func TestRunAgainstTheSimulatorSaysWhatItAnswers(t *testing.T) {
+	w := startServe(t, "--tools", "hermes", "--", "--sim-output-tokens", "8")
+	cmd := exec.Command(simproc.Binary(t), "run", "claude", "--url", w.url+"/v1", "--agent-bin", "true", "--", "-p", "hi")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("warden run claude --agent-bin true: %v\n%s", err, out)
+	}
+	for _, want := range []string{"warden run: the engines are the built-in simulator: its answers are filler text",
+		"warden run: each answer is 8 tokens long"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
 	}
 	w.stop(t)
 }
