@@ -28,7 +28,6 @@ const usageColumn = 30
 // flag, also with one line.
 func configure(app *cli.App) *cli.App {
 	useHelpLayout()
-	app.Suggest = true
 	app.CommandNotFound = commandNotFound
 	app.OnUsageError = usageError
 	for _, c := range app.Commands {
@@ -37,6 +36,9 @@ func configure(app *cli.App) *cli.App {
 	return app
 }
 
+// configureCommand sets configure's conventions on c and its subcommands:
+// OnUsageError, and a Before that checks the flags marked Required (urfave/
+// cli would print the whole help with the error; the mark is cleared).
 func configureCommand(c *cli.Command) {
 	c.OnUsageError = usageError
 	var required []string
