@@ -82,7 +82,7 @@ func discover(ctx context.Context, nvmlFn func() ([]Device, error), smi string) 
 	if len(tried) == 0 {
 		return nil, ErrNoGPU
 	}
-	return nil, fmt.Errorf("%w [%s]", ErrNoGPU, strings.Join(tried, "; "))
+	return nil, fmt.Errorf("%w; tried:\n  %s", ErrNoGPU, strings.Join(tried, "\n  ")) // a line each
 }
 
 func describe(err error) string {
