@@ -15,6 +15,7 @@ require (
 	github.com/tidwall/gjson v1.20.2 // path lookups in request bodies without unmarshalling
 	github.com/tidwall/sjson v1.2.9 // surgical request body edits
 	github.com/urfave/cli/v2 v2.27.7 // command tree, flags with WARDEN_* env vars
+	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // "did you mean" for misspelt commands and flags (urfave/cli's measure)
 	go.uber.org/goleak v1.3.0 // goroutine-leak checks in tests
 	golang.org/x/sys v0.50.0 // CPU affinity of CPU engines (sched_setaffinity)
 	golang.org/x/term v0.47.0 // terminal detection for live displays
@@ -52,7 +53,6 @@ require (
 	github.com/tidwall/pretty v1.3.0 // indirect
 	github.com/tklauser/go-sysconf v0.4.0 // indirect
 	github.com/tklauser/numcpus v0.12.0 // indirect
-	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
 	github.com/yusufpapurcu/wmi v1.2.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/net v0.61.0 // indirect

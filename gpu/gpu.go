@@ -82,7 +82,7 @@ func discover(ctx context.Context, nvmlFn func() ([]Device, error), smi string) 
 	if len(tried) == 0 {
 		return nil, ErrNoGPU
 	}
-	return nil, fmt.Errorf("%w [%s]", ErrNoGPU, strings.Join(tried, "; "))
+	return nil, fmt.Errorf("%w; tried:\n  %s", ErrNoGPU, strings.Join(tried, "\n  ")) // a line each
 }
 
 func describe(err error) string {
@@ -195,9 +195,17 @@ func Assign(devs []Device, dp, tp int) ([][]Device, error) {
 	}
 	need := dp * tp
 	if len(devs) < need {
-		return nil, fmt.Errorf("need %d GPUs (--dp %d x --tp %d) but %d are available (%s); "+
+		avail := fmt.Sprintf("%d are", len(devs))
+		if len(devs) == 1 {
+			avail = "1 is"
+		}
+		gpus := "GPUs"
+		if need == 1 {
+			gpus = "GPU"
+		}
+		return nil, fmt.Errorf("need %d %s (--dp %d x --tp %d) but %s available (%s); "+
 			"lower --dp/--tp, check --gpus and CUDA_VISIBLE_DEVICES, or use --engine sim",
-			need, dp, tp, len(devs), indexList(devs))
+			need, gpus, dp, tp, avail, indexList(devs))
 	}
 	groups := make([][]Device, dp)
 	for r := range groups {

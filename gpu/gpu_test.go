@@ -84,6 +84,8 @@ func TestAssign(t *testing.T) {
 		{name: "spare GPUs stay unused", n: 4, dp: 1, tp: 2, want: [][]int{{0, 1}}},
 		{name: "too few GPUs", n: 4, dp: 3, tp: 2, wantErrPart: "need 6 GPUs (--dp 3 x --tp 2) but 4 are available (GPU 0, 1, 2, 3)"},
 		{name: "no GPUs names the simulator", n: 0, dp: 1, tp: 1, wantErrPart: "--engine sim"},
+		{name: "one GPU needed, in the singular", n: 0, dp: 1, tp: 1, wantErrPart: "need 1 GPU (--dp 1 x --tp 1) but 0 are available"},
+		{name: "one GPU available, in the singular", n: 1, dp: 2, tp: 1, wantErrPart: "need 2 GPUs (--dp 2 x --tp 1) but 1 is available"},
 		{name: "zero dp", n: 4, dp: 0, tp: 1, wantErrPart: "at least 1"},
 		{name: "negative tp", n: 4, dp: 1, tp: -1, wantErrPart: "at least 1"},
 	}

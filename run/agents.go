@@ -66,6 +66,9 @@ type target struct {
 	Context int    // the engines' max_model_len; 0 when unknown
 	Output  int    // output cap to tell the agent; 0 when unknown
 	Tools   toolsCheck
+	// Simulator: the engines are the simulator, and what its answers are
+	// (the warden's status says it, in lines); nil for real engines.
+	Simulator []string
 }
 
 // toolsCheck is whether the engines accept the tool requests every agent

@@ -6,8 +6,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // execAgent runs the agent in the foreground and returns its exit code.
@@ -54,17 +52,4 @@ func agentExitCode(ps *os.ProcessState, err error) (int, error) {
 		return 128 + int(ws.Signal()), nil
 	}
 	return ps.ExitCode(), nil
-}
-
-// terminalForeground reports whether warden's process group is the
-// foreground group of its controlling terminal: then a SIGINT it gets came
-// from the terminal, which sent it to the whole group.
-func terminalForeground() bool {
-	f, err := os.Open("/dev/tty")
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	pg, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCGPGRP)
-	return err == nil && pg == unix.Getpgrp()
 }

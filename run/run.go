@@ -211,6 +211,9 @@ func fetchTarget(ctx context.Context, base, key, model string, maxOut int) (targ
 	}
 	t.Output = outputCap(maxOut, t.Context)
 	t.Tools = checkTools(ctx, client, base, key, t.Model, st.Engines)
+	if st.Engines != nil {
+		t.Simulator = st.Engines.Simulator
+	}
 	return t, nil
 }
 
@@ -366,5 +369,8 @@ func reportPlan(w io.Writer, a Agent, t target, p launchPlan) {
 	}
 	for _, n := range p.Notes {
 		fmt.Fprintf(w, "warden run: %s\n", n)
+	}
+	for _, line := range t.Simulator {
+		fmt.Fprintf(w, "warden run: %s\n", line)
 	}
 }

@@ -186,7 +186,7 @@ func Route(ctx context.Context, o RouteOptions, stdout io.Writer) error {
 	defer stopSignals()
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return exit.Newf(1, "warden route: cannot listen on %s: %v (choose another --port)", cfg.Addr, err)
+		return exit.New(1, listenError("warden route", cfg.Addr, err))
 	}
 	px, err := newRouteProxy(ctx, cfg, log)
 	if err != nil {

@@ -55,6 +55,9 @@ type Router struct {
 // checks are proxy.Config.Validate's (and router.Config's); only what the
 // command line spells differently is read here.
 func (r Router) proxyConfig(servedName string) (proxy.Config, string, error) {
+	if err := checkHost(r.Host); err != nil {
+		return proxy.Config{}, "", err
+	}
 	port := r.Port
 	if port < 1 || port > 65535 {
 		return proxy.Config{}, "", fmt.Errorf("--port %d is not a TCP port", port)
@@ -114,20 +117,17 @@ func newRegistry() *prometheus.Registry {
 }
 
 // drain blocks until ctx ends (SIGINT/SIGTERM) or the server fails, then
-// stops accepting, lets in-flight requests finish for up to grace, scrapes
-// the engines once more and returns the final status for the summary.
-// stopSignals is called first, so a second Ctrl-C kills the warden the
-// default way.
+// stops accepting, lets in-flight requests finish for up to grace (saying
+// how many, and that a second Ctrl-C stops waiting: drainHTTP), scrapes the
+// engines once more and returns the final status for the summary.
 func drain(ctx context.Context, stopSignals func(), srv *http.Server, served <-chan error,
 	px *proxy.Proxy, grace time.Duration, log *slog.Logger) panel.Status {
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down: draining in-flight requests", "grace", grace)
 	case err := <-served:
 		log.Error("http server stopped", "err", err)
 	}
-	stopSignals()
-	shutdownHTTP(srv, grace)
+	drainHTTP(srv, grace, stopSignals, func() int { return px.Core().Status().InFlight }, log)
 	if err := px.Core().CloseDecisionLog(); err != nil {
 		log.Warn("the decision log was not written completely", "error", err)
 	}

@@ -57,6 +57,10 @@ type Options struct {
 	// (engineplan.Request.SimKVCache; the command layer passes
 	// sim.KVCacheBytes). Nil: unknown.
 	SimKVCache func(args []string, getenv func(string) string) (uint64, error)
+	// SimFirstContact is what a user meets first on the simulator's engines
+	// for their arguments (the command layer passes sim.FirstContact), told
+	// at start and in the status. Nil: nothing said.
+	SimFirstContact func(args []string) []string
 	// Image is --image: every rank's vLLM runs in a container of this image
 	// (docs/container.md); "" a host vLLM. ContainerRuntime is
 	// --container-runtime: docker, podman (or a path to one), "" detected.
@@ -278,11 +282,14 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return exit.Newf(1, "warden serve: cannot listen on %s: %v (choose another --port)", cfg.Addr, err)
+		return exit.New(1, listenError("warden serve", cfg.Addr, err))
 	}
 	tools, fit := engineplan.ChooseFlags(plan, facts, log)
 	setup := engineSetup(cfg.Extra, tools)
 	setup.OffloadHint = engineplan.OffloadHint(plan, devices)
+	if cfg.Engine == "sim" && cfg.SimFirstContact != nil {
+		setup.Simulator = cfg.SimFirstContact(cfg.Extra)
+	}
 	specs, backends, err := engineSpecs(cfg.Options, devices, tools, fit, cont)
 	if err != nil {
 		ln.Close()
@@ -325,7 +332,7 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	if cfg.Engine == "vllm" {
 		log.Info("engines ready", "vllm_version", engineplan.Version(ctx, backends[0].URL))
 	}
-	printServeReady(stdout, cfg, px.Core().Status().Policy)
+	printServeReady(stdout, cfg, px.Core().Status().Policy, setup.Simulator)
 
 	final := drain(ctx, stopSignals, srv, served, px, cfg.Router.DrainTimeout, log)
 	stopRun()
@@ -394,9 +401,13 @@ func shutdownHTTP(srv *http.Server, grace time.Duration) {
 	}
 }
 
-// printServeReady prints the one line scripts wait for: the URL to use.
-func printServeReady(w io.Writer, cfg Config, policy string) {
+// printServeReady prints the one line scripts wait for: the URL to use;
+// then, for the simulator, what its answers are (note).
+func printServeReady(w io.Writer, cfg Config, policy string, note []string) {
 	url := wardenproc.URL(cfg.Router.Host, strconv.Itoa(cfg.Router.Port))
 	fmt.Fprintf(w, "warden: ready at %s (%d x %s, policy %s; status page %s/, logs %s)\n",
 		url, cfg.DP, cfg.ServedName, policy, url, cfg.LogDir)
+	for _, line := range note {
+		fmt.Fprintln(w, "warden: "+line)
+	}
 }

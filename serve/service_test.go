@@ -48,7 +48,8 @@ func unitFile(t *testing.T) (map[string]string, []string) {
 // helpDefault is a flag's default as `warden serve --help` prints it.
 func helpDefault(t *testing.T, help, flag string) time.Duration {
 	t.Helper()
-	m := regexp.MustCompile(`--` + flag + ` value .*\(default: ([0-9a-z]+)\)`).FindStringSubmatch(help)
+	// The flag's usage may wrap: its default is on one of the lines up to the next flag.
+	m := regexp.MustCompile(`--` + flag + ` value [^\[]*?\(default: ([0-9a-z]+)\)`).FindStringSubmatch(help)
 	if m == nil {
 		t.Fatalf("no default for --%s in warden serve --help", flag)
 	}
@@ -173,7 +174,7 @@ func TestServeSIGTERMDrainsLikeAServiceStop(t *testing.T) {
 	if len(left) > 0 {
 		t.Errorf("processes %v outlived the warden: the service manager's SIGKILL would have to end them", left)
 	}
-	if log := w.stderr.String(); !strings.Contains(log, "shutting down: draining in-flight requests") {
+	if log := w.stderr.String(); !strings.Contains(log, "shutting down: draining") {
 		t.Errorf("no drain line in the log:\n%s", log)
 	}
 	t.Logf("SIGTERM with a stream in flight: %d events drained to [DONE], warden exited 0 after %v (TimeoutStopSec %v), %d engine processes gone",

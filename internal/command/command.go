@@ -14,7 +14,7 @@ import (
 
 // App is the warden's command tree.
 func App(version string) *cli.App {
-	return &cli.App{
+	return configure(&cli.App{
 		Name:    "warden",
 		Usage:   "sticky, load-aware data-parallel router for local vLLM",
 		Version: version,
@@ -31,7 +31,7 @@ func App(version string) *cli.App {
 			runCommand(),
 			sweepCommand(),
 		},
-	}
+	})
 }
 
 // Run runs the command args names (args[0] is the program). A command that

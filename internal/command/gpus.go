@@ -15,14 +15,19 @@ func gpusCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{
 				Name:    "json",
-				Usage:   "print the GPUs as a JSON array instead of a table",
+				Usage:   "print the GPUs as a JSON array instead of a table ([] when there are none)",
 				EnvVars: []string{"WARDEN_GPUS_JSON"},
 			},
 		},
 		Action: func(c *cli.Context) error {
 			devs, err := gpu.Discover(c.Context)
 			if err != nil {
-				return cli.Exit(err.Error(), 1)
+				if c.Bool("json") { // still a JSON answer on stdout: no GPUs
+					if werr := gpu.WriteJSON(c.App.Writer, nil); werr != nil {
+						return werr
+					}
+				}
+				return cli.Exit("warden gpus: "+err.Error(), 1)
 			}
 			if c.Bool("json") {
 				return gpu.WriteJSON(c.App.Writer, devs)

@@ -13,9 +13,10 @@ import (
 func runFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "url", Value: panel.DefaultURL, EnvVars: []string{"WARDEN_URL"},
-			Usage: "base `URL` of the warden the agent uses (the same default as warden status and warden wait)"},
+			Usage: "base `URL` of the warden the agent uses, with or without /v1 (the default of status and wait too)"},
 		&cli.StringFlag{Name: "api-key", EnvVars: envVars("API_KEY"),
-			Usage: "`KEY` the agent sends: the warden's --api-key (default: a dummy, which a warden without --api-key accepts)"},
+			Usage: "`KEY` the agent sends: the warden's --api-key, which it reads from WARDEN_SERVER_API_KEY " +
+				"(default: a dummy, which a warden without --api-key accepts)"},
 		&cli.StringFlag{Name: "model", EnvVars: envVars("RUN_MODEL"),
 			Usage: "model `NAME` the agent asks for (default: the one the warden serves)"},
 		&cli.IntFlag{Name: "max-output-tokens", EnvVars: envVars("RUN_MAX_OUTPUT_TOKENS"),
@@ -43,8 +44,15 @@ func runCommand() *cli.Command {
 			ArgsUsage: "[-- " + a.Bin + " arguments]",
 			Description: "Sets: " + a.Sets + "\n\nOptions go before --; everything after -- goes to " + a.Bin +
 				" verbatim. Nothing in your config files is changed.",
-			Flags:  runFlags(),
-			Action: action(func(c *cli.Context) error { return run.Main(c.Context, a, runOptions(c)) }),
+			Flags: runFlags(),
+			Action: action(func(c *cli.Context) error {
+				if c.String("serve") != "" {
+					if err := processGroups("warden run --serve"); err != nil {
+						return err
+					}
+				}
+				return run.Main(c.Context, a, runOptions(c))
+			}),
 		})
 	}
 	return &cli.Command{

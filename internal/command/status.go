@@ -18,7 +18,7 @@ func statusCommand() *cli.Command {
 		ArgsUsage: "[interval]   (with --watch: redraw period, e.g. 5s)",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "url", Value: panel.DefaultURL, EnvVars: []string{"WARDEN_URL"},
-				Usage: "base URL of the warden (its public port)"},
+				Usage: "base `URL` of the warden (its public port; a base URL ending in /v1, as agents take it, too)"},
 			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, EnvVars: []string{"WARDEN_STATUS_WATCH"},
 				Usage: "redraw every interval until interrupted (in place on a terminal)"},
 			&cli.DurationFlag{Name: "interval", Value: 2 * time.Second, EnvVars: []string{"WARDEN_STATUS_INTERVAL"},

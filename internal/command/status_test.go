@@ -2,6 +2,7 @@ package command
 
 import (
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -38,5 +39,23 @@ func TestStatusURLFromTheEnvironment(t *testing.T) {
 	}
 	if diff := cmp.Diff(s, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestStatusTakesTheAgentsBaseURL: --url as agents take it (ending in /v1)
+// names the same warden.
+func TestStatusTakesTheAgentsBaseURL(t *testing.T) {
+	s := panel.Status{Model: "m", Policy: "adaptive", Replicas: []panel.Replica{{Rank: 0, URL: "http://127.0.0.1:1", Up: true}}}
+	mux := http.NewServeMux()
+	mux.Handle("GET /warden/status", panel.JSONHandler(func() panel.Status { return s }))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	out, _, err := runWarden(t, "status", "--json", "--url", srv.URL+"/v1")
+	if err != nil {
+		t.Fatalf("warden status --url %s/v1: %v", srv.URL, err)
+	}
+	var got panel.Status
+	if err := json.Unmarshal([]byte(out), &got); err != nil || got.Model != "m" {
+		t.Errorf("--json output: %v\n%s", err, out)
 	}
 }

@@ -33,6 +33,9 @@ func sweepCommand() *cli.Command {
 			"    --model Qwen/Qwen3-4B-Instruct-2507 --engine sim --max-num-seqs 32 -- --sim-time-scale 10",
 		Flags: flags,
 		Action: action(func(c *cli.Context) error {
+			if err := processGroups("warden sweep"); err != nil {
+				return err
+			}
 			return sweep.Main(c.Context, sweep.Options{Layouts: c.String("layouts"), Args: c.Args().Slice(), Out: c.String("out"),
 				ReadyTimeout: c.Duration("ready-timeout"), Bench: benchOptions(c), TimeScaleSet: c.IsSet("time-scale"),
 				Stdout: c.App.Writer, Stderr: c.App.ErrWriter})

@@ -2,7 +2,6 @@ package command
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -28,7 +27,11 @@ func waitCommand() *cli.Command {
 		Action: action(func(c *cli.Context) error {
 			ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 			defer cancel()
-			return wardenproc.Wait(ctx, strings.TrimRight(c.String("url"), "/"))
+			base, err := panel.NormalizeURL(c.String("url"))
+			if err != nil {
+				return cli.Exit("warden wait: "+err.Error(), 2)
+			}
+			return wardenproc.Wait(ctx, base)
 		}),
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -84,7 +83,7 @@ func (p *Proc) Stop(grace time.Duration) {
 	select {
 	case <-p.done:
 	case <-time.After(grace):
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		_ = killGroup(p.cmd.Process.Pid)
 		<-p.done
 	}
 }

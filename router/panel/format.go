@@ -206,3 +206,11 @@ func totalCapacity(s Status) int {
 	}
 	return n
 }
+
+// count is "1 session", "2 sessions": n and the noun, plural unless n is 1.
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

@@ -96,7 +96,7 @@ func (p OvercommitPeak) hint() string {
 
 // peakLine is the one-line note on the panel about a past overcommit.
 func (p OvercommitPeak) peakLine() string {
-	return fmt.Sprintf("KV cache overcommitted earlier (worst at %s): %d sessions x %s = %s > %s tokens",
-		p.At.Local().Format("15:04:05"), p.Sessions, fmtTokens(float64(p.MeanContextTokens)),
+	return fmt.Sprintf("KV cache overcommitted earlier (worst at %s): %s x %s = %s > %s tokens",
+		p.At.Local().Format("15:04:05"), count(p.Sessions, "session"), fmtTokens(float64(p.MeanContextTokens)),
 		fmtTokens(float64(p.demand())), fmtTokens(float64(p.CapacityTokens)))
 }

@@ -14,7 +14,7 @@ import (
 // summaryColumns are the exit summary's headers.
 var summaryColumns = table.Row{
 	"replica", "requests", "sticky", "spills", "pinned", "prompt tok", "cached tok", "hit",
-	"cached share", "sessions",
+	"cached share", "new turns",
 }
 
 // WriteSummary writes the exit summary: per replica and in total the
@@ -22,15 +22,18 @@ var summaryColumns = table.Row{
 // i.e. requests less first turns and client-pinned ones), spills
 // (requests spilled onto it), client-pinned requests, the engines' prompt
 // and cached tokens with their hit % (prefix-cache counters since warden
-// start), the cached share from the usage reports, and the sessions placed
-// there (the total: distinct sessions seen); then uptime and, if the run was ever overcommitted
+// start), the cached share from the usage reports, and the turns placed
+// there as new (a conversation's first, or one without a session id; the
+// distinct sessions seen are on the head line, never in that column); then
+// uptime and, if the run was ever overcommitted
 // (Status.PeakOvercommit, or Overcommit now), what happened and what to do.
 func WriteSummary(w io.Writer, s Status) {
 	head := "warden summary"
 	if s.Model != "" {
 		head += " for " + s.Model
 	}
-	fmt.Fprintf(w, "%s: policy %s, up %s, %d sessions seen\n", head, s.Policy, fmtDuration(uptime(s)), s.SessionsSeen)
+	fmt.Fprintf(w, "%s: policy %s, up %s, %s seen\n", head, s.Policy, fmtDuration(uptime(s)),
+		count(int(s.SessionsSeen), "session"))
 	t := table.NewWriter()
 	t.SetOutputMirror(w)
 	t.SetStyle(panelTableStyle())
@@ -40,7 +43,7 @@ func WriteSummary(w io.Writer, s Status) {
 		t.AppendRow(summaryRow(strconv.Itoa(r.Rank), r, r.New))
 		addReplica(&all, r)
 	}
-	t.AppendFooter(summaryRow("all", all, s.SessionsSeen))
+	t.AppendFooter(summaryRow("all", all, all.New))
 	var cc []table.ColumnConfig
 	for i := range summaryColumns {
 		cc = append(cc, table.ColumnConfig{Number: i + 1, Align: text.AlignRight, AlignHeader: text.AlignRight, AlignFooter: text.AlignRight})
@@ -49,6 +52,8 @@ func WriteSummary(w io.Writer, s Status) {
 	t.SuppressTrailingSpaces()
 	t.Render()
 	fmt.Fprintf(w, "sticky share (turns of known sessions that stayed on their replica): %s\n", fmtPct(s.StickyShare))
+	fmt.Fprintln(w, "new turns: turns placed as new, each a conversation's first or a request without a session id")
+	fmt.Fprintln(w, "(a count of placements: the sessions seen are the head line's).")
 	fmt.Fprintln(w, "prompt tok, cached tok and hit: the engines' prefix-cache counters since warden start;")
 	fmt.Fprintf(w, "cached share: usage reports of finished requests (%s of %s prompt tokens cached).\n",
 		fmtTokens(float64(all.CachedTokens)), fmtTokens(float64(all.PromptTokens)))

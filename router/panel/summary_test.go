@@ -17,12 +17,14 @@ func TestWriteSummaryRows(t *testing.T) {
 	out := b.String()
 	// Hand-computed from sampleStatus: replica requests sticky% spills pinned
 	// prompt-tok cached-tok hit cached-share sessions; sticky% of replica 0 =
-	// 1100 / (1200 requests - 40 new - 0 pinned).
+	// 1100 / (1200 requests - 40 new - 0 pinned). The last column is the
+	// new turns, summed in the totals (the 241 sessions seen are the head
+	// line's, never that column's total).
 	want := map[string][]string{
 		"0":   {"0", "1200", "94.8%", "17", "0", "10.00M", "8.10M", "81.0%", "80.6%", "40"},
 		"1":   {"1", "1237", "94.7%", "18", "2", "10.13M", "8.18M", "80.7%", "80.6%", "41"},
 		"2":   {"2", "1274", "94.6%", "19", "4", "10.26M", "8.26M", "80.4%", "80.6%", "42"},
-		"all": {"all", "3711", "94.7%", "54", "6", "30.39M", "24.53M", "80.7%", "80.6%", "241"},
+		"all": {"all", "3711", "94.7%", "54", "6", "30.39M", "24.53M", "80.7%", "80.6%", "123"},
 	}
 	for first, w := range want {
 		if diff := cmp.Diff(w, rowFields(out, first)); diff != "" {
@@ -32,6 +34,7 @@ func TestWriteSummaryRows(t *testing.T) {
 	for _, sub := range []string{
 		"warden summary for Qwen/Qwen3-4B-Instruct-2507: policy sticky, up 1h02m05s, 241 sessions seen",
 		"sticky share (turns of known sessions that stayed on their replica): 97.3%",
+		"new turns: turns placed as new, each a conversation's first or a request without a session id",
 		"(24.00M of 29.77M prompt tokens cached)",
 	} {
 		if !strings.Contains(out, sub) {

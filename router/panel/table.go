@@ -127,7 +127,7 @@ func badgeLines(s Status) []string {
 	if s.Model != "" {
 		first += " serving " + s.Model
 	}
-	first += fmt.Sprintf(", %d replicas", len(s.Replicas))
+	first += ", " + count(len(s.Replicas), "replica")
 	if s.MaxModelLen > 0 {
 		first += fmt.Sprintf(", context %d tokens", s.MaxModelLen)
 	}
@@ -149,7 +149,7 @@ func badgeLine(s Status) string {
 		"spill threshold " + fmtSpill(s),
 		"sticky " + fmtPct(s.StickyShare),
 		"in flight " + strconv.Itoa(s.InFlight),
-		"sessions " + strconv.Itoa(s.Sessions),
+		"sessions " + fmtActiveSessions(s),
 	}
 	if s.SubagentSessions > 0 {
 		parts = append(parts, "subagents "+strconv.Itoa(s.SubagentSessions))
@@ -220,4 +220,14 @@ func fmtSessions(active, subagents int) string {
 		return strconv.Itoa(active)
 	}
 	return fmt.Sprintf("%d (%d)", active, subagents)
+}
+
+// fmtActiveSessions is the sessions badge: the active sessions (the
+// table's total), and how many more the warden remembers when it does.
+func fmtActiveSessions(s Status) string {
+	n := s.ActiveSessionCount()
+	if s.Sessions != n {
+		return fmt.Sprintf("%d (%d remembered)", n, s.Sessions)
+	}
+	return strconv.Itoa(n)
 }

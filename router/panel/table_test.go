@@ -53,6 +53,29 @@ func TestFormatStatusTableRows(t *testing.T) {
 	}
 }
 
+// TestSessionsBadgeIsTheTablesTotal: the sessions badge counts what the
+// table's sess column totals (a turn within the active window); the
+// remembered ones are named as such.
+func TestSessionsBadgeIsTheTablesTotal(t *testing.T) {
+	s := sampleStatus(3) // replicas' active sessions: 2, 3, 4
+	s.ActiveWindowSeconds, s.ConcurrentSessions, s.Sessions = 30, 9, 13
+	var b bytes.Buffer
+	formatStatusTable(&b, s)
+	out := b.String()
+	if f := rowFields(out, "all"); len(f) < 12 || f[11] != "9" {
+		t.Errorf("totals' sess cell: %q, want 9\n%s", f, out)
+	}
+	if !strings.Contains(out, "| sessions 9 (13 remembered)") {
+		t.Errorf("badge line does not count the table's 9 active sessions:\n%s", out)
+	}
+	s.Sessions = 9
+	b.Reset()
+	formatStatusTable(&b, s)
+	if !strings.Contains(b.String(), "| sessions 9\n") && !strings.Contains(b.String(), "| sessions 9 |") {
+		t.Errorf("badge line with nothing more remembered:\n%s", b.String())
+	}
+}
+
 func TestFormatStatusTableShowsSubagents(t *testing.T) {
 	s := sampleStatus(3)
 	s.Replicas[1].ActiveSubagents, s.Replicas[2].ActiveSubagents = 2, 1

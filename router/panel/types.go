@@ -25,7 +25,7 @@ type Status struct {
 	SpillAuto       bool      `json:"spill_threshold_auto"`
 	StickyShare     float64   `json:"sticky_share"` // turns served on their session's home / turns of known sessions (0..1)
 	InFlight        int       `json:"in_flight"`
-	Sessions        int       `json:"sessions"`      // active (not expired) sessions in the table
+	Sessions        int       `json:"sessions"`      // remembered: sessions in the table (not expired); "sessions" unqualified is ActiveSessionCount
 	SessionsSeen    uint64    `json:"sessions_seen"` // distinct sessions since start
 	Replicas        []Replica `json:"replicas"`
 	Totals          Totals    `json:"totals"`
@@ -84,6 +84,24 @@ type EngineSetup struct {
 	// OffloadHint, when the engines run without a host KV tier that they
 	// could have, is what the overcommit warning adds as a remedy.
 	OffloadHint string `json:"offload_hint,omitempty"`
+	// Simulator, when the engines are the built-in simulator, is what a
+	// user meeting it must know, in lines (sim.FirstContact): its answers
+	// are filler text, how long they run, how fast its time runs.
+	Simulator []string `json:"simulator,omitempty"`
+}
+
+// ActiveSessionCount is what "sessions" means wherever the panel, the
+// status table and the page show the word unqualified: the conversations
+// with a turn within the active window (ConcurrentSessions), which is the
+// sum of the replicas' ActiveSessions. Sessions (remembered: still in the
+// session table, their replica kept for a returning turn) and SessionsSeen
+// (distinct since start) are always shown with their qualifier. Without a
+// window (ActiveWindowSeconds 0) it is Sessions.
+func (s Status) ActiveSessionCount() int {
+	if s.ActiveWindowSeconds > 0 {
+		return s.ConcurrentSessions
+	}
+	return s.Sessions
 }
 
 // OvercommitPeak records a moment at which the active conversations needed

@@ -56,7 +56,8 @@ func ShowStatus(ctx context.Context, o StatusOptions) error {
 }
 
 // NormalizeURL accepts "host:port" or a full http(s) URL and returns it
-// without a trailing slash.
+// without a trailing slash; a base URL as agents take it (ending in /v1,
+// the API's root) stands for the warden it names.
 func NormalizeURL(raw string) (string, error) {
 	s := strings.TrimSpace(raw)
 	if s == "" {
@@ -69,6 +70,8 @@ func NormalizeURL(raw string) (string, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "", fmt.Errorf("--url %q: want a URL such as %s", raw, DefaultURL)
 	}
+	u.Path = strings.TrimSuffix(strings.TrimRight(u.Path, "/"), "/v1")
+	u.RawPath = ""
 	return strings.TrimRight(u.String(), "/"), nil
 }
 

@@ -56,3 +56,7 @@ func outputQuantile(u float64) int {
 	}
 	return int(outputQuantiles[len(outputQuantiles)-1].tokens)
 }
+
+// OutputTokensAt is the answer length at quantile p (0 to 1) of the drawn
+// lengths, for saying what a user of the simulator should expect.
+func OutputTokensAt(p float64) int { return outputQuantile(p) }

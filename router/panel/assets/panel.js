@@ -27,6 +27,12 @@
     up: (r) => (r.up ? 'up' : (r.state || 'down')),
     onOff: (b) => (b ? 'on' : 'off'),
     sessions: (n, sub) => (sub > 0 ? n + ' (' + sub + ' subagents)' : String(n)),
+    // activeSessions mirrors fmtActiveSessions in table.go: the sessions the
+    // table totals (a turn within the active window), and the remembered ones.
+    activeSessions: (s) => {
+      const n = s.active_window_seconds > 0 ? (s.concurrent_sessions || 0) : (s.sessions || 0);
+      return (s.sessions || 0) !== n ? n + ' (' + (s.sessions || 0) + ' remembered)' : String(n);
+    },
     duration: (sec) => {
       sec = Math.round(sec);
       const h = Math.floor(sec / 3600), m = Math.floor((sec % 3600) / 60), s = sec % 60;
@@ -61,7 +67,7 @@
       badge('spill', 'spill threshold', spill),
       badge('sticky', 'sticky share', fmt.pct(s.sticky_share || 0)),
       badge('inflight', 'in flight', String(s.in_flight || 0)),
-      badge('sessions', 'sessions', String(s.sessions || 0)),
+      badge('sessions', 'sessions', fmt.activeSessions(s)),
       ...(s.subagent_sessions > 0 ? [badge('subagents', 'subagents', String(s.subagent_sessions))] : []),
       ...(s.max_model_len > 0 ? [badge('context', 'context', String(s.max_model_len))] : []),
       ...(s.engines ? [badge('tools', 'tools', s.engines.auto_tool_choice ? s.engines.tool_call_parser : 'off',
