@@ -6,8 +6,10 @@
 // decision state and makes a decision and its in-flight increment in one
 // critical section. Pick, Memory and Table read no clock, lock,
 // environment or I/O; the Placer reads time only from its injected clock
-// (a held request's one-second recheck is a real timer). It imports
-// nothing of the project.
+// (a held request's one-second recheck is a real timer) and removes idle
+// sessions on its tick (Tick), never in a read (Counts). Of the project it
+// imports only internal/ilist (the session table's intrusive list); the
+// router core (package router) and the replay (sim/replay) import it.
 package place
 
 import (
