@@ -9,7 +9,7 @@ import "time"
 // still holds (from the prompt and completion sizes the engines reported),
 // the tokens its active conversations need, and measured turn times; per
 // conversation, its context size, where its prefix lives and when it last
-// moved. It is fed by the proxy (Begin, End) and read into the placement
+// moved. It is fed by its Placer (Begin, End) and read into the placement
 // snapshot (FillView, ViewSession), so that the policy itself stays a pure
 // function. Not safe for concurrent use: its Placer guards it. Times come from the caller's clock (the injected one).
 type Memory struct {
@@ -50,8 +50,8 @@ type memSess struct {
 	onAll ilist.Link[memSess] // on Memory.all (the bound)
 }
 
-// Report is what the engine said of a finished request (the proxy's tap.Usage
-// converts to it): the whole prompt, its cached part and the completion, in
+// Report is what the engine said of a finished request (a data plane's
+// tap.Usage converts to it): the whole prompt, its cached part and the completion, in
 // tokens; Known is false when it said nothing.
 type Report struct {
 	Known      bool

@@ -32,7 +32,7 @@ const (
 	ReasonOff      Reason = "off"      // a non-affinity balancer placed it
 	ReasonHash     Reason = "hash"     // session hash to a replica
 	ReasonNone     Reason = "none"     // no replica can take it
-	ReasonWait     Reason = "wait"     // no replica has room: the proxy holds it and asks again (adaptive)
+	ReasonWait     Reason = "wait"     // no replica has room: the Placer holds it and asks again (adaptive)
 	ReasonMove     Reason = "move"     // re-homed where it is expected to be served sooner (adaptive)
 )
 
@@ -70,7 +70,7 @@ type ReplicaView struct {
 	StaleRunning, StaleWaiting, SentSince int
 
 	// The adaptive policy's estimates (Memory.FillView), in tokens and in
-	// seconds of the proxy's clock; zero when unknown.
+	// seconds of the Placer's clock; zero when unknown.
 	WorkingSet         int     // KV the conversations active here need: shared prefix once + their contexts
 	Active             int     // conversations active here (in flight or just finished)
 	Homed              int     // conversations placed here under the current policy (new, moved, failed over)

@@ -11,8 +11,8 @@ import (
 // in force, the random source, the session table, the adaptive Memory, the
 // requests held for room, the vLLM-style balancers' stale view and the
 // sticky-share counts) under its own lock, and the replicas that placement
-// considers. The warden's proxy and the replay harness both place through
-// it: Place (or Decide) for a request, End when the request is over.
+// considers. The router core (for every data plane) and the replay
+// harness both place through it: Place (or Decide) for a request, End when the request is over.
 //
 // Lock order: the Placer's lock before a replica's own (a decision reads
 // every replica's View under it); nothing else is taken under it, and none

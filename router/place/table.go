@@ -13,7 +13,7 @@ import (
 type Session struct {
 	key      string
 	home     int   // rank
-	lastSeen int64 // unix nanoseconds on the proxy's clock
+	lastSeen int64 // unix nanoseconds on the Placer's clock
 	context  uint32
 	active   bool                // seen within the table's active window
 	subagent bool                // a subagent's conversation (MarkSubagent)
@@ -29,7 +29,7 @@ func (s *Session) Key() string { return s.key }
 // Home is the rank of its home replica, -1 when it has none (Unhome).
 func (s *Session) Home() int { return s.home }
 
-// LastSeen is when the table last saw it (the proxy's clock).
+// LastSeen is when the table last saw it (the Placer's clock).
 func (s *Session) LastSeen() time.Time { return time.Unix(0, s.lastSeen) }
 
 // Subagent says it is a subagent's conversation (MarkSubagent).
