@@ -19,8 +19,8 @@
 //	  compat.Transport to 127.0.0.1:port, the answer streamed back through a
 //	  tap.Tap; X-Warden-Route and X-Warden-Replica on the answer)
 //	→ retry elsewhere only when the request provably never reached an
-//	  engine (proxyError: a refused dial, a kept-alive connection closed
-//	  before any answer byte), the ranks tried skipped
+//	  engine (proxyError's ladder: a refused dial, a connection the engine
+//	  closed or reset before any answer byte), the ranks tried skipped
 //	→ finish (outcome: status, cause, usage, first byte → router.Core.Finish,
 //	  in a defer, so a body copy that panics with ErrAbortHandler is
 //	  accounted too).
