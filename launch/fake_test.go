@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/ports"
+	"github.com/lmwarden/warden/internal/simproc"
 	"go.uber.org/goleak"
 )
 
@@ -193,21 +194,17 @@ func writePid(dir, name string, pid int) {
 // readPid waits (generously) for a pid file a fake wrote.
 func readPid(t *testing.T, dir, name string) int {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, name+".pid"))
-		if err == nil {
-			pid, err := strconv.Atoi(string(b))
-			if err != nil {
-				t.Fatalf("pid file %s: %v", name, err)
-			}
-			return pid
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no pid file %s in %s", name, dir)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var b []byte
+	simproc.Poll(t, fmt.Sprintf("pid file %s in %s", name, dir), func() bool {
+		var err error
+		b, err = os.ReadFile(filepath.Join(dir, name+".pid"))
+		return err == nil
+	})
+	pid, err := strconv.Atoi(string(b))
+	if err != nil {
+		t.Fatalf("pid file %s: %v", name, err)
 	}
+	return pid
 }
 
 // readLine reads one line from a supervisor's stdout.

@@ -53,20 +53,11 @@ func testOptions() Options {
 // assertGone waits (generously) until no pid is a live, non-zombie process.
 func assertGone(t *testing.T, what string, pids ...int) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
 	for _, pid := range pids {
-		for {
+		simproc.Poll(t, fmt.Sprintf("%s: process %d to exit", what, pid), func() bool {
 			p, err := process.NewProcess(int32(pid))
-			if err != nil || !live(context.Background(), p) {
-				break
-			}
-			if time.Now().After(deadline) {
-				st, _ := p.Status()
-				b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-				t.Fatalf("%s: process %d survived (%v)\n%s", what, pid, st, b)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return err != nil || !live(context.Background(), p)
+		})
 	}
 }
 
@@ -339,17 +330,10 @@ func TestKilledWardenLeavesNoEngine(t *testing.T) {
 	cmd.Wait()
 	assertGone(t, "after the warden was SIGKILLed", pids...)
 	// The engine writes its log file directly, so its shutdown is on record.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	simproc.Poll(t, "the engine's shutdown line in rank 0's log", func() bool {
 		log, _ := os.ReadFile(filepath.Join(dir, "rank-0.log"))
-		if strings.Contains(string(log), "fake engine: shut down") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rank 0 log lacks the engine's shutdown line:\n%s", log)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return strings.Contains(string(log), "fake engine: shut down")
+	})
 }
 
 func TestStartRejectsBadSpecs(t *testing.T) {

@@ -1,50 +1,42 @@
-// Package proxy is warden's in-process router: the request path from a
-// client to one engine replica, as a straight line in one file (request.go,
-// top down from serveProxied):
+// Package proxy is the warden's HTTP data plane over the router core
+// (package router): it reads a client's request, identifies it, asks the
+// core where it goes, forwards it with the answer streamed back through
+// the usage tap, and hands the outcome to the core. It decides nothing
+// itself: placement, the replicas' state, accounting and the status are
+// the core's. The walk of one request is a straight line in request.go,
+// top down from serveProxied:
 //
-//	read the body (badContentType, readBody: ≤ --max-body-bytes)
+//	read the body (badContentType, readBody: ≤ --max-body-bytes, 413 after
+//	  draining the rest)
 //	→ identify (prepare: identity.Scan once; compat's rewrites — model name,
-//	  server tools, billing line, include_usage; identity.ExtractFrom)
-//	→ place or hold (place.Placer.Place: the replicas' views, place.Pick and
-//	  the chosen replica's in-flight increment in one critical section; a
-//	  request the policy holds waits there until a request ends)
-//	→ forward (forward: httputil.ReverseProxy to 127.0.0.1:port through
-//	  compat.Transport, the answer streamed back through a tap.Tap)
-//	→ account (account: counters, metrics, engine.Health's request event,
-//	  place.Placer.End) → log (logDecision: one decision.Record handed to
-//	  the decision log's writer).
+//	  server tools, billing line, include_usage; router.Core.Identify)
+//	→ place or hold (router.Core.Place: the Placer's decision and the
+//	  chosen replica's in-flight increment in one critical section; a
+//	  request the policy holds waits there until a request ends; the client
+//	  gone while held is a 499)
+//	→ forward (forward: the one httputil.ReverseProxy for every replica,
+//	  the attempt in the request's context naming the target; through
+//	  compat.Transport to 127.0.0.1:port, the answer streamed back through a
+//	  tap.Tap; X-Warden-Route and X-Warden-Replica on the answer)
+//	→ retry elsewhere only when the request provably never reached an
+//	  engine (proxyError's ladder: a refused dial, a connection the engine
+//	  closed or reset before any answer byte), the ranks tried skipped
+//	→ finish (outcome: status, cause, usage, first byte → router.Core.Finish,
+//	  in a defer, so a body copy that panics with ErrAbortHandler is
+//	  accounted too).
 //
-// What lives where:
-//   - router/identity — which conversation a request belongs to; no state.
-//   - router/tap — usage read from JSON or SSE without changing the bytes.
-//   - proxy/compat — client compatibility rewrites and engine fallbacks.
-//   - router/place — placement: the policies (pure: Pick), the adaptive
-//     policy's Memory, the session Table, and their one owner Placer (its
-//     own lock; the decision, holding, the end of a request, the balancer
-//     ticks). The proxy's replicas are its place.Replicas.
-//   - router/engine — one replica's rotation state machine and scraped
-//     /metrics state; no I/O.
-//   - router/metricname — the engine metric names (vLLM's and the warden's
-//     mirrors), shared by engine and panel.
-//   - router/decision — the decision log's line: its schema and encoding
-//     (bench reads the log through it without linking the router).
-//   - router/panel — the status schema, HTML page, `warden status`, summary.
-//   - sim/replay — a discrete-event replay of placement (through a
-//     place.Placer) on the simulator's scheduler (research; not in the
-//     warden's path).
+// Files: proxy.go the Proxy (Config with the data plane's own settings and
+// their defaults, New, the mux: /v1/* here, the admin endpoints from package
+// admin); request.go the walk above and the reverse proxy's hooks;
+// faults.go faults and hostile input (a stream that breaks off ends with
+// an error event naming the replica, an engine's 5xx body names it too,
+// /v1/* without the API key is a 401; the warden's own error bodies go
+// through internal/apierr).
 //
-// This package holds the Proxy — its configuration, lifecycle and wiring
-// (proxy.go) — and its replicas (replica.go), the request path
-// (request.go), faults and hostile input (faults.go: a broken stream ends
-// with an error event naming the replica, the warden's error body, the API
-// key), scraping and health checks (scrape.go: the proxy fetches, engine
-// interprets; Run), the warden's own endpoints (admin.go: /health,
-// /v1/models, /metrics, /warden/status, /warden/policy,
-// /warden/reset_prefix_cache; status.go, metrics.go, stats.go), replicas
-// changed at run time (dynamic.go: /warden/replicas, probed servers,
-// another warden as a replica), the session table saved across restarts
-// (persist.go) and the decision log's writer, off the request path
-// (decisionlog.go). The lock order is written where the locks are declared
-// (Proxy, place.Placer, replica). The proxy reads time only from
-// Config.Clock.
+// Beside it: proxy/compat (client adaptations and engine fallbacks, as a
+// RoundTripper), admin (/health, /metrics, /warden/*), router (the core)
+// and router/{place,identity,tap,engine,decision,panel}. The proxy reads
+// time from Config.Clock; only I/O deadlines (the response-header timeout,
+// the body drain) run on real timers. It holds no lock of its own across a
+// request: the state it touches is the core's.
 package proxy

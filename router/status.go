@@ -100,7 +100,8 @@ func (r *Replica) status(active int) panel.Replica {
 	return row
 }
 
-// housekeep expires idle sessions and logs a KV overcommit when it starts.
+// housekeep logs a KV overcommit when it starts (idle sessions expire on
+// the Placer's tick, which Run starts).
 func (c *Core) housekeep() {
 	s := c.Status()
 	msg, over := panel.Overcommit(s)

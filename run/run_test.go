@@ -18,6 +18,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/argv"
 	"github.com/lmwarden/warden/internal/exit"
+	"github.com/lmwarden/warden/internal/simproc"
 )
 
 // fakeRunWarden serves what `warden run` reads: /health (health), the status
@@ -488,16 +489,10 @@ func TestRunForwardsSIGTERM(t *testing.T) {
 		code, _ := execAgent([]string{bin}, os.Environ(), Options{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}})
 		res <- code
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(ready); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the agent did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	simproc.Poll(t, "the agent to start", func() bool {
+		_, err := os.Stat(ready)
+		return err == nil
+	})
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,7 @@
 // --decision-log): one JSON object per routed request, the Record the
 // request path hands over, its encoding, and the request id header it is
 // joined by. It is a leaf: `warden bench` reads the log through it without
-// linking the router, and the router's writer (proxy/decisionlog.go)
+// linking the router, and the router's writer (router/decisionlog.go)
 // encodes with it.
 package decision
 

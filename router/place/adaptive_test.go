@@ -147,92 +147,97 @@ func TestPickAdaptive(t *testing.T) {
 	}
 }
 
-func TestRouteStateResidency(t *testing.T) {
-	rs := NewMemory(0)
+// TestMemoryResidency: Memory places a finished conversation's prefix on
+// the replica that served it, as long as the most recent ones fit in its
+// KV; one in flight counts in the replica's working set until it ends, and
+// End is idempotent.
+func TestMemoryResidency(t *testing.T) {
+	m := NewMemory(0)
 	t0 := time.Unix(0, 0)
 	snap := []ReplicaView{{Rank: 0, Healthy: true, KVCapacity: 30000}}
 	// Three conversations of 12k tokens (2k shared) finish on replica 0 in
 	// the order a, b, c: with 30k of KV only the two most recent fit.
 	for i, k := range []string{"a", "b", "c"} {
-		tk := rs.Begin(k, 48000, 0, ReasonNew, t0)
-		rs.End(tk, Report{Known: true, Prompt: 11800, Cached: 2000, Completion: 200}, 1, t0.Add(time.Duration(i+1)*time.Second))
+		tk := m.Begin(k, 48000, 0, ReasonNew, t0)
+		m.End(tk, Report{Known: true, Prompt: 11800, Cached: 2000, Completion: 200}, 1, t0.Add(time.Duration(i+1)*time.Second))
 	}
 	for k, want := range map[string]int{"a": -1, "b": 0, "c": 0} {
 		sv := SessionView{Key: k}
-		rs.ViewSession(&sv, 48000, snap)
+		m.ViewSession(&sv, 48000, snap)
 		if sv.ResidentOn != want || sv.Footprint != 10000 {
 			t.Errorf("%s: resident on %d, footprint %d; want %d, 10000", k, sv.ResidentOn, sv.Footprint, want)
 		}
 	}
 	// One in flight: its footprint counts in the working set until it ends.
-	tk := rs.Begin("d", 48000, 0, ReasonNew, t0.Add(10*time.Second))
-	rs.FillView(snap, t0.Add(10*time.Second))
+	tk := m.Begin("d", 48000, 0, ReasonNew, t0.Add(10*time.Second))
+	m.FillView(snap, t0.Add(10*time.Second))
 	if got := snap[0].WorkingSet; got < 10000 || snap[0].Active != 1 {
 		t.Errorf("working set with one in flight = %d (active %d)", got, snap[0].Active)
 	}
-	rs.End(tk, Report{}, -1, t0.Add(20*time.Second))
-	rs.FillView(snap, t0.Add(time.Hour))
+	m.End(tk, Report{}, -1, t0.Add(20*time.Second))
+	m.FillView(snap, t0.Add(time.Hour))
 	if snap[0].Active != 0 {
 		t.Errorf("active long after the end = %d", snap[0].Active)
 	}
-	rs.End(tk, Report{}, -1, t0) // idempotent
-	if rs.rep(0).inflight != 0 || rs.rep(0).flyTok != 0 {
-		t.Errorf("in flight after double end: %d / %d", rs.rep(0).inflight, rs.rep(0).flyTok)
+	m.End(tk, Report{}, -1, t0) // idempotent
+	if m.rep(0).inflight != 0 || m.rep(0).flyTok != 0 {
+		t.Errorf("in flight after double end: %d / %d", m.rep(0).inflight, m.rep(0).flyTok)
 	}
 }
 
-// A removed replica leaves the adaptive state: its shared-prefix estimate
+// TestMemoryForgetsARemovedReplica: a removed replica leaves Memory: its shared-prefix estimate
 // no longer counts, its conversations are resident nowhere, and a request
 // that was running there ends without bringing it back.
-func TestRouteStateForgetsARemovedReplica(t *testing.T) {
-	rs := NewMemory(0)
+func TestMemoryForgetsARemovedReplica(t *testing.T) {
+	m := NewMemory(0)
 	t0 := time.Unix(0, 0)
 	for rank, shared := range []uint64{2000, 6000} {
-		tk := rs.Begin(fmt.Sprint("first-", rank), 48000, rank, ReasonNew, t0)
-		rs.End(tk, Report{Known: true, Prompt: 11800, Cached: shared, Completion: 200}, 1, t0.Add(time.Second))
+		tk := m.Begin(fmt.Sprint("first-", rank), 48000, rank, ReasonNew, t0)
+		m.End(tk, Report{Known: true, Prompt: 11800, Cached: shared, Completion: 200}, 1, t0.Add(time.Second))
 	}
-	if got := rs.bestShared(); got != 6000 {
+	if got := m.bestShared(); got != 6000 {
 		t.Fatalf("best shared prefix %d, want replica 1's 6000", got)
 	}
-	running := rs.Begin("first-1", 48000, 1, ReasonSticky, t0.Add(2*time.Second))
-	rs.Forget(1)
-	if got := rs.bestShared(); got != 2000 {
+	running := m.Begin("first-1", 48000, 1, ReasonSticky, t0.Add(2*time.Second))
+	m.Forget(1)
+	if got := m.bestShared(); got != 2000 {
 		t.Errorf("after removing replica 1: best shared prefix %d, want replica 0's 2000", got)
 	}
 	sv := SessionView{Key: "first-1"}
-	rs.ViewSession(&sv, 48000, []ReplicaView{{Rank: 0, Healthy: true, KVCapacity: 30000}})
+	m.ViewSession(&sv, 48000, []ReplicaView{{Rank: 0, Healthy: true, KVCapacity: 30000}})
 	if sv.ResidentOn != -1 {
 		t.Errorf("a conversation of the removed replica is resident on %d", sv.ResidentOn)
 	}
-	rs.End(running, Report{Known: true, Prompt: 12000, Cached: 11000, Completion: 100}, 1, t0.Add(3*time.Second))
-	if _, back := rs.reps[1]; back {
+	m.End(running, Report{Known: true, Prompt: 12000, Cached: 11000, Completion: 100}, 1, t0.Add(3*time.Second))
+	if _, back := m.reps[1]; back {
 		t.Error("the end of a request that ran on the removed replica brought its state back")
 	}
 }
 
-func TestRouteStateBound(t *testing.T) {
-	rs := NewMemory(3)
+// TestMemoryBound: Memory remembers at most its bound of conversations.
+func TestMemoryBound(t *testing.T) {
+	m := NewMemory(3)
 	for i := range 10 {
-		tk := rs.Begin(fmt.Sprint(i), 1000, i%2, ReasonNew, time.Unix(0, 0))
-		rs.End(tk, Report{}, -1, time.Unix(1, 0))
+		tk := m.Begin(fmt.Sprint(i), 1000, i%2, ReasonNew, time.Unix(0, 0))
+		m.End(tk, Report{}, -1, time.Unix(1, 0))
 	}
-	if len(rs.sess) != 3 {
-		t.Errorf("remembered %d conversations, bound 3", len(rs.sess))
+	if len(m.sess) != 3 {
+		t.Errorf("remembered %d conversations, bound 3", len(m.sess))
 	}
 }
 
 // BenchmarkPickAdaptive measures one decision with its snapshot work
 // (Memory.fill + sessionView + Pick) at 8 replicas and 10k sessions.
 func BenchmarkPickAdaptive(b *testing.B) {
-	rs := NewMemory(0)
+	m := NewMemory(0)
 	rng := rand.New(rand.NewPCG(1, 2))
 	t0 := time.Unix(0, 0)
 	for i := range 10000 {
-		tk := rs.Begin(fmt.Sprint(i), 48000, i%8, ReasonNew, t0)
-		rs.End(tk, Report{Known: true, Prompt: 12000, Cached: 3500, Completion: 256}, 0.5, t0.Add(time.Duration(i)*time.Millisecond))
+		tk := m.Begin(fmt.Sprint(i), 48000, i%8, ReasonNew, t0)
+		m.End(tk, Report{Known: true, Prompt: 12000, Cached: 3500, Completion: 256}, 0.5, t0.Add(time.Duration(i)*time.Millisecond))
 	}
 	for i := range 32 { // 4 in flight per replica
-		rs.Begin(fmt.Sprint(i), 48000, i%8, ReasonSticky, t0.Add(11*time.Second))
+		m.Begin(fmt.Sprint(i), 48000, i%8, ReasonSticky, t0.Add(11*time.Second))
 	}
 	snap := make([]ReplicaView, 8)
 	for i := range snap {
@@ -243,9 +248,9 @@ func BenchmarkPickAdaptive(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		rs.FillView(snap, now)
+		m.FillView(snap, now)
 		sv := SessionView{Key: fmt.Sprint(i % 10000), Known: true, Home: i % 8}
-		rs.ViewSession(&sv, 48000, snap)
+		m.ViewSession(&sv, 48000, snap)
 		if d := Pick(snap, sv, cfg, rng); d.Rank < 0 && d.Reason != ReasonWait {
 			b.Fatal(d)
 		}
@@ -258,43 +263,43 @@ func BenchmarkPickAdaptive(b *testing.B) {
 // placement of one of its conversations counts as a first placement; its
 // timing estimates stay.
 func TestMemoryForgetsAWipedCache(t *testing.T) {
-	rs := NewMemory(0)
+	m := NewMemory(0)
 	t0 := time.Unix(0, 0)
-	tk := rs.Begin("c", 48000, 0, ReasonNew, t0)
-	rs.End(tk, Report{Known: true, Prompt: 11800, Cached: 6000, Completion: 200}, 1, t0.Add(time.Second))
+	tk := m.Begin("c", 48000, 0, ReasonNew, t0)
+	m.End(tk, Report{Known: true, Prompt: 11800, Cached: 6000, Completion: 200}, 1, t0.Add(time.Second))
 	snap := []ReplicaView{{Rank: 0, Healthy: true, KVCapacity: 30000}, {Rank: 1, Healthy: true, KVCapacity: 30000}}
 	sv := SessionView{Key: "c"}
-	rs.ViewSession(&sv, 48000, snap)
-	if sv.ResidentOn != 0 || rs.bestShared() != 6000 || rs.homed[0] != 1 {
-		t.Fatalf("before: resident %d, shared %d, homed %d", sv.ResidentOn, rs.bestShared(), rs.homed[0])
+	m.ViewSession(&sv, 48000, snap)
+	if sv.ResidentOn != 0 || m.bestShared() != 6000 || m.homed[0] != 1 {
+		t.Fatalf("before: resident %d, shared %d, homed %d", sv.ResidentOn, m.bestShared(), m.homed[0])
 	}
-	turn := rs.reps[0].turn
-	rs.Wiped(0)
+	turn := m.reps[0].turn
+	m.Wiped(0)
 	sv = SessionView{Key: "c"}
-	rs.ViewSession(&sv, 48000, snap)
+	m.ViewSession(&sv, 48000, snap)
 	if sv.ResidentOn != -1 {
 		t.Errorf("after the wipe the prefix is resident on %d", sv.ResidentOn)
 	}
-	if got := rs.bestShared(); got != 0 {
+	if got := m.bestShared(); got != 0 {
 		t.Errorf("after the wipe the shared prefix estimate is %d", got)
 	}
-	if rs.homed[0] != 0 {
-		t.Errorf("after the wipe %d conversations count as homed there", rs.homed[0])
+	if m.homed[0] != 0 {
+		t.Errorf("after the wipe %d conversations count as homed there", m.homed[0])
 	}
-	if rs.reps[0].turn != turn {
+	if m.reps[0].turn != turn {
 		t.Error("the wipe lost the replica's turn-time estimate")
 	}
 	view := make([]ReplicaView, len(snap))
 	copy(view, snap)
-	rs.FillView(view, t0.Add(time.Second))
+	m.FillView(view, t0.Add(time.Second))
 	if view[0].WorkingSet != 0 {
 		t.Errorf("after the wipe the working set is %d tokens", view[0].WorkingSet)
 	}
-	tk = rs.Begin("c", 48000, 1, ReasonNew, t0.Add(2*time.Second)) // placed by load elsewhere
-	if rs.homed[1] != 1 {
-		t.Errorf("the re-placement counts %d homed on its new replica, want 1", rs.homed[1])
+	tk = m.Begin("c", 48000, 1, ReasonNew, t0.Add(2*time.Second)) // placed by load elsewhere
+	if m.homed[1] != 1 {
+		t.Errorf("the re-placement counts %d homed on its new replica, want 1", m.homed[1])
 	}
-	rs.End(tk, Report{}, -1, t0.Add(3*time.Second))
+	m.End(tk, Report{}, -1, t0.Add(3*time.Second))
 }
 
 // TestSessionTableUnhome: Unhome leaves the sessions of the wiped replica

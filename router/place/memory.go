@@ -9,7 +9,7 @@ import "time"
 // still holds (from the prompt and completion sizes the engines reported),
 // the tokens its active conversations need, and measured turn times; per
 // conversation, its context size, where its prefix lives and when it last
-// moved. It is fed by the proxy (Begin, End) and read into the placement
+// moved. It is fed by its Placer (Begin, End) and read into the placement
 // snapshot (FillView, ViewSession), so that the policy itself stays a pure
 // function. Not safe for concurrent use: its Placer guards it. Times come from the caller's clock (the injected one).
 type Memory struct {
@@ -50,8 +50,8 @@ type memSess struct {
 	onAll ilist.Link[memSess] // on Memory.all (the bound)
 }
 
-// Report is what the engine said of a finished request (the proxy's tap.Usage
-// converts to it): the whole prompt, its cached part and the completion, in
+// Report is what the engine said of a finished request (a data plane's
+// tap.Usage converts to it): the whole prompt, its cached part and the completion, in
 // tokens; Known is false when it said nothing.
 type Report struct {
 	Known      bool
@@ -91,20 +91,20 @@ func NewMemory(max int) *Memory {
 		Grace: defaultGrace, all: ilist.New(func(s *memSess) *ilist.Link[memSess] { return &s.onAll })}
 }
 
-func (rs *Memory) rep(rank int) *memRep {
-	r := rs.reps[rank]
+func (m *Memory) rep(rank int) *memRep {
+	r := m.reps[rank]
 	if r == nil {
 		r = &memRep{lru: ilist.New(func(s *memSess) *ilist.Link[memSess] { return &s.onRep })}
-		rs.reps[rank] = r
+		m.reps[rank] = r
 	}
 	return r
 }
 
 // tokensFor estimates a request's prompt tokens from its body size.
-func (rs *Memory) tokensFor(bodyBytes int) int {
+func (m *Memory) tokensFor(bodyBytes int) int {
 	tpb := defaultTokPerByte
-	if rs.tpb.n > 0 {
-		tpb = rs.tpb.v
+	if m.tpb.n > 0 {
+		tpb = m.tpb.v
 	}
 	return int(float64(bodyBytes) * tpb)
 }
@@ -131,53 +131,53 @@ type Ticket struct {
 }
 
 // get returns the conversation's entry, creating it; nil for key "".
-func (rs *Memory) get(key string) *memSess {
+func (m *Memory) get(key string) *memSess {
 	if key == "" {
 		return nil
 	}
-	if s := rs.sess[key]; s != nil {
-		rs.all.MoveToFront(s)
+	if s := m.sess[key]; s != nil {
+		m.all.MoveToFront(s)
 		return s
 	}
-	for len(rs.sess) >= rs.max && rs.all.Back() != nil {
-		rs.drop(rs.all.Back())
+	for len(m.sess) >= m.max && m.all.Back() != nil {
+		m.drop(m.all.Back())
 	}
 	s := &memSess{key: key, rank: -1, movedAt: -1}
-	rs.sess[key] = s
-	rs.all.PushFront(s)
+	m.sess[key] = s
+	m.all.PushFront(s)
 	return s
 }
 
 // drop forgets a conversation (bound reached).
-func (rs *Memory) drop(s *memSess) {
-	rs.all.Remove(s)
+func (m *Memory) drop(s *memSess) {
+	m.all.Remove(s)
 	if s.rank >= 0 {
-		rs.rep(s.rank).lru.Remove(s)
+		m.rep(s.rank).lru.Remove(s)
 	}
 	s.rank = -1
-	delete(rs.sess, s.key)
+	delete(m.sess, s.key)
 }
 
 // policy notes the policy in force: a change starts the homed counts
 // afresh, so that placements made under another policy (e.g. `off`'s
 // lowest-rank ties) do not steer this one's.
-func (rs *Memory) SetPolicy(name string) {
-	if name != rs.epoch {
-		rs.epoch = name
-		clear(rs.homed)
+func (m *Memory) SetPolicy(name string) {
+	if name != m.epoch {
+		m.epoch = name
+		clear(m.homed)
 	}
 }
 
 // forget removes a replica's state (the replica was removed): its prefix
 // estimates, its conversations' residency and its share of bestShared.
 // Requests still running there end without bringing it back.
-func (rs *Memory) Forget(rank int) {
-	r := rs.reps[rank]
+func (m *Memory) Forget(rank int) {
+	r := m.reps[rank]
 	if r == nil {
 		return
 	}
 	r.disown()
-	delete(rs.reps, rank)
+	delete(m.reps, rank)
 }
 
 // Wiped forgets what the replica's prefix cache was believed to hold (an
@@ -186,14 +186,14 @@ func (rs *Memory) Forget(rank int) {
 // afresh and the conversations homed there count as homed nowhere. Its
 // timing estimates (turn, wait, prefill) stay: the engine is as fast as
 // before. Requests still running there end normally.
-func (rs *Memory) Wiped(rank int) {
-	r := rs.reps[rank]
+func (m *Memory) Wiped(rank int) {
+	r := m.reps[rank]
 	if r == nil {
 		return
 	}
 	r.disown()
 	r.shared = ewma{}
-	delete(rs.homed, rank)
+	delete(m.homed, rank)
 }
 
 // disown empties the replica's LRU: its conversations' prefixes are
@@ -208,27 +208,27 @@ func (r *memRep) disown() {
 // begin records a request placed on rank with a body of bodyBytes. A
 // conversation placed away from the replica that held its prefix now has it
 // computed there (a move, a spill or a failover).
-func (rs *Memory) Begin(key string, bodyBytes, rank int, reason Reason, now time.Time) *Ticket {
-	r := rs.rep(rank)
+func (m *Memory) Begin(key string, bodyBytes, rank int, reason Reason, now time.Time) *Ticket {
+	r := m.rep(rank)
 	t := &Ticket{rank: rank, start: now, bytes: bodyBytes, quiet: r.inflight == 0}
-	s := rs.get(key)
-	est := rs.tokensFor(bodyBytes)
+	s := m.get(key)
+	est := m.tokensFor(bodyBytes)
 	if s == nil {
 		t.foot = est
 	} else {
 		t.s = s
 		est = max(est, s.tokens)
 		if s.inflight == 0 && s.rank < 0 {
-			rs.homed[rank]++ // its first placement, or the first since its prefix was lost
+			m.homed[rank]++ // its first placement, or the first since its prefix was lost
 		} else if reason == ReasonMove || reason == ReasonFailover {
-			rs.homed[rank]++
-			if s.rank >= 0 && rs.homed[s.rank] > 0 {
-				rs.homed[s.rank]--
+			m.homed[rank]++
+			if s.rank >= 0 && m.homed[s.rank] > 0 {
+				m.homed[s.rank]--
 			}
 		}
 		if s.rank != rank {
 			if s.rank >= 0 {
-				rs.rep(s.rank).lru.Remove(s)
+				m.rep(s.rank).lru.Remove(s)
 			}
 			s.rank = rank
 		} else {
@@ -248,16 +248,16 @@ func (rs *Memory) Begin(key string, bodyBytes, rank int, reason Reason, now time
 
 // end records a request's end: its usage (if the engine reported one) and
 // its time to first byte in seconds (< 0 if none). Idempotent.
-func (rs *Memory) End(t *Ticket, u Report, ttfb float64, now time.Time) {
+func (m *Memory) End(t *Ticket, u Report, ttfb float64, now time.Time) {
 	if t == nil || t.closed {
 		return
 	}
 	t.closed = true
 	const alpha = 0.1
 	if u.Known && u.Prompt > 0 && t.bytes >= minBodyForEstimate {
-		rs.tpb.add(float64(u.Prompt)/float64(t.bytes), alpha)
+		m.tpb.add(float64(u.Prompt)/float64(t.bytes), alpha)
 	}
-	r := rs.reps[t.rank] // nil: the replica was removed (forget) while this ran
+	r := m.reps[t.rank] // nil: the replica was removed (forget) while this ran
 	if r != nil {
 		r.inflight--
 		r.flyTok -= t.foot
@@ -271,7 +271,7 @@ func (rs *Memory) End(t *Ticket, u Report, ttfb float64, now time.Time) {
 		}
 	}
 	s := t.s
-	if s == nil || rs.sess[s.key] != s {
+	if s == nil || m.sess[s.key] != s {
 		return // no session, or forgotten meanwhile
 	}
 	s.inflight--
@@ -296,14 +296,14 @@ func (rs *Memory) End(t *Ticket, u Report, ttfb float64, now time.Time) {
 const maxWalk = 4096
 
 // fill completes the snapshot's adaptive fields from the state.
-func (rs *Memory) FillView(snap []ReplicaView, now time.Time) {
+func (m *Memory) FillView(snap []ReplicaView, now time.Time) {
 	for i := range snap {
-		r := rs.reps[snap[i].Rank]
+		r := m.reps[snap[i].Rank]
 		if r == nil {
 			continue
 		}
 		ws, active := int(r.shared.v)+r.flyTok, 0
-		recent := rs.Grace * r.turn.v
+		recent := m.Grace * r.turn.v
 		n := 0
 		for s := r.lru.Front(); s != nil && n < maxWalk; s = r.lru.Next(s) {
 			n++
@@ -318,7 +318,7 @@ func (rs *Memory) FillView(snap []ReplicaView, now time.Time) {
 			ws += r.footprint(s, s.tokens)
 		}
 		snap[i].WorkingSet, snap[i].Active = ws, active
-		snap[i].Homed = rs.homed[snap[i].Rank]
+		snap[i].Homed = m.homed[snap[i].Rank]
 		snap[i].TurnSeconds, snap[i].WaitSeconds, snap[i].PrefillSecPerToken = r.turn.v, r.wait.v, r.prefill.v
 	}
 }
@@ -327,13 +327,13 @@ func (rs *Memory) FillView(snap []ReplicaView, now time.Time) {
 // tokens, the conversation's KV footprint, the replica that probably still
 // holds its prefix (by the LRU estimate against snap's KV capacities) and
 // the turns since it last moved.
-func (rs *Memory) ViewSession(sv *SessionView, bodyBytes int, snap []ReplicaView) {
+func (m *Memory) ViewSession(sv *SessionView, bodyBytes int, snap []ReplicaView) {
 	sv.ResidentOn, sv.TurnsSinceMove = -1, 1<<30
-	sv.Tokens = rs.tokensFor(bodyBytes)
-	s := rs.sess[sv.Key]
+	sv.Tokens = m.tokensFor(bodyBytes)
+	s := m.sess[sv.Key]
 	if s == nil {
 		sv.Footprint = sv.Tokens
-		if r := rs.bestShared(); r > 0 {
+		if r := m.bestShared(); r > 0 {
 			sv.Footprint = max(sv.Tokens-r, sv.Tokens/8)
 		}
 		return
@@ -346,7 +346,7 @@ func (rs *Memory) ViewSession(sv *SessionView, bodyBytes int, snap []ReplicaView
 	if s.rank < 0 {
 		return
 	}
-	r := rs.rep(s.rank)
+	r := m.rep(s.rank)
 	sv.Footprint = r.footprint(s, sv.Tokens)
 	i := indexOf(snap, s.rank)
 	if i < 0 || snap[i].KVCapacity <= 0 {
@@ -373,9 +373,9 @@ func (rs *Memory) ViewSession(sv *SessionView, bodyBytes int, snap []ReplicaView
 }
 
 // bestShared is the largest shared-prefix estimate over replicas (0 none).
-func (rs *Memory) bestShared() int {
+func (m *Memory) bestShared() int {
 	b := 0
-	for _, r := range rs.reps {
+	for _, r := range m.reps {
 		b = max(b, int(r.shared.v))
 	}
 	return b

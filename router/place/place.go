@@ -6,8 +6,10 @@
 // decision state and makes a decision and its in-flight increment in one
 // critical section. Pick, Memory and Table read no clock, lock,
 // environment or I/O; the Placer reads time only from its injected clock
-// (a held request's one-second recheck is a real timer). It imports
-// nothing of the project.
+// (a held request's one-second recheck is a real timer) and removes idle
+// sessions on its tick (Tick), never in a read (Counts). Of the project it
+// imports only internal/ilist (the session table's intrusive list); the
+// router core (package router) and the replay (sim/replay) import it.
 package place
 
 import (
@@ -30,7 +32,7 @@ const (
 	ReasonOff      Reason = "off"      // a non-affinity balancer placed it
 	ReasonHash     Reason = "hash"     // session hash to a replica
 	ReasonNone     Reason = "none"     // no replica can take it
-	ReasonWait     Reason = "wait"     // no replica has room: the proxy holds it and asks again (adaptive)
+	ReasonWait     Reason = "wait"     // no replica has room: the Placer holds it and asks again (adaptive)
 	ReasonMove     Reason = "move"     // re-homed where it is expected to be served sooner (adaptive)
 )
 
@@ -68,7 +70,7 @@ type ReplicaView struct {
 	StaleRunning, StaleWaiting, SentSince int
 
 	// The adaptive policy's estimates (Memory.FillView), in tokens and in
-	// seconds of the proxy's clock; zero when unknown.
+	// seconds of the Placer's clock; zero when unknown.
 	WorkingSet         int     // KV the conversations active here need: shared prefix once + their contexts
 	Active             int     // conversations active here (in flight or just finished)
 	Homed              int     // conversations placed here under the current policy (new, moved, failed over)

@@ -11,8 +11,8 @@ import (
 // in force, the random source, the session table, the adaptive Memory, the
 // requests held for room, the vLLM-style balancers' stale view and the
 // sticky-share counts) under its own lock, and the replicas that placement
-// considers. The warden's proxy and the replay harness both place through
-// it: Place (or Decide) for a request, End when the request is over.
+// considers. The router core (for every data plane) and the replay
+// harness both place through it: Place (or Decide) for a request, End when the request is over.
 //
 // Lock order: the Placer's lock before a replica's own (a decision reads
 // every replica's View under it); nothing else is taken under it, and none
@@ -173,12 +173,25 @@ func (p *Placer[R]) Decide(req Request) Placement[R] {
 	return p.decide(req)
 }
 
-// decide snapshots the replicas, decides and, when a replica was chosen,
-// counts the request in flight there, updates the session table and begins
-// the adaptive policy's record, all in one critical section. The caller
-// holds p.mu.
+// decide makes one decision in one critical section: view takes the
+// snapshot the policy decides on, pick asks the policy, and commit counts
+// the request in flight on the chosen replica, updates the session table
+// and begins the adaptive policy's record, so that a burst cannot herd onto
+// one replica. The caller holds p.mu.
 func (p *Placer[R]) decide(req Request) Placement[R] {
 	now := p.clock()
+	s, snap, sv := p.view(req, now)
+	d := p.pick(req, snap, sv)
+	return p.commit(req, d, s, snap, now)
+}
+
+// view is what a decision for req sees at now: its session (nil when new;
+// touching it, after expiring idle ones), every replica's view with the
+// session counts, the balancer view and the retry's skipped ranks filled
+// in, and the session's view (with the adaptive estimates under that
+// policy). The snapshot is p.snap, valid until the next view. The caller
+// holds p.mu.
+func (p *Placer[R]) view(req Request, now time.Time) (*Session, []ReplicaView, SessionView) {
 	var s *Session
 	if req.Key != "" {
 		s = p.sessions.Get(req.Key, now)
@@ -211,10 +224,25 @@ func (p *Placer[R]) decide(req Request) Placement[R] {
 		sv.Held = p.held
 		sv.NoWait = req.Waited > MaxHold
 	}
+	return s, snap, sv
+}
+
+// pick is the policy's decision on the view, changed by the experiment's
+// Override when there is one. It changes nothing. The caller holds p.mu.
+func (p *Placer[R]) pick(req Request, snap []ReplicaView, sv SessionView) Decision {
 	d := Pick(snap, sv, p.cfg, p.rng)
 	if p.override != nil {
 		d = p.override(req, d, snap, sv)
 	}
+	return d
+}
+
+// commit records decision d for req, made on snap with session s (nil when
+// new): a wait counts the request among the held; a chosen replica gets it
+// in flight (Replica.Sent), the balancers count it sent and rotate their
+// scan start, the session table learns its home and Memory begins its
+// record. The caller holds p.mu.
+func (p *Placer[R]) commit(req Request, d Decision, s *Session, snap []ReplicaView, now time.Time) Placement[R] {
 	pl := Placement[R]{Decision: d, Known: s != nil, Home: -1, Policy: p.cfg.Policy}
 	switch {
 	case d.Reason == ReasonWait:
@@ -317,11 +345,15 @@ func (p *Placer[R]) refresh(snap []ReplicaView, now time.Time) {
 	p.lastRefresh = now
 }
 
-// RefreshBalancers takes the balancer sample now (a tick).
+// RefreshBalancers takes the balancer sample now.
 func (p *Placer[R]) RefreshBalancers() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := p.clock()
+	p.refreshNow(p.clock())
+}
+
+// refreshNow takes the balancer sample at now. The caller holds p.mu.
+func (p *Placer[R]) refreshNow(now time.Time) {
 	snap := p.snap[:0]
 	for _, r := range p.reps {
 		snap = append(snap, r.View(now))
@@ -330,10 +362,21 @@ func (p *Placer[R]) RefreshBalancers() {
 	p.refresh(snap, now)
 }
 
-// TickBalancers refreshes the balancer view every period until ctx ends,
-// as vLLM's coordinator publishes engine stats on a fixed period: a
-// decision sees the load as of the last tick plus what was sent since,
-// never the exact load of its own instant (which would make `off`
+// Tick is the Placer's housekeeping, one critical section: the balancer
+// sample (RefreshBalancers) and the expiry of idle sessions, which reads
+// (Counts) leave to it.
+func (p *Placer[R]) Tick() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.clock()
+	p.refreshNow(now)
+	p.sessions.Expire(now)
+}
+
+// TickBalancers runs Tick every period until ctx ends. The balancer view is
+// refreshed as vLLM's coordinator publishes engine stats, on a fixed
+// period: a decision sees the load as of the last tick plus what was sent
+// since, never the exact load of its own instant (which would make `off`
 // accidentally sticky: a closed-loop session's own replica is the one that
 // just went idle). While it runs, decisions do not refresh on demand.
 func (p *Placer[R]) TickBalancers(ctx context.Context, period time.Duration) {
@@ -350,7 +393,7 @@ func (p *Placer[R]) TickBalancers(ctx context.Context, period time.Duration) {
 			p.mu.Unlock()
 			return
 		case <-t.C:
-			p.RefreshBalancers()
+			p.Tick()
 		}
 	}
 }
@@ -410,20 +453,21 @@ type Counts struct {
 	Active, Subagents []int // per rank asked for: active sessions and active subagent sessions homed there
 }
 
-// Counts expires idle sessions as of now and reads the counts, per rank for
-// the ranks given.
+// Counts reads the counts as of now, per rank for the ranks given. It is a
+// read: idle sessions leave the table on the tick (Tick) and on decisions,
+// and Counts leaves them out without removing them (Table.ReadAt).
 func (p *Placer[R]) Counts(now time.Time, ranks []int) Counts {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	t := p.sessions
-	t.Expire(now)
-	c := Counts{Policy: p.cfg.Policy, Sessions: t.Len(), Seen: t.Seen(), Concurrent: t.ActiveTotal(),
-		ActiveWindow: t.ActiveWindow(), SubagentSessions: t.SubagentsActiveTotal(), SubagentsSeen: t.SubagentsSeen(),
+	r := t.ReadAt(now)
+	c := Counts{Policy: p.cfg.Policy, Sessions: r.Len, Seen: t.Seen(), Concurrent: r.ActiveTotal,
+		ActiveWindow: t.ActiveWindow(), SubagentSessions: r.SubagentsActiveTotal, SubagentsSeen: t.SubagentsSeen(),
+		ContextSum: r.ContextSum, ContextN: r.ContextN,
 		KnownTurns: p.knownTurns, HomeTurns: p.homeTurns, Held: p.held, Ticking: p.ticking, LastRefresh: p.lastRefresh,
 		Active: make([]int, len(ranks)), Subagents: make([]int, len(ranks))}
-	c.ContextSum, c.ContextN = t.Contexts()
 	for i, rank := range ranks {
-		c.Active[i], c.Subagents[i] = t.Active(rank), t.SubagentsActive(rank)
+		c.Active[i], c.Subagents[i] = r.Active(rank), r.SubagentsActive(rank)
 	}
 	return c
 }

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/lmwarden/warden/internal/simproc"
 	"github.com/lmwarden/warden/router/place/placetest"
 )
 
@@ -79,7 +82,7 @@ func TestPlacerHoldsUntilARequestEnds(t *testing.T) {
 	room.Store(false)
 	got := make(chan Placement[*testReplica])
 	go func() { got <- p.Place(context.Background(), Request{Key: "b"}) }()
-	waitFor(t, func() bool { return p.Counts(time.Now(), nil).Held == 1 })
+	simproc.Poll(t, "the request to be held", func() bool { return p.Counts(time.Now(), nil).Held == 1 })
 	room.Store(true)
 	p.End(&first, true, Report{}, -1) // wakes b
 	select {
@@ -97,7 +100,7 @@ func TestPlacerHoldsUntilARequestEnds(t *testing.T) {
 	room.Store(false)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { got <- p.Place(ctx, Request{Key: "c"}) }()
-	waitFor(t, func() bool { return p.Counts(time.Now(), nil).Held == 1 })
+	simproc.Poll(t, "the request to be held", func() bool { return p.Counts(time.Now(), nil).Held == 1 })
 	cancel()
 	if pl := <-got; pl.Reason != ReasonWait {
 		t.Errorf("c gave up with %+v, want the wait decision", pl.Decision)
@@ -107,11 +110,32 @@ func TestPlacerHoldsUntilARequestEnds(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
+// TestPlacerExpiresOnTheTick: Counts reads a session idle past its TTL as
+// gone without removing it (a read changes nothing); the tick removes it.
+func TestPlacerExpiresOnTheTick(t *testing.T) {
+	now := time.Unix(1000, 0)
+	p, _ := testPlacer(2, PlacerConfig{SessionTTL: time.Minute, Clock: func() time.Time { return now }})
+	p.Decide(Request{Key: "a"})
+	p.Decide(Request{Key: "b"})
+	now = now.Add(30 * time.Second)
+	p.Decide(Request{Key: "b"})
+	now = now.Add(45 * time.Second) // a idle 75 s, b 45 s
+	inTable := func() (n int) {
+		p.Sessions(func(t *Table) { n = t.Len() })
+		return n
+	}
+	c := p.Counts(now, []int{0, 1})
+	if c.Sessions != 1 || c.Concurrent != 1 || c.Active[0]+c.Active[1] != 1 || inTable() != 2 {
+		t.Errorf("before the tick: counted %d sessions (%d active, %v per rank), table holds %d; want 1 (1, one rank), 2",
+			c.Sessions, c.Concurrent, c.Active, inTable())
+	}
+	p.Tick()
+	if n := inTable(); n != 1 {
+		t.Errorf("after the tick: table holds %d, want 1", n)
+	}
+	after := p.Counts(now, []int{0, 1})
+	after.LastRefresh = c.LastRefresh // the tick's balancer sample
+	if diff := cmp.Diff(c, after); diff != "" {
+		t.Errorf("counts after the tick differ from those read before it (-before +after):\n%s", diff)
 	}
 }

@@ -13,7 +13,7 @@ import (
 type Session struct {
 	key      string
 	home     int   // rank
-	lastSeen int64 // unix nanoseconds on the proxy's clock
+	lastSeen int64 // unix nanoseconds on the Placer's clock
 	context  uint32
 	active   bool                // seen within the table's active window
 	subagent bool                // a subagent's conversation (MarkSubagent)
@@ -29,7 +29,7 @@ func (s *Session) Key() string { return s.key }
 // Home is the rank of its home replica, -1 when it has none (Unhome).
 func (s *Session) Home() int { return s.home }
 
-// LastSeen is when the table last saw it (the proxy's clock).
+// LastSeen is when the table last saw it (the Placer's clock).
 func (s *Session) LastSeen() time.Time { return time.Unix(0, s.lastSeen) }
 
 // Subagent says it is a subagent's conversation (MarkSubagent).
@@ -346,6 +346,85 @@ func (t *Table) Expire(now time.Time) {
 		}
 	}
 	t.settle(now)
+}
+
+// Reading is the table's counts as of a moment (ReadAt): what they will be
+// once Expire runs at that moment. Its per-rank methods read the table and
+// are valid only until the table next changes.
+type Reading struct {
+	Len                  int // sessions
+	ActiveTotal          int // active sessions, homed or not
+	SubagentsActiveTotal int
+	ContextSum           uint64 // context tokens of the active sessions that have one
+	ContextN             int
+
+	t                 *Table
+	active, subActive map[int]int // per rank: the change from the table's counts (nil: none)
+}
+
+// Active is the number of active sessions whose home is rank.
+func (r *Reading) Active(rank int) int { return r.t.active[rank] + r.active[rank] }
+
+// SubagentsActive is the number of active subagent sessions whose home is rank.
+func (r *Reading) SubagentsActive(rank int) int { return r.t.subActive[rank] + r.subActive[rank] }
+
+// count adds d (1 or -1) to the counts s contributes to as an active session.
+func (r *Reading) count(s *Session, d int) {
+	add := func(m *map[int]int) {
+		if s.home >= 0 {
+			if *m == nil {
+				*m = make(map[int]int)
+			}
+			(*m)[s.home] += d
+		}
+	}
+	r.ActiveTotal += d
+	add(&r.active)
+	if s.subagent {
+		r.SubagentsActiveTotal += d
+		add(&r.subActive)
+	}
+	if s.context > 0 {
+		r.ContextSum += uint64(int64(d) * int64(s.context)) // wraps back on -1
+		r.ContextN += d
+	}
+}
+
+// ReadAt reads the counts as of now without changing the table: the
+// sessions Expire(now) would remove are left out and the active boundary is
+// read at now - window, walking the same entries Expire would. A status
+// reads through it; the Placer's tick and its decisions expire.
+func (t *Table) ReadAt(now time.Time) Reading {
+	r := Reading{Len: len(t.m), ActiveTotal: t.nActive, SubagentsActiveTotal: t.nSubActive,
+		ContextSum: t.ctxSum, ContextN: t.ctxN, t: t}
+	oldest := t.oldestActive
+	expired := func(*Session) bool { return false }
+	if t.ttl > 0 {
+		ttlCut := now.Add(-t.ttl).UnixNano()
+		expired = func(s *Session) bool { return s.lastSeen < ttlCut }
+		for s := t.lru.Back(); s != nil && expired(s); s = t.lru.Prev(s) { // the removed: a suffix
+			r.Len--
+			if s.active {
+				r.count(s, -1)
+			}
+			if s == oldest {
+				oldest = t.lru.Prev(s)
+			}
+		}
+	}
+	cutoff := now.Add(-t.window).UnixNano()
+	for b := oldest; b != nil && b.lastSeen < cutoff; b = oldest {
+		r.count(b, -1)
+		oldest = t.lru.Prev(b)
+	}
+	next := t.lru.Front()
+	if oldest != nil {
+		next = t.lru.Next(oldest)
+	}
+	for ; next != nil && next.lastSeen >= cutoff && !expired(next); next = t.lru.Next(next) {
+		r.count(next, 1)
+	}
+	return r
 }
 
 func (t *Table) remove(s *Session) {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/lmwarden/warden/internal/simproc"
 )
 
@@ -273,5 +275,68 @@ func TestActiveWindowFollowsTheEnginesClock(t *testing.T) {
 	tab.SetTimeScale(1)
 	if w := tab.ActiveWindow(); w != DefaultActiveWindow {
 		t.Errorf("window back at scale 1: %v, want %v", w, DefaultActiveWindow)
+	}
+}
+
+// TestSessionTableReadAtMatchesExpire drives tables with random requests,
+// rehomes, context updates and time steps without expiring between them,
+// and at each step compares the counts ReadAt reads as of now (a read: the
+// table keeps its entries) with the table's own counts once Expire(now) has
+// run. One table's window follows the gaps within its TTL; the other's is
+// fixed and longer than its TTL (the replay's).
+func TestSessionTableReadAtMatchesExpire(t *testing.T) {
+	fixed := NewTable(3*time.Minute, 0)
+	fixed.FixWindow(10 * time.Minute)
+	for name, tb := range map[string]*Table{"gaps": NewTable(20*time.Minute, 300), "fixed": fixed} {
+		rng := rand.New(rand.NewPCG(3, 9))
+		now := time.Unix(0, 0)
+		for step := range 5_000 {
+			now = now.Add(time.Duration(rng.IntN(int(30 * time.Second))))
+			k := fmt.Sprint("k", rng.IntN(300))
+			switch op := rng.IntN(10); {
+			case op < 5:
+				if s := tb.Peek(k); s == nil {
+					s = tb.Insert(k, rng.IntN(3), now)
+					if rng.IntN(3) == 0 {
+						tb.MarkSubagent(s)
+					}
+				}
+			case op < 7:
+				if s := tb.Peek(k); s != nil {
+					tb.Rehome(s, rng.IntN(4)-1)
+				}
+			case op < 9:
+				if s := tb.Peek(k); s != nil {
+					tb.SetContext(s, uint32(rng.IntN(5))*1000)
+				}
+			default:
+				tb.Get(k, now) // expires, and moves k to the front
+			}
+			if step%7 != 0 {
+				continue // let entries age past the TTL and the window unexpired
+			}
+			lenBefore := tb.Len()
+			r := tb.ReadAt(now)
+			if tb.Len() != lenBefore {
+				t.Fatalf("%s step %d: ReadAt changed the table's length %d -> %d", name, step, lenBefore, tb.Len())
+			}
+			got := []int{r.Len, r.ActiveTotal, r.SubagentsActiveTotal, int(r.ContextSum), r.ContextN}
+			perRank := func(active func(int) int, sub func(int) int) (out []int) {
+				for rank := -1; rank < 3; rank++ {
+					out = append(out, active(rank), sub(rank))
+				}
+				return out
+			}
+			gotRanks := perRank(r.Active, r.SubagentsActive)
+			tb.Expire(now)
+			sum, n := tb.Contexts()
+			want := []int{tb.Len(), tb.ActiveTotal(), tb.SubagentsActiveTotal(), int(sum), n}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("%s step %d: ReadAt's totals (len, active, subagents, context sum, n) (-expired +read):\n%s", name, step, diff)
+			}
+			if diff := cmp.Diff(perRank(tb.Active, tb.SubagentsActive), gotRanks); diff != "" {
+				t.Fatalf("%s step %d: ReadAt's per-rank active, subagents (-expired +read):\n%s", name, step, diff)
+			}
+		}
 	}
 }

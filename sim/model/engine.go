@@ -214,7 +214,7 @@ func (e *Engine) Run(ctx context.Context) {
 		b := e.sched.Schedule()
 		dur := e.prof.StepSeconds(b.Cost())
 		end := e.stepStart() + dur
-		if !e.waitUntil(ctx, end) {
+		if !e.wait(ctx, end, false) {
 			return
 		}
 		e.simT, e.busy, e.wasBusy = end, e.busy+dur, true
@@ -237,7 +237,7 @@ func (e *Engine) stepWithHost(ctx context.Context) bool {
 		e.sched.StepEnd(start)
 		if next, ok := e.sched.NextHostEvent(); ok {
 			e.OnStep(e.Snapshot())
-			if !e.waitEvent(ctx, next) {
+			if !e.wait(ctx, next, true) {
 				return false
 			}
 			e.simT, e.wasBusy = max(start, min(next, e.SimNow())), false
@@ -253,32 +253,11 @@ func (e *Engine) stepWithHost(ctx context.Context) bool {
 	dur := e.prof.StepSeconds(b.Cost())
 	end := start + dur
 	e.sched.StepEnd(end)
-	if !e.waitUntil(ctx, end) {
+	if !e.wait(ctx, end, false) {
 		return false
 	}
 	e.simT, e.busy, e.wasBusy = end, e.busy+dur, true
 	e.apply(b, end)
-	return true
-}
-
-// waitEvent sleeps until wall time reaches simulated time t or a request
-// arrives (it is queued), whichever is first.
-func (e *Engine) waitEvent(ctx context.Context, t float64) bool {
-	d := time.Until(e.wallStart.Add(time.Duration(t / e.cfg.TimeScale * float64(time.Second))))
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case r := <-e.submit:
-		e.add(r)
-	case r := <-e.aborts:
-		e.abort(r)
-	case <-timer.C:
-	}
 	return true
 }
 
@@ -316,21 +295,34 @@ func (e *Engine) drain() {
 	}
 }
 
-// waitUntil sleeps until wall time reaches simulated time t, taking new
-// submissions meanwhile (they wait for the next step).
-func (e *Engine) waitUntil(ctx context.Context, t float64) bool {
+// wait sleeps until wall time reaches simulated time t, queueing the
+// requests that arrive meanwhile. During a step (wake false) they wait for
+// the next one and aborts wait for the step's end; in an empty step
+// waiting for a host transfer (wake true) the first request or abort ends
+// the wait, since it may be work now. It returns false when ctx ended.
+func (e *Engine) wait(ctx context.Context, t float64, wake bool) bool {
 	d := time.Until(e.wallStart.Add(time.Duration(t / e.cfg.TimeScale * float64(time.Second))))
 	if d <= 0 {
 		return ctx.Err() == nil
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
+	aborts := e.aborts
+	if !wake {
+		aborts = nil // never ready: aborts are applied between steps
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return false
 		case r := <-e.submit:
 			e.add(r)
+			if wake {
+				return true
+			}
+		case r := <-aborts:
+			e.abort(r)
+			return true
 		case <-timer.C:
 			return true
 		}

@@ -1,16 +1,26 @@
 // Package replay is a discrete-event replay of the bench's agent load
-// through the warden's placement (place.Placer, the type the warden's proxy
-// places with) onto the simulator's scheduler and step-time model (the same code `warden sim
-// serve` runs), on a virtual clock: no HTTP, no wall clock. A 3-minute
-// stage at 32 sessions replays in about a second, deterministically, so
-// policies can be compared on the same load and their internals
-// (per-replica queue waits, sessions, preemptions, re-prefilled tokens)
-// read directly. The team uses it for calibration and routing research;
-// its entry points are its tests: `WARDEN_REPLAY=1 go test -run TestReplay
-// -v ./sim/replay/` (each test's doc comment says what it measures and
-// which environment variables it reads). It is not part of the warden:
-// nothing in the warden's path imports it, and it changes no placement or
-// simulator state beyond the instances it builds.
+// through the warden's placement (place.Placer, the type the router core
+// places with) onto the simulator's scheduler and step-time model (the
+// same code `warden sim serve` runs), on a virtual clock: no HTTP, no wall
+// clock. A 3-minute stage at 32 sessions replays in about a second,
+// deterministically, so policies can be compared on the same load and
+// their internals (per-replica queue waits, sessions, preemptions,
+// re-prefilled tokens) read directly. Each engine runs the profile's
+// max_num_seqs (Profile.DefaultMaxNumSeqs) with 16-token KV blocks.
+//
+// The team uses it for calibration and routing research. Its explorations
+// (Explorations: the tables behind docs/router.md and docs/calibration.md)
+// print and assert nothing, so they are not tests: `go run
+// ./sim/replay/cmd/replay` lists them and the environment variables each
+// reads, `go run ./sim/replay/cmd/replay NAME` runs one. Its tests are the
+// cases that assert (adaptive's admission, the host KV tier). It is not
+// part of the warden: nothing in the warden's path imports it, and it
+// changes no placement or simulator state beyond the instances it builds.
+//
+// Files: replay.go the load, the engines and the event loop; experiment.go
+// what a load imposes on the policy's decisions (homes, conversation
+// slots); stage.go a stage's row; loads.go the reference loads and the
+// reference table; explore.go the explorations.
 package replay
 
 import (
@@ -58,11 +68,6 @@ type replayLoad struct {
 	maxHold        float64 // a turn held this long (seconds) is admitted over the slots; 0 = no bound
 }
 
-func refLoad(policy string, sessions int) replayLoad {
-	return replayLoad{replicas: 4, sessions: sessions, system: 3500, first: 7300, turn: 400, out: 256, turns: 5,
-		stage: 180, scrape: 10, refresh: 1, policy: policy, jitter: 150}
-}
-
 // replayResult is the bench's row plus the internals.
 type replayResult struct {
 	p50, p95, p95all, outPerMin, hitPct float64
@@ -77,9 +82,15 @@ type replayResult struct {
 	moves                               int
 }
 
+// blockSize is the KV block size of every simulated engine, in tokens: the
+// simulator's --block-size default and vLLM's on GPUs (no profile sets
+// another).
+const blockSize = 16
+
 // rEngine is one simulated engine, a place.Replica to the replay's Placer.
 type rEngine struct {
 	rank    int
+	seqs    int // max_num_seqs: the profile's DefaultMaxNumSeqs
 	sched   *model.Scheduler
 	busy    bool
 	end     float64
@@ -89,19 +100,16 @@ type rEngine struct {
 	fly     int               // requests placed here and not finished
 }
 
-// replayMaxNumSeqs is every simulated engine's max_num_seqs.
-const replayMaxNumSeqs = 32
-
 func (e *rEngine) Rank() int { return e.rank }
 
 // View is the engine as the proxy sees it: always healthy, the exact
 // in-flight count, the last scrape's running, waiting and KV use.
 func (e *rEngine) View(time.Time) place.ReplicaView {
 	v := e.scraped
-	v.Rank, v.Healthy, v.InFlight, v.MaxNumSeqs = e.rank, true, e.fly, replayMaxNumSeqs
-	v.KVCapacity = (e.sched.Pool().NumBlocks() - 1) * 16
+	v.Rank, v.Healthy, v.InFlight, v.MaxNumSeqs = e.rank, true, e.fly, e.seqs
+	v.KVCapacity = (e.sched.Pool().NumBlocks() - 1) * blockSize
 	if e.sched.HasHostTier() { // the warden learns it from the engine's metrics (engine.Stats.HostKVTokens)
-		v.HostKVTokens = e.sched.HostSnapshot().Blocks * 16
+		v.HostKVTokens = e.sched.HostSnapshot().Blocks * blockSize
 	}
 	return v
 }
@@ -177,7 +185,7 @@ func (l replayLoad) run() replayResult {
 	}
 	kv := l.kvTokens
 	if kv == 0 {
-		kv = prof.KVTokens(0.92, 32, 16)
+		kv = prof.KVTokens(0.92, prof.DefaultMaxNumSeqs, blockSize)
 		if prof.FitKVTokens > 0 {
 			kv = prof.FitKVTokens
 		}
@@ -203,10 +211,10 @@ func (l replayLoad) run() replayResult {
 	p.debug = l.debug
 	p.jrng = rand.New(rand.NewPCG(l.seed, 7))
 	for i := range l.replicas {
-		s := model.NewScheduler(model.SchedConfig{MaxNumSeqs: replayMaxNumSeqs, MaxBatchedTokens: 2048, MaxModelLen: kv, BlockSize: 16,
-			ReserveFullISL: true, PrefixStats: model.StatsAdmission, Host: model.HostTier(l.hostGiB, prof, 16)},
-			model.NewBlockPool(kv/16+1))
-		p.eng = append(p.eng, &rEngine{rank: i, sched: s})
+		s := model.NewScheduler(model.SchedConfig{MaxNumSeqs: prof.DefaultMaxNumSeqs, MaxBatchedTokens: 2048, MaxModelLen: kv,
+			BlockSize: blockSize, ReserveFullISL: true, PrefixStats: model.StatsAdmission, Host: model.HostTier(l.hostGiB, prof, blockSize)},
+			model.NewBlockPool(kv/blockSize+1))
+		p.eng = append(p.eng, &rEngine{rank: i, seqs: prof.DefaultMaxNumSeqs, sched: s})
 		p.ranks = append(p.ranks, i)
 	}
 	p.placer.SetReplicas(p.eng)
@@ -295,108 +303,10 @@ func (p *replay) route(q *rReq) bool {
 	s.homeKnown, s.home = true, pl.Home
 	q.rank, q.pl = pl.Rank, pl
 	p.nextID++
-	q.seq = model.NewSeq(p.nextID, slices.Clone(s.ctx), p.load.out, 16)
+	q.seq = model.NewSeq(p.nextID, slices.Clone(s.ctx), p.load.out, blockSize)
 	p.reqs[q.seq] = q
 	p.eng[pl.Rank].sched.Add(q.seq)
 	return true
-}
-
-// override is the Placer's Override: the load's imposed homes and the
-// conversation slots (quantum) on top of the policy's decision, for the
-// request being routed; a hold is ReasonWait.
-func (p *replay) override(_ place.Request, d place.Decision, snap []place.ReplicaView, sv place.SessionView) place.Decision {
-	q := p.cur
-	if p.load.home != nil && !sv.Known {
-		d = place.Decision{Rank: p.load.home(q.s.k), Reason: place.ReasonNew}
-	}
-	if d.Reason == place.ReasonWait {
-		if p.debug != nil && !slices.Contains(p.held, q) {
-			p.debug("t=%.1f wait %+v snap %+v", p.t, sv, snap)
-		}
-		return d
-	}
-	if d.Rank < 0 || p.load.quantum <= 0 {
-		return d
-	}
-	if p.load.anySlot && !p.admitQuantum(q.s, d.Rank) {
-		// It yielded its slot, so its prefix is probably evicted at home:
-		// any replica's free slot serves it as well (a move).
-		for i := range p.eng {
-			if p.admitQuantum(q.s, i) {
-				if sv.Known && i != sv.Home {
-					d = place.Decision{Rank: i, Reason: place.ReasonMove}
-				} else {
-					d.Rank = i
-				}
-				break
-			}
-		}
-	}
-	if p.load.maxHold > 0 && p.t-q.arrive >= p.load.maxHold {
-		p.forceQuantum(q.s, d.Rank) // waited long enough: admitted over the slots
-	}
-	if !p.admitQuantum(q.s, d.Rank) {
-		return place.Decision{Rank: -1, Reason: place.ReasonWait}
-	}
-	return d
-}
-
-// admitQuantum: s may send a turn to rank when it holds one of the
-// replica's slots or a slot is free (it takes it).
-func (p *replay) admitQuantum(s *rSession, rank int) bool {
-	if p.run == nil {
-		p.run = make([]map[*rSession]int, len(p.eng))
-		for i := range p.run {
-			p.run[i] = map[*rSession]int{}
-		}
-	}
-	if _, ok := p.run[rank][s]; ok {
-		return true
-	}
-	if len(p.run[rank]) >= p.load.slots {
-		return false
-	}
-	for i := range p.run {
-		delete(p.run[i], s)
-	}
-	p.run[rank][s] = 0
-	return true
-}
-
-// forceQuantum gives s a slot on rank beyond the replica's count.
-func (p *replay) forceQuantum(s *rSession, rank int) {
-	p.admitQuantum(s, rank) // allocates the sets
-	for i := range p.run {
-		delete(p.run[i], s)
-	}
-	p.run[rank][s] = 0
-}
-
-// yieldQuantum counts a finished turn of s on rank; s gives up its slot
-// when it ended, or when its quantum is used and another conversation
-// waits for the replica.
-func (p *replay) yieldQuantum(s *rSession, rank int, ended bool) {
-	if p.run == nil {
-		return
-	}
-	if ended {
-		delete(p.run[rank], s)
-		return
-	}
-	if _, ok := p.run[rank][s]; !ok {
-		return
-	}
-	p.run[rank][s]++
-	if p.run[rank][s] < p.load.quantum {
-		return
-	}
-	for _, q := range p.held {
-		if !q.s.homeKnown || q.s.home == rank {
-			delete(p.run[rank], s)
-			return
-		}
-	}
-	p.run[rank][s] = 0 // nobody waits: a new quantum
 }
 
 // retryHeld asks again for every request held at the proxy, oldest first.
@@ -417,8 +327,10 @@ func (p *replay) scrape() {
 	}
 }
 
-// refresh is the balancer's periodic stats sample.
-func (p *replay) refresh() { p.placer.RefreshBalancers() }
+// refresh is the Placer's periodic tick, as the warden runs it: the
+// balancers' stats sample (and session expiry, which the replay's table
+// never needs: its sessions do not expire).
+func (p *replay) refresh() { p.placer.Tick() }
 
 // loop runs the event loop: each stage for load.stage seconds (growing the
 // pool of sessions to the stage's count at its start), then a drain.
@@ -545,42 +457,6 @@ func (p *replay) arrive() {
 	p.arrivals = keep
 }
 
-// openStage resets the per-stage accumulators and grows the session pool.
-func (p *replay) openStage() {
-	p.res = replayResult{repWait: make([]float64, len(p.eng)), repSess: make([]float64, len(p.eng))}
-	p.ttfb, p.all, p.samples, p.repCount = nil, nil, 0, nil
-	p.winStart = p.t
-	p.hq = p.counters()
-	if sp := p.load.stagePolicy; p.stageIdx < len(sp) && sp[p.stageIdx] != "" {
-		p.placer.SetPolicy(sp[p.stageIdx])
-	}
-	for p.workers < p.load.stages[p.stageIdx] {
-		p.startSession(p.workers)
-		p.workers++
-	}
-}
-
-func (p *replay) counters() [3]int64 {
-	var c [3]int64
-	for _, e := range p.eng {
-		c[0] += e.sched.Counters.PrefixHits
-		c[1] += e.sched.Counters.PrefixQueries
-		c[2] += e.sched.Counters.Preemptions
-	}
-	return c
-}
-
-// closeStage computes the stage's row.
-func (p *replay) closeStage() {
-	c := p.counters()
-	p.res.hitPct = 100 * float64(c[0]-p.hq[0]) / math.Max(1, float64(c[1]-p.hq[1]))
-	p.res.preempt = c[2] - p.hq[2]
-	for _, q := range p.held {
-		p.all = append(p.all, p.t-q.submit)
-	}
-	p.results = append(p.results, p.finish())
-}
-
 // complete applies a finished step: first tokens, finished turns, next turns.
 func (p *replay) complete(e *rEngine) {
 	emitted, finished := e.sched.Complete(e.batch, func(q *model.Seq) uint32 {
@@ -635,41 +511,4 @@ func (p *replay) finishTurn(r *rReq) {
 	s.ctx = append(s.ctx, p.fresh(s.turnTok)...)
 	s.lastComputed = s.turnTok + q.Output
 	p.send(s)
-}
-
-func (p *replay) repN(rank int) {
-	if p.repCount == nil {
-		p.repCount = make([]int, len(p.eng))
-	}
-	p.repCount[rank]++
-}
-
-func (p *replay) finish() replayResult {
-	r := p.res
-	slices.Sort(p.ttfb)
-	if len(p.ttfb) > 0 {
-		r.p50, r.p95 = quantileF(p.ttfb, 0.5), quantileF(p.ttfb, 0.95)
-	}
-	slices.Sort(p.all)
-	if len(p.all) > 0 {
-		r.p95all = quantileF(p.all, 0.95)
-	}
-	r.outPerMin = r.outPerMin * 60 / p.load.stage
-	for i := range r.repWait {
-		if p.repCount != nil && p.repCount[i] > 0 {
-			r.repWait[i] /= float64(p.repCount[i])
-		}
-		r.repSess[i] /= math.Max(1, float64(p.samples))
-	}
-	r.running /= math.Max(1, float64(p.samples))
-	r.waiting /= math.Max(1, float64(p.samples))
-	r.busy /= math.Max(1, float64(p.samples))
-	return r
-}
-
-func quantileF(xs []float64, q float64) float64 {
-	pos := q * float64(len(xs)-1)
-	lo := int(math.Floor(pos))
-	hi := min(lo+1, len(xs)-1)
-	return xs[lo] + (pos-float64(lo))*(xs[hi]-xs[lo])
 }
