@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"text/template"
 	"time"
+
+	"github.com/lmwarden/warden/router"
 )
 
 // EnvoyOptions shape the Envoy bootstrap that puts the picker in front of
@@ -89,7 +91,7 @@ func WriteEnvoyConfig(w io.Writer, o EnvoyOptions) error {
 	}
 	data.FailOpen, data.Retries, data.MaxBody = o.FailOpen, o.Retries, o.MaxBodyBytes
 	if data.MaxBody <= 0 {
-		data.MaxBody = DefaultMaxBodyBytes
+		data.MaxBody = router.DefaultMaxBodyBytes
 	}
 	data.Hold = fmt.Sprintf("%ds", int((o.Hold + time.Minute).Seconds()))
 	data.StreamIdle = fmt.Sprintf("%ds", int(o.StreamIdle.Seconds()))

@@ -70,8 +70,7 @@ const (
 
 // Defaults of Config's fields.
 const (
-	DefaultMaxBodyBytes = 32 << 20
-	DefaultFallbacks    = 2
+	DefaultFallbacks = 2
 	// bodyChunk is the size of the body pieces handed back to the gateway
 	// (well under gRPC's 4 MiB message limit).
 	bodyChunk = 64 << 10
@@ -80,7 +79,7 @@ const (
 // Config configures a Server.
 type Config struct {
 	// MaxBodyBytes bounds the request body the picker buffers to identify
-	// a conversation; a larger one is answered 413. 0 = DefaultMaxBodyBytes.
+	// a conversation; a larger one is answered 413. 0 = router.DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// Fallbacks is how many endpoints follow the pick, for the gateway to
 	// retry on; 0 = DefaultFallbacks, < 0 = none.
@@ -104,7 +103,7 @@ func New(core *router.Core, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("--max-body-bytes must be >= 0, got %d", cfg.MaxBodyBytes)
 	}
 	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+		cfg.MaxBodyBytes = router.DefaultMaxBodyBytes
 	}
 	switch {
 	case cfg.Fallbacks == 0:

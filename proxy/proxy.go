@@ -17,7 +17,6 @@ import (
 // The defaults of the HTTP data plane's settings, stated once (the command
 // layer gives its flags these values; a zero field means the same).
 const (
-	DefaultMaxBodyBytes          = 32 << 20
 	DefaultResponseHeaderTimeout = 10 * time.Minute
 	// DefaultStreamIdleTimeout is longer than any pause of a healthy
 	// stream: a decode step takes well under a second, but a request that
@@ -39,7 +38,7 @@ type Config struct {
 	// KeepBillingHeader forwards Claude Code's billing system block
 	// instead of removing it.
 	KeepBillingHeader bool
-	// MaxBodyBytes is the request body limit; 0 = DefaultMaxBodyBytes.
+	// MaxBodyBytes is the request body limit; 0 = router.DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// AdminToken is the bearer token for admin changes from callers that
 	// are not on loopback; "" = loopback only.
@@ -70,7 +69,7 @@ func (c Config) Validate() error {
 	}
 	switch {
 	case c.MaxBodyBytes < 0:
-		return fmt.Errorf("--max-body-bytes must be >= 0 (0 means %d MiB), got %d", DefaultMaxBodyBytes>>20, c.MaxBodyBytes)
+		return fmt.Errorf("--max-body-bytes must be >= 0 (0 means %d MiB), got %d", router.DefaultMaxBodyBytes>>20, c.MaxBodyBytes)
 	case c.ResponseHeaderTimeout < 0:
 		return fmt.Errorf("--response-header-timeout must be >= 0 (0 means %v), got %v", DefaultResponseHeaderTimeout, c.ResponseHeaderTimeout)
 	}
@@ -99,7 +98,7 @@ func New(cfg Config, backends []router.Backend) (*Proxy, error) {
 		return nil, err
 	}
 	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+		cfg.MaxBodyBytes = router.DefaultMaxBodyBytes
 	}
 	if cfg.ResponseHeaderTimeout == 0 {
 		cfg.ResponseHeaderTimeout = DefaultResponseHeaderTimeout

@@ -26,6 +26,9 @@ const (
 	DefaultSessionTTL       = time.Hour
 	DefaultMaxSessions      = 100_000
 	DefaultDecisionLogMaxMB = 100
+	// DefaultMaxBodyBytes bounds the request body a data plane reads to
+	// identify a conversation (agent conversations reach a few MB).
+	DefaultMaxBodyBytes = 32 << 20
 )
 
 // Config configures a Core: how conversations are identified and placed,

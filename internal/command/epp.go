@@ -100,7 +100,7 @@ func envoyConfigCommand() *cli.Command {
 				Usage: "Envoy's admin interface (HOST:PORT; keep it on loopback)"},
 			&cli.BoolFlag{Name: "fail-open", EnvVars: envVars("ENVOY_FAIL_OPEN"),
 				Usage: "with the picker unreachable, send requests to the least-loaded engine (buffers request bodies: Envoy fails closed in full-duplex mode); default: 500"},
-			&cli.StringFlag{Name: "max-body-bytes", Value: humanize.IBytes(epp.DefaultMaxBodyBytes), EnvVars: envVars("ENVOY_MAX_BODY_BYTES"),
+			&cli.StringFlag{Name: "max-body-bytes", Value: humanize.IBytes(router.DefaultMaxBodyBytes), EnvVars: envVars("ENVOY_MAX_BODY_BYTES"),
 				Usage: "with --fail-open, the largest request body Envoy buffers"},
 			&cli.IntFlag{Name: "retries", Value: epp.DefaultFallbacks, EnvVars: envVars("ENVOY_RETRIES"),
 				Usage: "tries on the fallbacks when the picked engine cannot be reached"},

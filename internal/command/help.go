@@ -284,7 +284,7 @@ func flagString(f cli.Flag) string {
 		return names
 	}
 	usage = strings.Replace(usage, " (default: false)", "", 1) // a switch is off unless given
-	const indent = 3 // the help template's
+	const indent = 3                                           // the help template's
 	pad := strings.Repeat(" ", indent+usageColumn)
 	lines := wrapWords(usage, helpWidth-indent-usageColumn)
 	var b strings.Builder

@@ -42,7 +42,7 @@ func routerFlags() []cli.Flag {
 				"never logged or forwarded. Not WARDEN_API_KEY: that is the key clients send"},
 		&cli.StringFlag{Name: "admin-token", EnvVars: envVars("ADMIN_TOKEN"),
 			Usage: "bearer `TOKEN` for admin endpoints (policy switch, cache reset, replicas) from other hosts"},
-		&cli.StringFlag{Name: "max-body-bytes", Value: humanize.IBytes(proxy.DefaultMaxBodyBytes), EnvVars: envVars("MAX_BODY_BYTES"),
+		&cli.StringFlag{Name: "max-body-bytes", Value: humanize.IBytes(router.DefaultMaxBodyBytes), EnvVars: envVars("MAX_BODY_BYTES"),
 			Usage: "largest request body; larger ones get 413"},
 		&cli.BoolFlag{Name: "strict-model", EnvVars: envVars("STRICT_MODEL"),
 			Usage: "404 (like vLLM) for a model name other than the served one, instead of serving it"},
