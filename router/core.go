@@ -213,8 +213,8 @@ type Core struct {
 	client    *http.Client               // health, scrape and the engines' admin endpoints
 	metrics   *metrics
 	series    *series
-	peak      peakState    // the worst KV overcommit (status.go)
-	decisions *decisionLog // --decision-log; nil = off
+	peak      peakState     // the worst KV overcommit (status.go)
+	decisions *decisionLog  // --decision-log; nil = off
 	timeScale atomic.Uint64 // the engines' time scale as float64 bits (noteTimeScale); 0 = not said
 }
 
