@@ -289,3 +289,18 @@ func TestForwardedHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownPathIsNotATurn: a /v1/* path the engine does not serve gets a
+// 404 in the API's shape naming the path, and counts no turn.
+func TestUnknownPathIsNotATurn(t *testing.T) {
+	e := newFakeEngine(t)
+	p, front := testProxy(t, Config{}, e)
+	resp, body := post(t, front.URL+"/v1/foo", `{"model":"m"}`)
+	if resp.StatusCode != 404 || !strings.Contains(gjson.Get(body, "error.message").Str, "does not serve /v1/foo") {
+		t.Errorf("POST /v1/foo: %d %s", resp.StatusCode, body)
+	}
+	settled(t, p)
+	if n := p.core.Status().Totals.Requests; n != 0 {
+		t.Errorf("%d turns counted for an unknown path, want 0", n)
+	}
+}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 
+	"github.com/lmwarden/warden/internal/apierr"
 	"github.com/lmwarden/warden/proxy/compat"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/decision"
@@ -50,7 +51,7 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 	// Identify.
 	req := p.prepare(r, body)
 	if req.refuse != "" {
-		compat.WriteModelNotFound(w, r.URL.Path, req.refuse)
+		compat.WriteModelNotFound(w, r.URL.Path, req.refuse, p.cfg.ServedModel)
 		return
 	}
 	pin, pinned, err := identity.ParsePin(r.Header)
@@ -102,6 +103,12 @@ func badContentType(r *http.Request) string {
 		return ""
 	}
 	return fmt.Sprintf("unsupported content type %q: %s takes application/json", ct, r.URL.Path)
+}
+
+// knownPath reports whether path is one of the engine APIs the warden
+// knows (its usage read, or a JSON endpoint it checks).
+func knownPath(path string) bool {
+	return tap.KindOf(path) != tap.None || jsonOnly(path) || path == "/v1/models"
 }
 
 // jsonOnly reports whether the path takes a JSON body (vLLM answers other
@@ -199,17 +206,18 @@ func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 // attempt is one try of forwarding a request to one replica; the reverse
 // proxy's hooks find it in the request context.
 type attempt struct {
-	rep     *router.Replica
-	req     *request
-	retry   bool                    // never reached the engine: try another replica
-	client  context.Context         // the client's request context (the attempt's is derived from it)
-	cancel  context.CancelCauseFunc // cancels the attempt (header timeout, a stalled stream)
-	stalled atomic.Bool             // the stream sent nothing for --stream-idle-timeout
-	status  int
-	tap     *tap.Tap
-	timer   *time.Timer // the response-header timeout; stopped when headers arrive
-	cause   string      // why the attempt failed, for the failure streak
-	body    bodyReader  // the body sent (in the attempt: no allocation of its own)
+	rep        *router.Replica
+	req        *request
+	retry      bool                    // never reached the engine: try another replica
+	noEndpoint bool                    // the engine has no such endpoint: not a turn
+	client     context.Context         // the client's request context (the attempt's is derived from it)
+	cancel     context.CancelCauseFunc // cancels the attempt (header timeout, a stalled stream)
+	stalled    atomic.Bool             // the stream sent nothing for --stream-idle-timeout
+	status     int
+	tap        *tap.Tap
+	timer      *time.Timer // the response-header timeout; stopped when headers arrive
+	cause      string      // why the attempt failed, for the failure streak
+	body       bodyReader  // the body sent (in the attempt: no allocation of its own)
 }
 
 // bodyReader is the request body of one attempt.
@@ -322,6 +330,17 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	if resp.StatusCode >= 500 {
 		at.cause = resp.Status
 		nameReplicaInError(resp, at.rep.Rank())
+	}
+	if resp.StatusCode == http.StatusNotFound && at.req.kind == tap.None && !knownPath(resp.Request.URL.Path) {
+		// A path the warden passes on that the engine does not serve: say
+		// so in the API's shape, and count no turn.
+		at.noEndpoint = true
+		resp.Body.Close()
+		b := apierr.Body(resp.Request.URL.Path, http.StatusNotFound, fmt.Sprintf(
+			"replica %d: the engine does not serve %s (the warden passes every /v1/* path on to the engines)", at.rep.Rank(), resp.Request.URL.Path))
+		resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+		resp.Header.Set("Content-Type", "application/json")
+		resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
 	}
 	if resp.StatusCode == http.StatusOK && at.req.kind != tap.None {
 		sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
@@ -436,7 +455,7 @@ func closedBeforeAnswer(err error) bool {
 // outcome is what the attempt saw, for the core's accounting: a stream
 // that broke off after its headers counts as a 502.
 func (p *Proxy) outcome(at *attempt, req *request, start time.Time) router.Outcome {
-	o := router.Outcome{Retry: at.retry, Status: at.status, Cause: at.cause, Start: start, Key: req.key, RequestID: req.id}
+	o := router.Outcome{Retry: at.retry, NoEndpoint: at.noEndpoint, Status: at.status, Cause: at.cause, Start: start, Key: req.key, RequestID: req.id}
 	if at.tap != nil {
 		if err := at.tap.Failed(); err != nil {
 			o.Status, o.Cause = http.StatusBadGateway, err.Error()

@@ -56,6 +56,9 @@ type Outcome struct {
 	// kept-alive connection closed before any response byte); the data
 	// plane places it again elsewhere. Nothing else is counted.
 	Retry bool
+	// NoEndpoint: the engine has no such endpoint (404 for a path the
+	// warden does not know); the request is not a turn and only ends.
+	NoEndpoint bool
 	// Status is the HTTP status the client got (499: the client went
 	// away; a stream that broke off after its headers: 502).
 	Status int
@@ -86,7 +89,7 @@ func (c *Core) Finish(pl *Placement, o Outcome) {
 		rep.inflight.Add(-1) // after accounting: in-flight 0 means counted
 		c.metrics.inFlight.Dec()
 	}()
-	if o.Retry {
+	if o.Retry || o.NoEndpoint {
 		c.placer.End(pl, false, place.Report{}, -1)
 		return
 	}

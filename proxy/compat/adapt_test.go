@@ -68,7 +68,7 @@ func TestStrictModelRefusesOtherNamesLikeVLLM(t *testing.T) {
 	url := front(t, proxy.Config{Config: router.Config{ServedModel: "served-model"}, StrictModel: true}, e.srv.URL)
 	resp, body := post(t, url+"/v1/messages?beta=true", anthropicBody(claudeMain))
 	want := map[string]any{"type": "error", "error": map[string]any{"type": "NotFoundError",
-		"message": "The model `" + claudeMain + "` does not exist."}}
+		"message": "The model `" + claudeMain + "` does not exist. This warden serves `served-model` (--strict-model refuses other names)."}}
 	if resp.StatusCode != 404 {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}

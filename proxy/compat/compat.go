@@ -134,8 +134,8 @@ func (c *Clients) RewriteModel(body []byte) []byte {
 // WriteModelNotFound answers a refused model name the way vLLM does: its
 // NotFoundError, in the Anthropic error envelope on /v1/messages paths and
 // in the OpenAI one elsewhere.
-func WriteModelNotFound(w http.ResponseWriter, path, name string) {
-	msg := fmt.Sprintf("The model `%s` does not exist.", name)
+func WriteModelNotFound(w http.ResponseWriter, path, name, served string) {
+	msg := fmt.Sprintf("The model `%s` does not exist. This warden serves `%s` (--strict-model refuses other names).", name, served)
 	if strings.HasPrefix(path, "/v1/messages") {
 		writeJSON(w, http.StatusNotFound, map[string]any{"type": "error",
 			"error": map[string]string{"type": "NotFoundError", "message": msg}})
