@@ -41,6 +41,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/lmwarden/warden/internal/apierr"
+	"github.com/lmwarden/warden/proxy/compat"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/decision"
 	"github.com/lmwarden/warden/router/identity"
@@ -90,10 +91,11 @@ type Config struct {
 // and the gRPC health services. Create it with New.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
-	core   *router.Core
-	cfg    Config
-	log    *slog.Logger
-	health *health.Server
+	core    *router.Core
+	cfg     Config
+	log     *slog.Logger
+	health  *health.Server
+	clients *compat.Clients // the model name mapped to the served one, as `warden serve` maps it
 }
 
 // New returns a picker over core. Every replica's URL must name its host
@@ -116,7 +118,8 @@ func New(core *router.Core, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("replica %d (%s): %w", r.Rank(), r.URL(), err)
 		}
 	}
-	s := &Server{core: core, cfg: cfg, log: core.Logger(), health: health.NewServer()}
+	s := &Server{core: core, cfg: cfg, log: core.Logger(), health: health.NewServer(),
+		clients: compat.New(core.Config().ServedModel, false, core.Logger())}
 	s.updateHealth()
 	return s, nil
 }
@@ -339,6 +342,13 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 	if x.kind = tap.KindOf(x.path); x.kind != tap.None {
 		x.stream = f.Stream.Bool()
 	}
+	rewritten := false
+	if x.s.clients.ResolveModel(f.Model) == compat.ModelRewrite {
+		// Every requested name is served by the one model, as `warden serve`
+		// does: a client's own names (Claude Code's) reach the engines.
+		f.Model = x.s.clients.ServedModel() // identity sees the served name on every turn
+		x.body, rewritten = x.s.clients.RewriteModel(x.body), true
+	}
 	x.key = core.Identify(x.header, f)
 	pin, pinned, err := identity.ParsePin(x.header)
 	if err != nil {
@@ -376,10 +386,19 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 		},
 	}
 	if !x.reqDuplex && x.body != nil { // a buffered body: the pick comes with the body's answer
+		if rewritten {
+			cr.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: x.body}}
+			cr.HeaderMutation.SetHeaders = append(cr.HeaderMutation.SetHeaders, &corev3.HeaderValueOption{
+				Header:       &corev3.HeaderValue{Key: "content-length", RawValue: []byte(strconv.Itoa(len(x.body)))},
+				AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
+		}
 		return []*extprocv3.ProcessingResponse{{
 			Response:        &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: cr}},
 			DynamicMetadata: pickMetadata(eps),
 		}}, nil
+	}
+	if rewritten { // the body handed back has another length: chunked on to the engine
+		cr.HeaderMutation.RemoveHeaders = append(cr.HeaderMutation.RemoveHeaders, "content-length")
 	}
 	out := []*extprocv3.ProcessingResponse{{
 		Response:        &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: cr}},

@@ -122,6 +122,7 @@ func TestPickerKilledFailOpen(t *testing.T) {
 	}
 	f.epp.Process.Signal(syscall.SIGKILL)
 	f.epp.Wait()
+	f.model = "test-model" // without the picker no name is mapped either: the engines' own
 	for n := 4; n <= 5; n++ {
 		tr := f.claudeTurn(t, "fo", n)
 		if tr.status != 200 || tr.replica != "" {

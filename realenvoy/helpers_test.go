@@ -65,6 +65,7 @@ type farm struct {
 	eppHTTP  string // http://127.0.0.1:port
 	envoyURL string // http://127.0.0.1:port
 	envoyOut *simproc.SyncBuffer
+	model    string // what claudeTurn asks for; "" = Claude Code's name, mapped by the picker
 }
 
 // simArgs: fast engines that report cached prompt tokens, as `warden serve`
@@ -161,8 +162,9 @@ type turn struct {
 }
 
 // claudeTurn sends one Claude-Code-like streamed /v1/messages turn of a
-// conversation: its session header, a long system prompt, the history of
-// n user turns.
+// conversation: Claude Code's model name (the picker maps it to the one the
+// engines serve, as `warden serve` does), its session header, a long system
+// prompt, the history of n user turns.
 func (f *farm) claudeTurn(t *testing.T, session string, n int) turn {
 	t.Helper()
 	var msgs []string
@@ -172,8 +174,12 @@ func (f *farm) claudeTurn(t *testing.T, session string, n int) turn {
 		}
 		msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":"step %d of %s: %s"}`, i, session, strings.Repeat("read the file and fix it ", 20)))
 	}
-	body := fmt.Sprintf(`{"model":"test-model","max_tokens":16,"stream":true,"system":"You are Claude Code. %s","messages":[%s]}`,
-		strings.Repeat("Follow the rules. ", 150), strings.Join(msgs, ","))
+	model := f.model
+	if model == "" {
+		model = "claude-sonnet-4-5-20250929"
+	}
+	body := fmt.Sprintf(`{"model":%q,"max_tokens":16,"stream":true,"system":"You are Claude Code. %s","messages":[%s]}`,
+		model, strings.Repeat("Follow the rules. ", 150), strings.Join(msgs, ","))
 	return f.post(t, "/v1/messages", body, "x-claude-code-session-id", session)
 }
 
