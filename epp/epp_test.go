@@ -13,8 +13,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -320,4 +323,57 @@ func TestEndpointsFile(t *testing.T) {
 func waitSettled(t *testing.T, core *router.Core) {
 	t.Helper()
 	simproc.Poll(t, "no request in flight", func() bool { return core.Status().InFlight == 0 })
+}
+
+// TestWatchEndpointsFollowsTheFile: an endpoints file written in place or
+// replaced by a rename (as scripts and editors do) is read again; a broken
+// write is skipped and the endpoints stay as they were.
+func TestWatchEndpointsFollowsTheFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "endpoints.yaml")
+	write := func(body string) {
+		tmp := filepath.Join(dir, ".tmp")
+		if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("endpoints:\n  - {name: a, address: \"10.0.0.1\", port: \"8000\"}\n")
+	got := make(chan []Endpoint, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go WatchEndpoints(ctx, path, slog.New(slog.DiscardHandler), func(eps []Endpoint) { got <- eps })
+	// Replaced until the watch, started concurrently, has seen it once.
+	var eps []Endpoint
+	simproc.Poll(t, "the replaced file read again", func() bool {
+		write("endpoints:\n  - {name: a, address: \"10.0.0.1\", port: \"8000\"}\n  - {name: b, address: \"10.0.0.2\", port: \"8000\"}\n")
+		select {
+		case eps = <-got:
+			return true
+		case <-time.After(200 * time.Millisecond):
+			return false
+		}
+	})
+	if len(eps) != 2 || eps[1].HostPort() != "10.0.0.2:8000" {
+		t.Errorf("after the rename: %+v", eps)
+	}
+	for len(got) > 0 { // replaced more than once
+		<-got
+	}
+	if err := os.WriteFile(path, []byte("endpoints: [{name: c, address: nope, port: \"1\"}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("endpoints:\n  - {name: d, address: \"10.0.0.4\", port: \"9000\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case eps := <-got:
+		if len(eps) != 1 || eps[0].Name != "d" {
+			t.Errorf("after writes in place: %+v (a broken write must not be taken)", eps)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the file written in place was not read again")
+	}
 }
