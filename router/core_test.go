@@ -97,20 +97,11 @@ func value(m *dto.Metric) float64 {
 // readDecisions parses every line of the decision log files.
 func readDecisions(t *testing.T, paths ...string) []decision.Line {
 	t.Helper()
-	var out []decision.Line
-	for _, path := range paths {
-		f, err := os.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines, err := decision.ReadLines(f)
-		f.Close()
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		out = append(out, lines...)
+	lines, err := decision.ReadFiles(paths...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return lines
 }
 
 type lockedWriter struct {

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"strconv"
 	"time"
 )
@@ -169,4 +170,23 @@ func ReadLines(r io.Reader) ([]Line, error) {
 		out = append(out, l)
 	}
 	return out, sc.Err()
+}
+
+// ReadFiles parses the decision log files given, in order (ReadLines on
+// each); an error names the file.
+func ReadFiles(paths ...string) ([]Line, error) {
+	var out []Line
+	for _, path := range paths {
+		f, err := os.Open(path)
+		if err != nil {
+			return out, err
+		}
+		lines, err := ReadLines(f)
+		f.Close()
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, lines...)
+	}
+	return out, nil
 }
