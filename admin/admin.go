@@ -47,6 +47,14 @@ type Core interface {
 type Admin struct {
 	core  Core
 	token string
+	check func(router.Backend) error // CheckReplicas; nil = none
+}
+
+// CheckReplicas makes POST /warden/replicas refuse (400) a replica check
+// rejects: a data plane's own rule (the picker names endpoints as ip:port).
+func (a *Admin) CheckReplicas(check func(router.Backend) error) *Admin {
+	a.check = check
+	return a
 }
 
 // New returns the endpoints over core; token is the bearer token that lets
@@ -209,6 +217,11 @@ func (a *Admin) addReplica(w http.ResponseWriter, r *http.Request) error {
 	}
 	if in.MaxNumSeqs > 0 {
 		b.MaxNumSeqs = in.MaxNumSeqs
+	}
+	if a.check != nil {
+		if err := a.check(b); err != nil {
+			return errorf(http.StatusBadRequest, "%v", err)
+		}
 	}
 	b.Probe, b.FallbackMaxNumSeqs = true, a.core.FallbackMaxNumSeqs()
 	info, err := a.core.AddReplica(b)

@@ -130,7 +130,10 @@ func WatchEndpoints(ctx context.Context, path string, log *slog.Logger, changed 
 			if !ok {
 				return nil
 			}
-			if filepath.Base(ev.Name) == name && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) != 0 {
+			// The file itself, or Kubernetes' ..data link swapped under a
+			// mounted ConfigMap (the file is a link through it).
+			if base := filepath.Base(ev.Name); (base == name || base == "..data") &&
+				ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) != 0 {
 				timer.Reset(settle)
 			}
 		case err, ok := <-w.Errors:

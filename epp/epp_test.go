@@ -377,3 +377,50 @@ func TestWatchEndpointsFollowsTheFile(t *testing.T) {
 		t.Fatal("the file written in place was not read again")
 	}
 }
+
+// TestWatchEndpointsFollowsAConfigMap: a mounted ConfigMap's file is a link
+// through ..data, which Kubernetes swaps to a new directory; no event names
+// the file, but the swap is followed.
+func TestWatchEndpointsFollowsAConfigMap(t *testing.T) {
+	dir := t.TempDir()
+	version := func(name, body string) {
+		if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, "endpoints.yaml"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(dir, "..data_tmp")
+		os.Remove(tmp)
+		if err := os.Symlink(name, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..v1", "endpoints:\n  - {name: a, address: \"10.0.0.1\", port: \"8000\"}\n")
+	path := filepath.Join(dir, "endpoints.yaml")
+	if err := os.Symlink("..data/endpoints.yaml", path); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []Endpoint, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go WatchEndpoints(ctx, path, slog.New(slog.DiscardHandler), func(eps []Endpoint) { got <- eps })
+	n := 1
+	var eps []Endpoint
+	simproc.Poll(t, "the swapped ConfigMap read again", func() bool {
+		n++
+		version(fmt.Sprintf("..v%d", n), "endpoints:\n  - {name: b, address: \"10.0.0.2\", port: \"8000\"}\n")
+		select {
+		case eps = <-got:
+			return true
+		case <-time.After(200 * time.Millisecond):
+			return false
+		}
+	})
+	if len(eps) != 1 || eps[0].Name != "b" {
+		t.Errorf("after the swap: %+v", eps)
+	}
+}

@@ -195,7 +195,9 @@ func runEPP(ctx context.Context, stopSignals func(), cfg EPPConfig, core *router
 	grpcDone := make(chan error, 1)
 	go func() { grpcDone <- g.Serve(gln) }()
 	mux := http.NewServeMux()
-	admin.New(core, cfg.AdminToken).Register(mux)
+	admin.New(core, cfg.AdminToken).CheckReplicas(func(b router.Backend) error {
+		return epp.CheckEndpoint(hostOf(b.URL)) // the gateway is told endpoints as ip:port
+	}).Register(mux)
 	srv, served := startHTTP(hln, mux, log)
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()

@@ -95,7 +95,7 @@ func envoyConfigCommand() *cli.Command {
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", EnvVars: envVars("ENVOY_LISTEN"),
 				Usage: "address clients connect to (HOST:PORT)"},
 			&cli.StringFlag{Name: "epp", Value: fmt.Sprintf("127.0.0.1:%d", defaultGRPCPort), EnvVars: envVars("ENVOY_EPP"),
-				Usage: "the picker's gRPC address (HOST:PORT, as `warden epp --grpc-port`)"},
+				Usage: "the picker's gRPC address (HOST:PORT, as warden epp's --grpc-port)"},
 			&cli.StringFlag{Name: "admin", Value: "127.0.0.1:9901", EnvVars: envVars("ENVOY_ADMIN"),
 				Usage: "Envoy's admin interface (HOST:PORT; keep it on loopback)"},
 			&cli.BoolFlag{Name: "fail-open", EnvVars: envVars("ENVOY_FAIL_OPEN"),
