@@ -24,6 +24,7 @@ require (
 
 require (
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )
