@@ -12,8 +12,8 @@ import (
 // will not serve in one line of its output (a ValueError, an argparse
 // error, a logged ERROR), and for the known causes that line names what to
 // change in what the engine is told: --max-model-len, --kv-offload,
-// --tools, the GPUs, the image. launch finds the cause line in a rank's
-// log (launch/errors.go, launch/tail.go); these rules say what it means.
+// --tools, the GPUs, the image. enginelog finds the cause line in a rank's
+// log (enginelog/tail.go, enginelog/classify.go); these rules say what it means.
 
 var (
 	reMaxLenNeed = regexp.MustCompile(`max seq len \((\d+)\)`)

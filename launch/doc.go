@@ -2,7 +2,8 @@
 // simulator) process per data-parallel rank, each on its own loopback port,
 // with CUDA_VISIBLE_DEVICES set to its GPU group and its output written to
 // one log file per rank (directly, not through a pipe, so the log survives a
-// killed warden); the last ~40 lines are read back for error messages.
+// killed warden); the log is read back through an enginelog.Tail, which
+// keeps its last lines and the lines that state a cause.
 //
 // Start launches every rank in parallel and waits, per rank, on GET /health
 // and on process exit at once, with a live progress display. A rank that

@@ -19,6 +19,7 @@ import (
 
 	"github.com/shirou/gopsutil/v4/process"
 
+	"github.com/lmwarden/warden/enginelog/enginelogtest"
 	"github.com/lmwarden/warden/internal/ports"
 	"github.com/lmwarden/warden/internal/simproc"
 )
@@ -141,10 +142,8 @@ func TestStartIsParallelAndStopKillsEveryDescendant(t *testing.T) {
 	}
 }
 
-const maxLenLog = "(EngineCore_DP0 pid=18799) ERROR 10-08 20:33:48 [core.py:708] ValueError: To serve at least one " +
-	"request with the models's max seq len (262144), (36.00 GiB KV cache is needed, which is larger than the " +
-	"available KV cache memory (5.62 GiB). Based on the available memory, the estimated maximum model length is " +
-	"38528. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+// maxLenLog is vLLM's refusal of a context beyond the KV cache.
+const maxLenLog = enginelogtest.MaxLenLine
 
 func TestStartupFailureStopsTheOthers(t *testing.T) {
 	dir := t.TempDir()

@@ -10,14 +10,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lmwarden/warden/enginelog"
 	"github.com/lmwarden/warden/hostcpu"
 )
 
 // proc is one run of an engine process (a rank has a new one per restart).
 type proc struct {
 	cmd     *exec.Cmd
-	pid     int         // also the process group id
-	tail    *tailWriter // fed from the log file by follow
+	pid     int             // also the process group id
+	tail    *enginelog.Tail // fed from the log file by follow
 	started time.Time
 	exited  chan struct{} // closed after Wait returned; err is set then
 	drained chan struct{} // closed when tail has all the output written before exit
@@ -54,7 +55,7 @@ func spawn(argv, env []string, logf *os.File, cpus []int) (*proc, error) {
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = sysProcAttr()
-	p := &proc{cmd: cmd, tail: newTailWriter(io.Discard), exited: make(chan struct{}), drained: make(chan struct{})}
+	p := &proc{cmd: cmd, tail: enginelog.NewTail(io.Discard), exited: make(chan struct{}), drained: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
 		// Never unlocked: the thread must outlive the engine. When this
@@ -121,7 +122,7 @@ func (p *proc) lastLines() []string {
 }
 
 // cueLines waits like lastLines, then returns the output's cue lines
-// (tailWriter.Cues).
+// (enginelog.Tail.Cues).
 func (p *proc) cueLines() []string {
 	if !p.alive() {
 		<-p.drained

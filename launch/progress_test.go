@@ -6,11 +6,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/enginelog"
 )
 
 func progressRanks() []*rank {
 	start := time.Now()
-	loading := &proc{tail: newTailWriter(io.Discard), exited: make(chan struct{})}
+	loading := &proc{tail: enginelog.NewTail(io.Discard), exited: make(chan struct{})}
 	loading.tail.Write([]byte("INFO Loading safetensors checkpoint shards: 50% Completed | 1/2\n"))
 	return []*rank{
 		{spec: Spec{Rank: 0, Port: 8100, GPUs: []string{"0"}}, state: Ready, since: start.Add(1500 * time.Millisecond)},

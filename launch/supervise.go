@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lmwarden/warden/enginelog"
 	"github.com/lmwarden/warden/internal/ports"
 )
 
@@ -161,11 +162,8 @@ func crashReason(p *proc) string {
 	if p.signaled() != 0 {
 		return reason
 	}
-	for i := len(lines) - 1; i >= 0; i-- {
-		msg, _ := classify(lines[i])
-		if !isWarning(lines[i]) && !strings.HasPrefix(msg, " ") && !strings.HasPrefix(msg, "\t") {
-			return reason + ": " + strings.TrimSpace(msg)
-		}
+	if msg, ok := enginelog.LastMessage(lines); ok {
+		return reason + ": " + msg
 	}
 	return reason
 }
@@ -173,7 +171,7 @@ func crashReason(p *proc) string {
 // crashFix is what to do about a running engine's end: the hint of its
 // known cause, or of the signal that killed it; "" when none is known.
 func crashFix(p *proc) string {
-	if h := exitedDiagnosis(p).hint; h != "" {
+	if h := exitedDiagnosis(p).Hint; h != "" {
 		return h
 	}
 	return exitHint(p.signaled())
@@ -197,7 +195,7 @@ func (g *Group) launch(r *rank, what string) error {
 			diagnose(se, p, base)
 		}
 		if p == nil && strings.Contains(cause, "is in use") {
-			se.Hint = Hint([]string{"Address already in use"}, s.Port)
+			se.Hint = enginelog.Hint([]string{"Address already in use"}, s.Port)
 		}
 		if se.Hint == "" && strings.HasPrefix(cause, "not healthy after") {
 			se.Hint = "loading can take minutes for large models: raise --startup-timeout, and check the log"
@@ -238,13 +236,13 @@ func (g *Group) launch(r *rank, what string) error {
 
 // exitedReason is vLLM's cause line of an engine that ended by itself,
 // "" when none (or when a SIGKILL ended it and the cause is no known one).
-func exitedReason(p *proc) string { return exitedDiagnosis(p).reason }
+func exitedReason(p *proc) string { return exitedDiagnosis(p).Reason }
 
 // exitedDiagnosis is exitedReason with its hint.
-func exitedDiagnosis(p *proc) diagnosis {
-	d := p.tail.diagnose(0, crashWindow)
-	if !d.known && p.cmd != nil && p.signaled() == syscall.SIGKILL {
-		return diagnosis{}
+func exitedDiagnosis(p *proc) enginelog.Diagnosis {
+	d := p.tail.Diagnose(0, crashWindow)
+	if !d.Known && p.cmd != nil && p.signaled() == syscall.SIGKILL {
+		return enginelog.Diagnosis{}
 	}
 	return d
 }
@@ -258,14 +256,14 @@ const contextLines = 10
 // that a SIGKILL ended (the OOM killer, or someone) gets a reason only from
 // a known cause: an exception it logged while loading is not why it died.
 func diagnose(se *StartupError, p *proc, base int) {
-	d := p.tail.diagnose(se.Port, 0)
+	d := p.tail.Diagnose(se.Port, 0)
 	killed := strings.HasPrefix(se.Cause, "killed by signal")
-	if killed && p.signaled() == syscall.SIGKILL && !d.known {
-		d = diagnosis{}
+	if killed && p.signaled() == syscall.SIGKILL && !d.Known {
+		d = enginelog.Diagnosis{}
 	}
-	se.Reason, se.Hint = d.reason, d.hint
-	if d.reason != "" {
-		se.ReasonLine, se.LinesAfter, se.Context = base+d.line, d.after, d.context
+	se.Reason, se.Hint = d.Reason, d.Hint
+	if d.Reason != "" {
+		se.ReasonLine, se.LinesAfter, se.Context = base+d.Line, d.After, d.Context
 	} else {
 		se.Context = append([]string{}, se.LastLines[max(len(se.LastLines)-contextLines, 0):]...)
 	}

@@ -1,8 +1,8 @@
-# Writes the GPU-like fixtures of launch/testdata (README.md there): vLLM
+# Writes the GPU-like fixtures of enginelog/enginelogtest/testdata (README.md there): vLLM
 # 0.32.0's layout of a failed start as the CPU build prints it (the failing
 # process's ERROR traceback, the EngineCore's, "Process EngineCore:", the API
 # server's, the resource tracker's warnings) with the GPU-only texts quoted from
-# vLLM 0.32.0 and torch 2.13. Usage: python3 gen_gpu_logs.py launch/testdata
+# vLLM 0.32.0 and torch 2.13. Usage: python3 gen_gpu_logs.py enginelog/enginelogtest/testdata
 import sys
 V = "/usr/local/lib/python3.12/dist-packages/vllm"
 P = "/usr/lib/python3.12"

@@ -1,4 +1,4 @@
-package launch
+package enginelog
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ const tailLines = 40
 // are cut there, so a run's memory stays bounded whatever it prints.
 const maxLineBytes = 16 << 10
 
-// maxKept is how many cause lines (isCause) a run keeps from anywhere in its
+// maxKept is how many cause lines (classify) a run keeps from anywhere in its
 // output; ctxBefore is how many lines before each are kept with it.
 const (
 	maxKept   = 64
@@ -28,16 +28,16 @@ const (
 // returns.
 const maxCues = 4
 
-// tailWriter keeps what an engine's output says about why it stopped, in
+// Tail keeps what an engine's output says about why it stopped, in
 // bounded memory: the last tailLines lines (and the partial one), and from
-// anywhere in the output the lines that can state a cause (isCause: an
+// anywhere in the output the lines that can state a cause (classify: an
 // exception, an error, a line with a hint rule's marker), each with the
 // lines just before it and its line number. vLLM states a cause once, in
 // the process that hit it, and the tracebacks of the processes above it
-// push it out of the last lines. It is fed from the engine's log file and
+// push it out of the last lines. launch feeds it an engine's log file; it
 // passes the bytes on to out. A carriage return ends a line too, so
 // progress bars show their latest state. Safe for concurrent use.
-type tailWriter struct {
+type Tail struct {
 	out io.Writer
 
 	mu      sync.Mutex
@@ -63,10 +63,11 @@ type keptLine struct {
 	before  []string // up to ctxBefore lines printed just before it
 }
 
-func newTailWriter(out io.Writer) *tailWriter { return &tailWriter{out: out} }
+// NewTail returns a Tail that passes what it is written on to out.
+func NewTail(out io.Writer) *Tail { return &Tail{out: out} }
 
 // Write records p's lines and writes p to out.
-func (t *tailWriter) Write(p []byte) (int, error) {
+func (t *Tail) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	t.wrote = t.wrote || len(p) > 0
 	rest := p
@@ -92,14 +93,14 @@ func (t *tailWriter) Write(p []byte) (int, error) {
 }
 
 // addPartial appends b to the unfinished line, up to maxLineBytes.
-func (t *tailWriter) addPartial(b []byte) {
+func (t *Tail) addPartial(b []byte) {
 	if room := maxLineBytes - len(t.partial); room < len(b) {
 		b = b[:max(room, 0)]
 	}
 	t.partial = append(t.partial, b...)
 }
 
-func (t *tailWriter) push(line string) {
+func (t *Tail) push(line string) {
 	t.seq++
 	if msg, kind := classify(line); kind != notCause {
 		t.keep(line, msg, kind)
@@ -114,7 +115,7 @@ func (t *tailWriter) push(line string) {
 // keep records a cause line; when maxKept are kept, the least telling one
 // goes (plain errors before exceptions before lines with a rule's marker,
 // the oldest first).
-func (t *tailWriter) keep(line, msg string, kind lineKind) {
+func (t *Tail) keep(line, msg string, kind lineKind) {
 	for _, k := range t.kept {
 		if k.msg == msg {
 			k.lastSeq = t.seq
@@ -149,13 +150,13 @@ func (k *keptLine) rank() int {
 
 // Lines returns the last lines written (at most tailLines), oldest first,
 // including an unfinished last line.
-func (t *tailWriter) Lines() []string {
+func (t *Tail) Lines() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.linesLocked()
 }
 
-func (t *tailWriter) linesLocked() []string {
+func (t *Tail) linesLocked() []string {
 	out := append([]string(nil), t.lines...)
 	if p := strings.TrimSpace(string(t.partial)); p != "" {
 		out = append(out, string(t.partial))
@@ -166,7 +167,7 @@ func (t *tailWriter) linesLocked() []string {
 // Cues returns the last few (maxCues) lines, anywhere in the output so
 // far, that carry a hint rule's marker, oldest first: causes vLLM states
 // far above the end of its tracebacks.
-func (t *tailWriter) Cues() []string {
+func (t *Tail) Cues() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []string
@@ -179,7 +180,7 @@ func (t *tailWriter) Cues() []string {
 }
 
 // Last returns the latest non-empty output line, "" when none yet.
-func (t *tailWriter) Last() string {
+func (t *Tail) Last() string {
 	l := t.Lines()
 	if len(l) == 0 {
 		return ""
@@ -188,30 +189,30 @@ func (t *tailWriter) Last() string {
 }
 
 // Wrote reports whether the engine has written anything yet.
-func (t *tailWriter) Wrote() bool {
+func (t *Tail) Wrote() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.wrote
 }
 
-// diagnosis is what an engine's output says about why it stopped.
-type diagnosis struct {
-	reason  string   // vLLM's line that names the cause, its log prefix cut; "" when none
-	line    int      // the reason's line number in the run's output (from 1)
-	after   int      // how many output lines follow it
-	context []string // the lines just before the reason, and the reason as printed
-	hint    string   // what to do, from the first hint rule whose marker a cause line carries
-	known   bool     // the reason is a hint rule's line, not just the last exception
+// Diagnosis is what an engine's output says about why it stopped.
+type Diagnosis struct {
+	Reason  string   // vLLM's line that names the cause, its log prefix cut; "" when none
+	Line    int      // the reason's line number in the run's output (from 1)
+	After   int      // how many output lines follow it
+	Context []string // the lines just before the reason, and the reason as printed
+	Hint    string   // what to do, from the first hint rule whose marker a cause line carries
+	Known   bool     // the reason is a hint rule's line, not just the last exception
 }
 
-// diagnose finds the cause in the kept lines whose latest occurrence is
+// Diagnose finds the cause in the kept lines whose latest occurrence is
 // among the output's last `within` lines (0: all). A hint rule whose
 // marker a kept line carries names the reason (rules in order; of the
 // rule's lines the first that is not a pointer to a cause above it); else the reason is the latest exception that is
 // not one of vLLM's pointers to a cause stated above it ("Engine core
 // initialization failed. See root cause above."), else the latest error
 // line, else the latest pointer.
-func (t *tailWriter) diagnose(port, within int) diagnosis {
+func (t *Tail) Diagnose(port, within int) Diagnosis {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var kept []*keptLine
@@ -220,7 +221,7 @@ func (t *tailWriter) diagnose(port, within int) diagnosis {
 			kept = append(kept, k)
 		}
 	}
-	var d diagnosis
+	var d Diagnosis
 	var pick *keptLine
 	if r, lines := firstRule(kept); r != nil {
 		// The first of its lines that is not a pointer to another: where
@@ -233,7 +234,7 @@ func (t *tailWriter) diagnose(port, within int) diagnosis {
 		for _, k := range kept {
 			all = append(all, k.text)
 		}
-		d.hint, d.known = r.Hint(strings.Join(all, "\n"), port), true
+		d.Hint, d.Known = r.Hint(strings.Join(all, "\n"), port), true
 	} else {
 		for _, pass := range []func(*keptLine) bool{
 			func(k *keptLine) bool { return k.kind == exceptionLine && !k.generic },
@@ -246,11 +247,11 @@ func (t *tailWriter) diagnose(port, within int) diagnosis {
 		}
 	}
 	if pick != nil {
-		d.reason, d.line, d.after = pick.msg, pick.n, t.nl-pick.n
+		d.Reason, d.Line, d.After = pick.msg, pick.n, t.nl-pick.n
 		if len(t.partial) > 0 {
-			d.after++
+			d.After++
 		}
-		d.context = append(append([]string(nil), pick.before...), pick.text)
+		d.Context = append(append([]string(nil), pick.before...), pick.text)
 	}
 	return d
 }
