@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -385,47 +385,56 @@ func BenchmarkPlace(b *testing.B) {
 	}
 }
 
-// TestScrapeAsksForTheSeriesItReads: the engines' /metrics is asked with
-// name[] for the series the warden reads (vLLM's prometheus_client then
-// sends those alone); a server that answers the filter without them is read
-// whole from then on.
+// TestScrapeAsksForTheSeriesItReads: an engine's series are asked for by
+// name at /metrics/ (where vLLM's prometheus_client app filters them); a
+// server that has no /metrics/ (the simulator, another warden) is read
+// whole from then on, after one try.
 func TestScrapeAsksForTheSeriesItReads(t *testing.T) {
-	var queries []url.Values
-	var mu sync.Mutex
-	filters := true
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/health":
-		case "/metrics":
+	for _, tc := range []struct {
+		name      string
+		filters   bool // serves /metrics/ with name[] as vLLM does
+		wantPaths []string
+	}{
+		{"vLLM", true, []string{"/metrics/", "/metrics/"}},
+		{"no /metrics/", false, []string{"/metrics/", "/metrics", "/metrics"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var paths []string
+			var names []string
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/health" || r.URL.Path == "/v1/models" {
+					return
+				}
+				mu.Lock()
+				paths = append(paths, r.URL.Path)
+				if r.URL.Path == "/metrics/" {
+					names = r.URL.Query()["name[]"]
+				}
+				mu.Unlock()
+				if r.URL.Path == "/metrics/" && !tc.filters {
+					http.NotFound(w, r)
+					return
+				}
+				io.WriteString(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 2\n")
+			}))
+			defer srv.Close()
+			c := testCoreBackends(t, Config{}, []Backend{{Rank: 0, URL: srv.URL, MaxNumSeqs: 32}})
+			c.CheckNow(context.Background())
+			c.CheckNow(context.Background())
 			mu.Lock()
-			queries = append(queries, r.URL.Query())
-			f := filters
-			mu.Unlock()
-			if f && r.URL.Query().Has("name[]") {
-				return // a server whose filter knows none of the names: nothing
+			defer mu.Unlock()
+			if diff := cmp.Diff(tc.wantPaths, paths); diff != "" {
+				t.Errorf("paths of two checks (-want +got):\n%s", diff)
 			}
-			io.WriteString(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 2\n")
-		}
-	}))
-	defer srv.Close()
-	c := testCoreBackends(t, Config{}, []Backend{{Rank: 0, URL: srv.URL, MaxNumSeqs: 32}})
-	c.CheckNow(context.Background())
-	c.CheckNow(context.Background())
-	mu.Lock()
-	defer mu.Unlock()
-	if len(queries) != 3 {
-		t.Fatalf("%d /metrics requests for two checks, want 3 (filtered, whole, then whole only)", len(queries))
-	}
-	names := queries[0]["name[]"]
-	for _, want := range []string{"vllm:num_requests_running", "vllm:prefix_cache_hits_total", "vllm:cache_config_info"} {
-		if !slices.Contains(names, want) {
-			t.Errorf("the filtered scrape does not ask for %s: %v", want, names)
-		}
-	}
-	if queries[1].Has("name[]") || queries[2].Has("name[]") {
-		t.Errorf("after an empty filtered answer the scrape still filters: %v", queries)
-	}
-	if got := c.Status().Replicas[0].Running; got != 2 {
-		t.Errorf("running %v, want 2 from the whole answer", got)
+			for _, want := range []string{"vllm:num_requests_running", "vllm:prefix_cache_hits_total", "vllm:cache_config_info"} {
+				if !slices.Contains(names, want) {
+					t.Errorf("the filtered scrape does not ask for %s: %v", want, names)
+				}
+			}
+			if got := c.Status().Replicas[0].Running; got != 2 {
+				t.Errorf("running %v, want 2", got)
+			}
+		})
 	}
 }

@@ -72,43 +72,41 @@ func (c *Core) EngineTimeScale() float64 {
 }
 
 // metricsQuery asks an engine's /metrics for the series the warden reads
-// only (metricname.Scraped; servers that do not filter send everything).
+// only (metricname.Scraped). vLLM 0.32 serves GET /metrics through
+// prometheus-fastapi-instrumentator, which sends every series (62 KB on the
+// CPU build, idle); the prometheus_client app it mounts beside it answers
+// /metrics/ and honours name[] (3.4 KB). Servers without /metrics/ (the
+// simulator, another warden) are read whole.
 var metricsQuery = func() string {
 	q := url.Values{"name[]": metricname.Scraped}
-	return "/metrics?" + q.Encode()
+	return "/metrics/?" + q.Encode()
 }()
 
-// scrape reads the replica's /metrics: the filtered series, unless an
-// answer without vLLM's running-requests gauge showed that the server
-// filters by other names (then, and from then on, everything).
+// scrape reads the replica's /metrics: the filtered series, unless the
+// server answered the filtered request with an error or without vLLM's
+// running-requests gauge while its whole /metrics has it (then, and from
+// then on, the whole).
 func (c *Core) scrape(ctx context.Context, r *Replica) (engine.Sample, error) {
 	var s engine.Sample
-	read := func(path string) (bool, error) {
-		seen := false
-		err := c.getOK(ctx, r.target.String()+path, func(body io.Reader) error {
+	read := func(path string) error {
+		return c.getOK(ctx, r.target.String()+path, func(body io.Reader) error {
 			var perr error
 			s, perr = engine.Parse(io.LimitReader(body, engine.MaxMetricsBytes))
-			seen = s.HasRunning()
 			return perr
 		})
-		return seen, err
 	}
-	if r.fullScrape.Load() {
-		_, err := read("/metrics")
-		return s, err
+	whole := r.fullScrape.Load()
+	if !whole {
+		if err := read(metricsQuery); err == nil && s.HasRunning() {
+			return s, nil
+		}
 	}
-	seen, err := read(metricsQuery)
-	if err != nil || seen {
-		return s, err
-	}
-	if _, err := read("/metrics"); err != nil {
-		return s, err
-	}
-	if s.HasRunning() {
+	err := read("/metrics")
+	if err == nil && !whole && s.HasRunning() {
 		r.fullScrape.Store(true)
-		r.log.Info("the engine's /metrics does not filter by name[] as vLLM's does: reading all of it from now on")
+		r.log.Info("the engine does not answer /metrics/?name[]= as vLLM does: reading its whole /metrics from now on")
 	}
-	return s, nil
+	return s, err
 }
 
 // learnMaxModelLen reads the context the engine serves at (vLLM's
