@@ -7,7 +7,9 @@
 #
 # Two simulated "boxes" of two replicas each: four `warden sim serve` engines
 # (the reference rig's fitted profile, --enable-prompt-tokens-details, --max-model-len auto,
-# --max-num-seqs 32, time scale CMP_SCALE), all on this host. The sides:
+# --max-num-seqs 32, --stream-interval 4, time scale CMP_SCALE), all on this host;
+# the picker and `warden route` are told --max-num-seqs 32 (the simulator does
+# not say it). The sides:
 #   epp    Envoy + `warden epp` (the bootstrap `warden epp envoy-config` prints)
 #   envoy  Envoy alone, least-request (`warden epp envoy-config --without-picker`)
 #   route  `warden route` with the four engines
@@ -38,7 +40,7 @@
 #   WARDEN_ENVOY Envoy binary                         (default .envoy/bin/envoy)
 set -euo pipefail
 
-case "${1:-}" in -h | --help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case "${1:-}" in -h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -106,7 +108,7 @@ one() {
 	for i in 0 1 2 3; do # boxes: engines 0,1 and 2,3
 		port=$(free_port)
 		"$warden" sim serve "$model" --host 127.0.0.1 --port "$port" --sim-profile "$profile" \
-			--sim-time-scale "$scale" --enable-prompt-tokens-details --max-num-seqs 32 --max-model-len auto \
+			--sim-time-scale "$scale" --enable-prompt-tokens-details --max-num-seqs 32 --max-model-len auto --stream-interval 4 \
 			>"$dir/engine$i.log" 2>&1 &
 		pids+=($!)
 		urls+=("http://127.0.0.1:$port")
@@ -121,7 +123,7 @@ one() {
 		cfg+=(--admin "127.0.0.1:$admin")
 		if [ "$side" = epp ]; then
 			grpc=$(free_port) http=$(free_port)
-			"$warden" epp --grpc-port "$grpc" --port "$http" "${replicas[@]}" >"$dir/epp.log" 2>&1 &
+			"$warden" epp --grpc-port "$grpc" --port "$http" --max-num-seqs 32 "${replicas[@]}" >"$dir/epp.log" 2>&1 &
 			pids+=($!)
 			wait_http "http://127.0.0.1:$http/health" "warden epp"
 			cfg+=(--epp "127.0.0.1:$grpc")
@@ -135,7 +137,7 @@ one() {
 		wait_http "http://127.0.0.1:$admin/ready" "Envoy"
 		;;
 	route)
-		"$warden" route --port "$front" --state-file none "${replicas[@]}" >"$dir/route.log" 2>&1 &
+		"$warden" route --port "$front" --state-file none --max-num-seqs 32 "${replicas[@]}" >"$dir/route.log" 2>&1 &
 		pids+=($!)
 		wait_http "http://127.0.0.1:$front/health" "warden route"
 		;;
@@ -145,7 +147,9 @@ one() {
 	engines=$(IFS=,; echo "${urls[*]}")
 	"$warden" bench --url "http://127.0.0.1:$front" --load reference --ab none --stages "$stages" \
 		--stage "$stage" --warmup "$warmup" --engines "$engines" --no-progress --out "$dir/bench" \
-		>"$dir/bench.out" 2>"$dir/bench.err" || log "$side run $run: bench exit $? (see $dir/bench.err)"
+		>"$dir/bench.out" 2>"$dir/bench.err" &
+	pids+=($!)
+	wait "$!" || log "$side run $run: bench exit $? (see $dir/bench.err)" # wait: a signal is handled at once
 	stop_all
 }
 
