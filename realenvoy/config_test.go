@@ -1,6 +1,7 @@
 package realenvoy_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,5 +56,25 @@ func TestWithoutPickerRefusesFailOpen(t *testing.T) {
 		"--without-picker", "--fail-open").CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--fail-open") {
 		t.Errorf("--without-picker --fail-open: %v, want exit 2 naming --fail-open\n%s", err, out)
+	}
+}
+
+// TestWithoutPickerServesThroughEnvoy: the --without-picker bootstrap runs:
+// turns through it are answered with no pick (no X-Warden-Replica) and
+// Envoy's least-request spreads them over both engines.
+func TestWithoutPickerServesThroughEnvoy(t *testing.T) {
+	needEnvoy(t)
+	a, b := simproc.Start(t, simArgs...), simproc.Start(t, simArgs...)
+	f := &farm{envoyURL: startEnvoy(t, simproc.Binary(t), "--replica", a.URL, "--replica", b.URL, "--without-picker")}
+	for i := range 20 { // both engines idle: each of 20 turns a coin flip; all on one: 2 in a million
+		tr := f.claudeTurn(t, fmt.Sprintf("np-%d", i), 1)
+		if tr.status != 200 || tr.replica != "" || !strings.Contains(tr.body, "message_stop") {
+			t.Fatalf("turn %d without the picker: status %d, replica %q\n%s", i, tr.status, tr.replica, tr.body)
+		}
+	}
+	for name, s := range map[string]*simproc.Proc{"a": a, "b": b} {
+		if n := s.Metrics(t)["vllm:request_success_total"]; n < 1 {
+			t.Errorf("engine %s served %v requests of 20, want least-request to use both", name, n)
+		}
 	}
 }
