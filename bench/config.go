@@ -60,6 +60,11 @@ type Config struct {
 	// DecisionLog is the warden's --decision-log file, read back after the
 	// run and joined with the turns into turns-decisions.csv ("" = none).
 	DecisionLog string
+	// Engines are the engines' base URLs whose /metrics the bench reads
+	// for the prefix-hit and replicas-busy columns instead of the target's
+	// (--engines): behind a gateway the target's /metrics reaches one
+	// engine at random. Empty = the target's own.
+	Engines []string
 }
 
 // FallbackCharsPerToken is used when --chars-per-token is 0 (measure) and
@@ -119,6 +124,10 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Subagents.validate(); err != nil {
 		errs = append(errs, err)
+	}
+	for _, e := range c.Engines {
+		check(!(strings.HasPrefix(e, "http://") || strings.HasPrefix(e, "https://")) || strings.ContainsAny(e, " \t"),
+			"--engines: each engine must be an http:// or https:// base URL, got %q", e)
 	}
 	check(len(c.Variants) == 1 || len(c.Variants) > 2, "--ab takes two policies A,B (or none), got %d", len(c.Variants))
 	return errors.Join(errs...)

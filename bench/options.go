@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -36,6 +37,7 @@ type Options struct {
 	ABSet                             bool // --ab given: against a bare engine, an error rather than one run
 	ResetCache, Alternate, Carry      bool
 	AdminToken, DecisionLog, Out      string
+	Engines                           string // comma-separated engine base URLs (--engines)
 	MaxFailed                         float64
 	NoProgress, Verbose               bool
 }
@@ -131,6 +133,11 @@ func (o Options) read() (Config, error) {
 	}
 	cfg.Progress = !o.NoProgress
 	cfg.DecisionLog = o.DecisionLog
+	for _, e := range strings.Split(o.Engines, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			cfg.Engines = append(cfg.Engines, strings.TrimRight(e, "/"))
+		}
+	}
 	if f := o.MaxFailed; f <= 0 || f > 1 {
 		return cfg, fmt.Errorf("--max-failed must be a share in (0, 1], got %v", f)
 	}

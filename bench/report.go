@@ -135,6 +135,9 @@ func Markdown(res *Results) string {
 		t.Rows = append(t.Rows, line)
 	}
 	out := t.Markdown()
+	if n := len(res.Config.Engines); n > 0 {
+		out += fmt.Sprintf("\n> prefix hits and replicas busy: the /metrics of the %d engines given with --engines, summed, not the target's\n", n)
+	}
 	if notes := lagNotes(res); len(notes) > 0 {
 		out += "\n> " + strings.Join(notes, "\n>\n> ") + "\n"
 	}

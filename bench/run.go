@@ -88,6 +88,9 @@ type configJSON struct {
 	// AgentSystemTokens and the task range are the subagents' sizes.
 	AgentSystemTokens int   `json:"agent_system_tokens,omitempty"`
 	AgentTaskTokens   []int `json:"agent_task_tokens,omitempty"` // [min, max]
+	// Engines are the engines read for the prefix hits and replicas busy
+	// (--engines); absent when the target's own counters were read.
+	Engines []string `json:"engines,omitempty"`
 }
 
 // Runner drives a whole bench: probe, A/B policy switches, stages.
@@ -141,6 +144,12 @@ func (r *Runner) Run(ctx context.Context, abExplicit bool) (*Results, error) {
 		return nil, err
 	}
 	t.AdminToken = cfg.AdminToken
+	t.Engines = cfg.Engines
+	if len(cfg.Engines) > 0 {
+		if _, err := t.Sample(ctx); err != nil {
+			return nil, fmt.Errorf("--engines: %w", err)
+		}
+	}
 	if err := r.learnTimeScale(ctx, t, &cfg); err != nil {
 		return nil, err
 	}
@@ -313,7 +322,7 @@ func (r *Runner) newResults(t *Target, cfg Config) *Results {
 		TurnTokens: cfg.Sizes.TurnTokens, CharsPerToken: cfg.Sizes.CharsPerToken, Turns: cfg.Turns,
 		MaxTokens: cfg.MaxTokens, Stages: cfg.Stages, StageSeconds: cfg.Stage.Seconds(), WarmupSeconds: cfg.Warmup.Seconds(),
 		DrainSeconds: cfg.Drain.Seconds(), TimeScale: cfg.TimeScale, TimeScaleSource: cfg.TimeScaleSource, ResetCache: cfg.ResetCache, Alternate: cfg.Alternate,
-		Carry: cfg.carry(), ClientRTT: cfg.RTT.Seconds(), Load: cfg.Load, Mix: mixString(cfg.Mix),
+		Carry: cfg.carry(), ClientRTT: cfg.RTT.Seconds(), Load: cfg.Load, Mix: mixString(cfg.Mix), Engines: cfg.Engines,
 	}
 	if cfg.ToolTime.enabled() {
 		cj.ToolTime = cfg.ToolTime.String()

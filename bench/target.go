@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -25,7 +26,11 @@ type Target struct {
 	// AdminToken, when set, is sent as a bearer token on the warden's admin
 	// endpoints (needed when the bench is not on the warden's loopback).
 	AdminToken string
-	hc         *http.Client
+	// Engines, when set, are the engines' base URLs: Sample and ResetCache
+	// go to each of them instead of the target (a gateway in front of
+	// them answers /metrics from one engine at random).
+	Engines []string
+	hc      *http.Client
 }
 
 // ErrNotWarden is returned by warden-only operations against a bare engine.
@@ -147,6 +152,15 @@ func (t *Target) SetPolicy(ctx context.Context, name string) error {
 // ResetCache empties the engines' prefix caches: POST /warden/reset_prefix_cache
 // on a warden, vLLM's dev-mode POST /reset_prefix_cache on an engine.
 func (t *Target) ResetCache(ctx context.Context) error {
+	if len(t.Engines) > 0 {
+		for _, e := range t.Engines {
+			et := &Target{URL: e, AdminToken: t.AdminToken, hc: t.hc}
+			if err := et.post(ctx, "/reset_prefix_cache", nil); err != nil {
+				return fmt.Errorf("engine %s: %w", e, err)
+			}
+		}
+		return nil
+	}
 	if t.Warden {
 		return t.post(ctx, "/warden/reset_prefix_cache", nil)
 	}
@@ -166,8 +180,12 @@ type replicaSample struct {
 // sample maps replica name (warden rank, or vLLM's engine label) to counters.
 type sample map[string]replicaSample
 
-// Sample reads every replica's running gauge and prefix counters.
+// Sample reads every replica's running gauge and prefix counters: from
+// each of Engines when set, else from the target.
 func (t *Target) Sample(ctx context.Context) (sample, error) {
+	if len(t.Engines) > 0 {
+		return t.engineSample(ctx)
+	}
 	if t.Warden {
 		st, err := t.status(ctx)
 		if err != nil {
@@ -183,6 +201,49 @@ func (t *Target) Sample(ctx context.Context) (sample, error) {
 		return nil, fmt.Errorf("GET /metrics: HTTP %d", code)
 	}
 	return parseEngineMetrics(body)
+}
+
+// engineSample reads every engine of Engines at once and keys its
+// replicas "I" (or "I/ENGINE" for vLLM's internal data-parallel engines),
+// I the engine's index in Engines; one engine not answering fails the
+// sample, as the target would.
+func (t *Target) engineSample(ctx context.Context) (sample, error) {
+	pages := make([]sample, len(t.Engines))
+	errs := make([]error, len(t.Engines))
+	var wg sync.WaitGroup
+	for i, e := range t.Engines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body, code, err := (&Target{URL: e, hc: t.hc}).get(ctx, "/metrics")
+			switch {
+			case err != nil:
+				errs[i] = fmt.Errorf("engine %s: %w", e, err)
+			case code != http.StatusOK:
+				errs[i] = fmt.Errorf("engine %s: GET /metrics: HTTP %d", e, code)
+			default:
+				pages[i], errs[i] = parseEngineMetrics(body)
+				if errs[i] != nil {
+					errs[i] = fmt.Errorf("engine %s: %w", e, errs[i])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	s := sample{}
+	for i, page := range pages {
+		for k, r := range page {
+			key := strconv.Itoa(i)
+			if len(page) > 1 {
+				key += "/" + k
+			}
+			s[key] = r
+		}
+	}
+	return s, nil
 }
 
 // status reads the warden's status with the panel's own client, so the

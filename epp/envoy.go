@@ -35,6 +35,11 @@ type EnvoyOptions struct {
 	Hold time.Duration
 	// StreamIdle ends a stream with no bytes for this long.
 	StreamIdle time.Duration
+	// WithoutPicker leaves the picker out: no ext_proc filter, no picker
+	// cluster, and the engines' cluster on Envoy's own least-request
+	// balancing. Not for production: a baseline to measure the picker
+	// against (scripts/epp-compare.sh). EPP is then not read.
+	WithoutPicker bool
 }
 
 // WriteEnvoyConfig writes the bootstrap: a listener whose ext_proc filter
@@ -68,6 +73,7 @@ func WriteEnvoyConfig(w io.Writer, o EnvoyOptions) error {
 		Listen, EPP, Admin addr
 		Engines            []addr
 		FailOpen           bool
+		WithoutPicker      bool
 		Retries            int
 		Hold, StreamIdle   string
 		MaxBody            int64
@@ -76,8 +82,13 @@ func WriteEnvoyConfig(w io.Writer, o EnvoyOptions) error {
 	if data.Listen, err = split("--listen", o.Listen); err != nil {
 		return err
 	}
-	if data.EPP, err = split("--epp", o.EPP); err != nil {
-		return err
+	if o.WithoutPicker && o.FailOpen {
+		return fmt.Errorf("--fail-open is the picker's failure mode; without the picker there is none: drop one of them")
+	}
+	if data.WithoutPicker = o.WithoutPicker; !o.WithoutPicker {
+		if data.EPP, err = split("--epp", o.EPP); err != nil {
+			return err
+		}
 	}
 	if data.Admin, err = split("--admin", o.Admin); err != nil {
 		return err
@@ -98,10 +109,12 @@ func WriteEnvoyConfig(w io.Writer, o EnvoyOptions) error {
 	return envoyTemplate.Execute(w, data)
 }
 
-var envoyTemplate = template.Must(template.New("envoy").Parse(`# Envoy bootstrap for the warden's endpoint picker (warden epp envoy-config).
+var envoyTemplate = template.Must(template.New("envoy").Parse(`{{if .WithoutPicker}}# Envoy bootstrap WITHOUT the warden's endpoint picker (warden epp envoy-config --without-picker):
+# a baseline for comparisons. Clients -> this listener -> Envoy's least-request balancing over the engines;
+# no stickiness, so conversations do not find their prefix cached except by chance.{{else}}# Envoy bootstrap for the warden's endpoint picker (warden epp envoy-config).
 # Clients -> this listener -> ext_proc asks the picker at {{.EPP.Host}}:{{.EPP.Port}} -> the picked engine.
 # Fail-{{if .FailOpen}}open: with the picker unreachable, requests go to the least-loaded engine (no stickiness);
-# request bodies are buffered (up to {{.MaxBody}} bytes) since Envoy fails closed in full-duplex mode.{{else}}closed: with the picker unreachable, clients get 500 (full-duplex streamed, the protocol's mode).{{end}}
+# request bodies are buffered (up to {{.MaxBody}} bytes) since Envoy fails closed in full-duplex mode.{{else}}closed: with the picker unreachable, clients get 500 (full-duplex streamed, the protocol's mode).{{end}}{{end}}
 admin:
   address:
     socket_address: {address: {{.Admin.Host}}, port_value: {{.Admin.Port}}}
@@ -131,7 +144,7 @@ static_resources:
                   retry_policy:
                     retry_on: connect-failure,refused-stream,reset-before-request
                     num_retries: {{.Retries}}
-          http_filters:
+          http_filters:{{if not .WithoutPicker}}
           - name: envoy.filters.http.ext_proc
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
@@ -152,11 +165,11 @@ static_resources:
                 forwarding_namespaces:
                   untyped: [envoy.lb, envoy.lb.subset_hint]
                 receiving_namespaces:
-                  untyped: [envoy.lb]
+                  untyped: [envoy.lb]{{end}}
           - name: envoy.filters.http.router
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
+  clusters:{{if not .WithoutPicker}}
   - name: warden_epp
     type: STATIC
     connect_timeout: 1s
@@ -170,7 +183,7 @@ static_resources:
       - lb_endpoints:
         - endpoint:
             address:
-              socket_address: {address: {{.EPP.Host}}, port_value: {{.EPP.Port}}}
+              socket_address: {address: {{.EPP.Host}}, port_value: {{.EPP.Port}}}{{end}}
   - name: warden_engines
     type: STATIC
     connect_timeout: 2s
@@ -178,7 +191,11 @@ static_resources:
       thresholds:
       - {max_connections: 100000, max_pending_requests: 100000, max_requests: 100000, max_retries: 10000}
     load_balancing_policy:
-      policies:
+      policies:{{if .WithoutPicker}}
+      - typed_extension_config:
+          name: envoy.load_balancing_policies.least_request
+          typed_config:
+            "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest{{else}}
       - typed_extension_config:
           name: envoy.load_balancing_policies.override_host
           typed_config:
@@ -191,7 +208,7 @@ static_resources:
               - typed_extension_config:
                   name: envoy.load_balancing_policies.least_request
                   typed_config:
-                    "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest
+                    "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest{{end}}
     load_assignment:
       cluster_name: warden_engines
       endpoints:

@@ -38,6 +38,7 @@ func benchFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "reset-cache", Usage: "reset the engines' prefix caches before every stage run", EnvVars: benchEnv("RESET_CACHE")},
 		&cli.BoolFlag{Name: "alternate", Usage: "run stage by stage, A,B then B,A, ... instead of all stages of A, then all of B", EnvVars: benchEnv("ALTERNATE")},
 		&cli.BoolFlag{Name: "carry", Value: d.Carry, Usage: "run each variant's stages back to back as one load: sessions carry over from one stage to the next (new ones are added), so stages after the first measure sessions at mixed turns, as the reference's continuous run did; --carry=false starts every stage's sessions together (lockstep). Ignored with --alternate", EnvVars: benchEnv("CARRY")},
+		&cli.StringFlag{Name: "engines", Usage: "engines' base URLs, comma separated: read the prefix-hit and replicas-busy columns from their /metrics (summed) instead of the target's, for a target that is a gateway in front of them (its /metrics reaches one engine); --reset-cache then resets each", EnvVars: benchEnv("ENGINES")},
 		&cli.StringFlag{Name: "admin-token", Usage: "bearer token for POST /warden/policy and /warden/reset_prefix_cache when the warden is not on loopback", EnvVars: benchEnv("ADMIN_TOKEN")},
 		&cli.StringFlag{Name: "decision-log", Usage: "the warden's --decision-log file (readable here): after the run, join its lines with the turns by X-Request-Id into turns-decisions.csv (route reason, replica, warden queue wait per turn)", EnvVars: benchEnv("DECISION_LOG")},
 		&cli.StringFlag{Name: "out", Usage: "results folder (default bench-results/<timestamp>)", EnvVars: benchEnv("OUT")},
@@ -71,7 +72,7 @@ func benchLoadFlags() []cli.Flag {
 	var out []cli.Flag
 	for _, f := range benchFlags() {
 		switch f.Names()[0] {
-		case "url", "ab", "admin-token", "out", "decision-log":
+		case "url", "ab", "admin-token", "out", "decision-log", "engines":
 			continue
 		}
 		out = append(out, f)
@@ -91,7 +92,7 @@ func benchOptions(c *cli.Context) bench.Options {
 		Stage: c.Duration("stage"), Warmup: c.Duration("warmup"), Drain: c.Duration("drain"), Poll: c.Duration("poll"),
 		ClientRTT: c.Duration("client-rtt"), TimeScale: c.Float64("time-scale"), TimeScaleSet: c.IsSet("time-scale"), AB: c.String("ab"), ABSet: c.IsSet("ab"),
 		ResetCache: c.Bool("reset-cache"), Alternate: c.Bool("alternate"), Carry: c.Bool("carry"),
-		AdminToken: c.String("admin-token"), DecisionLog: c.String("decision-log"), Out: c.String("out"),
+		AdminToken: c.String("admin-token"), Engines: c.String("engines"), DecisionLog: c.String("decision-log"), Out: c.String("out"),
 		MaxFailed: c.Float64("max-failed"), NoProgress: c.Bool("no-progress"), Verbose: c.Bool("verbose"),
 	}
 }

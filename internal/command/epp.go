@@ -90,7 +90,9 @@ func envoyConfigCommand() *cli.Command {
 		Usage: "print an Envoy bootstrap that puts `warden epp` in front of the engines",
 		Description: "The listener's ext_proc filter asks the picker at --epp; the engines' cluster sends each request to\n" +
 			"the picked endpoint (Envoy's override_host policy), retries the fallbacks, and reports the endpoint that\n" +
-			"served back to the picker. Run it with `envoy -c FILE` (scripts/envoy.sh installs Envoy here).",
+			"served back to the picker. Run it with `envoy -c FILE` (scripts/envoy.sh installs Envoy here).\n" +
+			"--without-picker prints the same bootstrap with no picker (Envoy's least-request balancing alone),\n" +
+			"for side-by-side comparisons (scripts/epp-compare.sh).",
 		Flags: append(eppEndpointFlags(),
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", EnvVars: envVars("ENVOY_LISTEN"),
 				Usage: "address clients connect to (HOST:PORT)"},
@@ -104,6 +106,8 @@ func envoyConfigCommand() *cli.Command {
 				Usage: "with --fail-open, the largest request body Envoy buffers"},
 			&cli.IntFlag{Name: "retries", Value: epp.DefaultFallbacks, EnvVars: envVars("ENVOY_RETRIES"),
 				Usage: "tries on the fallbacks when the picked engine cannot be reached"},
+			&cli.BoolFlag{Name: "without-picker", EnvVars: envVars("ENVOY_WITHOUT_PICKER"),
+				Usage: "leave the picker out: no ext_proc filter, the engines on Envoy's least-request balancing (no stickiness); a baseline for side-by-side comparisons, not for production; --epp is ignored"},
 			&cli.DurationFlag{Name: "stream-idle-timeout", Value: proxy.DefaultResponseHeaderTimeout, EnvVars: envVars("ENVOY_STREAM_IDLE_TIMEOUT"),
 				Usage: "end a request whose stream has sent nothing for this long"},
 		),
@@ -118,7 +122,7 @@ func envoyConfigCommand() *cli.Command {
 			}
 			err = epp.WriteEnvoyConfig(c.App.Writer, epp.EnvoyOptions{Listen: c.String("listen"), EPP: c.String("epp"),
 				Admin: c.String("admin"), Endpoints: eps, FailOpen: c.Bool("fail-open"), MaxBodyBytes: int64(maxBody), Retries: c.Int("retries"),
-				Hold: place.MaxHold, StreamIdle: c.Duration("stream-idle-timeout")})
+				Hold: place.MaxHold, StreamIdle: c.Duration("stream-idle-timeout"), WithoutPicker: c.Bool("without-picker")})
 			if err != nil {
 				return exit.New(2, "warden epp envoy-config: "+err.Error())
 			}
