@@ -529,7 +529,23 @@ func (x *exchange) moved(served string) {
 		return
 	}
 	x.pr.Skip = skip
-	if pl := core.Place(x.ctx, x.pr); pl.Rank >= 0 {
+	// The answer is already on its way: decide now, never hold (a done
+	// context makes Place return at once when the policy would wait); the
+	// served endpoint, pinned, when the policy will not take it.
+	now, cancel := context.WithCancel(x.ctx)
+	cancel()
+	pl := core.Place(now, x.pr)
+	if pl.Rank < 0 {
+		pinned := x.pr
+		pinned.Pinned = true
+		for _, r := range core.Replicas() {
+			if r.URL().Host == served {
+				pinned.Pin = r.Rank()
+			}
+		}
+		pl = core.Place(now, pinned)
+	}
+	if pl.Rank >= 0 {
 		x.pl, x.placed = pl, true
 		return
 	}
