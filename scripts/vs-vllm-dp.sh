@@ -26,7 +26,8 @@
 # question, whose ordering the real run should agree with.
 #
 # Environment: MODEL (a model folder in the vLLM CPU install, default tiny),
-# DP (2), STAGES (4,8,16), STAGE (2m), WARMUP (30s), RUNS (2), SEED (1),
+# DP (2), STAGES (4,8,16), STAGE (2m), WARMUP (30s), CARRY (false: every stage's sessions start
+# together; true: the bench's default, sessions replaced as they finish), RUNS (2), SEED (1),
 # POLICIES (warden variants, default "adaptive off": a policy, or
 # policy:flag=value,... for more `warden serve` flags, e.g. off:cpu-pin=threads), LOAD (issue: 300
 # system + 700 first + 5 x 60 follow-up tokens, 16 out, the load of issue
@@ -44,6 +45,7 @@ DP=${DP:-2}
 STAGES=${STAGES:-4,8,16}
 STAGE=${STAGE:-2m}
 WARMUP=${WARMUP:-30s}
+CARRY=${CARRY:-false}
 RUNS=${RUNS:-2}
 SEED=${SEED:-1}
 POLICIES=${POLICIES:-adaptive off}
@@ -74,7 +76,7 @@ url=http://127.0.0.1:$port
 seqs=128 # vLLM's CPU default per engine, given to both sides
 shape=(--block-size 32 --max-model-len "$MAX_LEN" --max-num-batched-tokens 2048) # the simulator takes these too
 engine_args=(--dtype float32 --enforce-eager "${shape[@]}")
-bench_args=(--api openai --model tiny --ab none --stages "$STAGES" --stage "$STAGE" --warmup "$WARMUP" --carry=false
+bench_args=(--api openai --model tiny --ab none --stages "$STAGES" --stage "$STAGE" --warmup "$WARMUP" --carry="$CARRY"
 	--chars-per-token 0 "${load[@]}" --seed "$SEED" --no-progress)
 bind=$(seq -s'|' 0 $((DP - 1)))
 
@@ -203,7 +205,7 @@ for p in $POLICIES; do variants+=("warden-$(variant "$p")"); done
 {
 	echo "# warden vs vLLM's own data-parallel balancer ($ENGINE)"
 	echo
-	echo "\`ENGINE=$ENGINE MODEL=$MODEL DP=$DP LOAD=$LOAD STAGES=$STAGES STAGE=$STAGE WARMUP=$WARMUP RUNS=$RUNS SEED=$SEED KV_MIB=$KV_MIB scripts/vs-vllm-dp.sh\`"
+	echo "\`ENGINE=$ENGINE MODEL=$MODEL DP=$DP LOAD=$LOAD STAGES=$STAGES STAGE=$STAGE WARMUP=$WARMUP CARRY=$CARRY RUNS=$RUNS SEED=$SEED KV_MIB=$KV_MIB scripts/vs-vllm-dp.sh\`"
 	echo
 	echo "Each cell: $(printf '%s / ' "${variants[@]}" | sed 's| / $||'), the mean of $RUNS runs (min–max where they differ)."
 	for v in "${variants[@]}"; do [[ -f "$OUT/$v-r1.startup_s" ]] && echo "Start-up $v: $(cat "$OUT/$v"-r*.startup_s | tr '\n' ' ')s."; done
