@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -151,17 +150,6 @@ func TestDecisionLogRecordsWait(t *testing.T) {
 	if a, b := lines["a"], lines["b"]; a.WaitS != 0 || b.WaitS != 2.5 || b.Route != string(place.ReasonNew) || b.Policy != place.PolicyAdaptive {
 		t.Errorf("a %+v\nb %+v\nwant b held 2.5 s, then new", a, b)
 	}
-}
-
-type lockedWriter struct {
-	w  io.Writer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
 }
 
 func get(t *testing.T, url string) (*http.Response, string) {

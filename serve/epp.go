@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -126,19 +127,14 @@ func EPPEndpoints(replicas []string, file string) ([]epp.Endpoint, error) {
 	return out, nil
 }
 
-// hostOf is the host:port of an http(s) URL.
+// hostOf is the host:port of a replica URL ("" when it does not parse:
+// CheckEndpoint then refuses it).
 func hostOf(raw string) string {
-	_, rest, _ := cutScheme(raw)
-	return rest
-}
-
-func cutScheme(raw string) (string, string, bool) {
-	for _, s := range []string{"http://", "https://"} {
-		if len(raw) > len(s) && raw[:len(s)] == s {
-			return s, raw[len(s):], true
-		}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
 	}
-	return "", raw, false
+	return u.Host
 }
 
 // EPP is `warden epp`, until SIGINT/SIGTERM or ctx ends: the endpoint
@@ -260,12 +256,7 @@ func watchEndpointsFile(ctx context.Context, cfg EPPConfig, core *router.Core, l
 
 // printEPPReady prints the one line that says the picker is serving.
 func printEPPReady(w io.Writer, cfg EPPConfig, st panel.Status) {
-	up := 0
-	for _, r := range st.Replicas {
-		if r.Up {
-			up++
-		}
-	}
+	up := replicasUp(st)
 	host, port, _ := net.SplitHostPort(cfg.HTTPAddr)
 	url := wardenproc.URL(host, port)
 	fmt.Fprintf(w, "warden: endpoint picker ready at %s (gRPC ext_proc; %d of %d endpoints up, policy %s; status page %s/)\n",

@@ -249,12 +249,7 @@ func newRouteProxy(ctx context.Context, cfg RouteConfig, log *slog.Logger) (*pro
 
 // printRouteReady prints the one line that says the router is serving.
 func printRouteReady(w io.Writer, cfg RouteConfig, st panel.Status) {
-	up := 0
-	for _, r := range st.Replicas {
-		if r.Up {
-			up++
-		}
-	}
+	up := replicasUp(st)
 	host, port, _ := net.SplitHostPort(cfg.Addr)
 	url := wardenproc.URL(host, port)
 	state := cfg.StateFile
@@ -267,6 +262,16 @@ func printRouteReady(w io.Writer, cfg RouteConfig, st panel.Status) {
 	}
 	fmt.Fprintf(w, "warden: ready at %s (%s of %s replicas up, %s, policy %s; status page %s/, sessions %s)\n",
 		url, strconv.Itoa(up), strconv.Itoa(len(st.Replicas)), model, st.Policy, url, state)
+}
+
+// replicasUp is how many of the status's replicas are in rotation.
+func replicasUp(st panel.Status) (n int) {
+	for _, r := range st.Replicas {
+		if r.Up {
+			n++
+		}
+	}
+	return n
 }
 
 // reloadOnHangup re-reads the replica list (--replica and --replicas-file)
