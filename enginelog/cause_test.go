@@ -170,3 +170,24 @@ func TestTailMemoryIsBounded(t *testing.T) {
 		t.Errorf("%d lines after the cause, want 15000 and the unfinished one", d.After)
 	}
 }
+
+// TestPydanticDetailIsTheReason: vLLM 0.32 refusing a --max-model-len above
+// the model's (on its CPU build, 2026-12-02: `warden serve --device cpu ...
+// -- --max-model-len 999999`) prints pydantic's header and, indented under
+// it, the check's own words; the reason is those words, not the header.
+func TestPydanticDetailIsTheReason(t *testing.T) {
+	lines := []string{
+		`(APIServer pid=31377)   File "/venv/lib/python3.11/site-packages/pydantic/_internal/_dataclasses.py", line 121, in __init__`,
+		`(APIServer pid=31377)     s.__pydantic_validator__.validate_python(ArgsKwargs(args, kwargs), self_instance=s)`,
+		`pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig`,
+		`  Value error, User-specified max_model_len (999999) is greater than the derived max_model_len (max_position_embeddings=16384.0 or model_max_length=None in model's config.json). To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. [type=value_error, input_value=ArgsKwargs((), {'model': ...}), input_type=ArgsKwargs]`,
+		`    For further information visit https://errors.pydantic.dev/2.14/v/value_error`,
+	}
+	d := fed(strings.Join(lines, "\n") + "\n").Diagnose(0, 0)
+	if !strings.HasPrefix(d.Reason, "Value error, User-specified max_model_len (999999)") {
+		t.Errorf("reason %q, want pydantic's detail line", d.Reason)
+	}
+	if len(d.Context) < 2 || !strings.Contains(d.Context[len(d.Context)-2], "1 validation error for ModelConfig") {
+		t.Errorf("context %q, want the header just before the detail", d.Context)
+	}
+}

@@ -53,6 +53,11 @@ var (
 	// reException is an exception's last line, as Python prints it.
 	reException = regexp.MustCompile(`^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception)(?::\s|$)` +
 		`|^Fatal Python error: |^[\w.\- ]+: error: |^terminate called after throwing`)
+	// rePydanticDetail is the indented detail line pydantic prints under
+	// "ValidationError: 1 validation error for ModelConfig": vLLM's config
+	// checks raise ValueError inside a validator ("Value error, User-specified
+	// max_model_len (999999) is greater than the derived max_model_len ...").
+	rePydanticDetail = regexp.MustCompile(`^(?:Value|Assertion|Type) error, `)
 	// reWarning is a warning that is not a logged one: Python's warnings
 	// module ("/x.py:254: UserWarning: ..."), PyTorch's C++ ("[W1201 ...").
 	reWarning = regexp.MustCompile(`^\S*:\d+: \w*Warning: |^\[W\d{4} |^\w*Warning: `)
@@ -77,6 +82,10 @@ func classify(line string) (string, lineKind) {
 		return msg, notCause
 	case strings.HasPrefix(msg, " ") || strings.HasPrefix(msg, "\t"):
 		if t := strings.TrimSpace(msg); strings.HasPrefix(t, "what():") { // C++ std::terminate
+			return t, exceptionLine
+		} else if rePydanticDetail.MatchString(t) {
+			// The detail under pydantic's "N validation error(s) for X"
+			// header: what vLLM's config check actually says.
 			return t, exceptionLine
 		}
 		return msg, notCause // traceback frames and their source lines
