@@ -183,7 +183,7 @@ func TestPydanticDetailIsTheReason(t *testing.T) {
 		`  Value error, User-specified max_model_len (999999) is greater than the derived max_model_len (max_position_embeddings=16384.0 or model_max_length=None in model's config.json). To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. [type=value_error, input_value=ArgsKwargs((), {'model': ...}), input_type=ArgsKwargs]`,
 		`    For further information visit https://errors.pydantic.dev/2.14/v/value_error`,
 	}
-	d := fed(strings.Join(lines, "\n") + "\n").Diagnose(0, 0)
+	d := fed(strings.Join(lines, "\n")+"\n").Diagnose(0, 0)
 	if !strings.HasPrefix(d.Reason, "Value error, User-specified max_model_len (999999)") {
 		t.Errorf("reason %q, want pydantic's detail line", d.Reason)
 	}
