@@ -17,6 +17,7 @@ type Engine struct {
 	ServedName string   // --served-model-name; Model when empty
 	MaxNumSeqs int      // --max-num-seqs; omitted when <= 0
 	TP         int      // --tensor-parallel-size; omitted when <= 1
+	DP         int      // --data-parallel-size (vLLM's own data parallelism, one server); omitted when <= 1
 	KVBytes    uint64   // --kv-cache-memory-bytes (CPU engines); omitted when 0
 	SimArgs    []string // simulator-only flags, before Extra; Kind "sim" only
 	Extra      []string // the user's args after `--`, passed verbatim, last
@@ -91,6 +92,9 @@ func (e Engine) ServeArgs(port int) []string {
 	}
 	if e.TP > 1 {
 		argv = append(argv, "--tensor-parallel-size", strconv.Itoa(e.TP))
+	}
+	if e.DP > 1 {
+		argv = append(argv, "--data-parallel-size", strconv.Itoa(e.DP))
 	}
 	if e.KVBytes > 0 {
 		argv = append(argv, "--kv-cache-memory-bytes", strconv.FormatUint(e.KVBytes, 10))

@@ -41,9 +41,16 @@ func (s Set) Env() []string {
 	for i, n := range s.Nodes {
 		nodes[i] = strconv.Itoa(n)
 	}
-	return []string{"VLLM_CPU_OMP_THREADS_BIND=" + FormatList(s.Bind),
-		"CPU_VISIBLE_MEMORY_NODES=" + strings.Join(nodes, ",")}
+	return []string{BindEnv + "=" + FormatList(s.Bind), NodesEnv + "=" + strings.Join(nodes, ",")}
 }
+
+// BindEnv and NodesEnv are the environment variables Env sets: the cores
+// vLLM's CPU worker binds its threads to (one list per rank, separated by
+// "|", for a server of several ranks) and the NUMA nodes it allocates on.
+const (
+	BindEnv  = "VLLM_CPU_OMP_THREADS_BIND"
+	NodesEnv = "CPU_VISIBLE_MEMORY_NODES"
+)
 
 // Label is how the rank's cores are shown: "CPU 0-3" (node 1 when not 0).
 func (s Set) Label() string {

@@ -284,10 +284,17 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 func (p *Proxy) reverseProxy(tr http.RoundTripper) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(pr.In.Context().Value(attemptKey{}).(*attempt).rep.URL())
+			rep := pr.In.Context().Value(attemptKey{}).(*attempt).rep
+			pr.SetURL(rep.URL())
 			pr.SetXForwarded()
 			h := pr.Out.Header
 			h.Del(identity.PinHeader)
+			if dp := rep.DPRank(); dp != nil { // one engine of a vLLM data-parallel server
+				h[router.DPRankHeader] = dp
+				if strings.HasPrefix(pr.In.URL.Path, "/v1/responses") {
+					rep.PinIgnored(pr.In.URL.Path)
+				}
+			}
 			h.Del("Accept-Encoding") // the tap reads plain bytes
 			if p.cfg.APIKey != "" {  // the warden's key is not the engines' business
 				h.Del("Authorization")

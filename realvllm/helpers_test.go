@@ -145,6 +145,7 @@ type status struct {
 		Rank             int      `json:"rank"`
 		GPUs             []string `json:"gpus"`
 		URL              string   `json:"url"`
+		DPRank           *int     `json:"dp_rank"`
 		Port             int      `json:"port"`
 		Up               bool     `json:"up"`
 		State            string   `json:"state"`

@@ -438,3 +438,121 @@ func TestScrapeAsksForTheSeriesItReads(t *testing.T) {
 		})
 	}
 }
+
+// dpServer is a vLLM server run with --data-parallel-size 2 as its /metrics
+// shows it (vLLM 0.32, CPU build): every series per engine, and /metrics/
+// with name[] answered empty. It counts the GETs of /metrics.
+func dpServer(t *testing.T, scrapes *int) *httptest.Server {
+	t.Helper()
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/metrics":
+			mu.Lock()
+			*scrapes++
+			mu.Unlock()
+			io.WriteString(w, `# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny"} 3.0
+vllm:num_requests_running{engine="1",model_name="tiny"} 1.0
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{engine="0",model_name="tiny"} 26.0
+vllm:prompt_tokens_total{engine="1",model_name="tiny"} 52.0
+`)
+		case "/metrics/":
+			// empty, as vLLM's multiprocess collector answers name[]
+		case "/inference/v1/config":
+			io.WriteString(w, `{"scheduler":{"max_num_seqs":128}}`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestLearnsTheEnginesOfADataParallelServer(t *testing.T) {
+	scrapes := 0
+	srv := dpServer(t, &scrapes)
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/metrics") {
+			io.WriteString(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\"} 5\n")
+		}
+	}))
+	defer plain.Close()
+	c := testCoreBackends(t, Config{}, []Backend{
+		{Rank: 0, URL: srv.URL, Probe: true, LearnDP: true, FallbackMaxNumSeqs: 8},
+		{Rank: 1, URL: plain.URL, Probe: true, LearnDP: true, FallbackMaxNumSeqs: 8},
+	})
+	c.CheckNow(context.Background())
+	type row struct {
+		Rank    int
+		DPRank  int // -1 = not pinned
+		URL     string
+		Up      bool
+		Running float64
+		Seqs    int
+	}
+	var got []row
+	for _, r := range c.Status().Replicas {
+		dp := -1
+		if r.DPRank != nil {
+			dp = *r.DPRank
+		}
+		got = append(got, row{r.Rank, dp, r.URL, r.Up, r.Running, r.MaxNumSeqs})
+	}
+	want := []row{{0, 0, srv.URL, true, 3, 128}, {1, -1, plain.URL, true, 5, 8}, {2, 1, srv.URL, true, 1, 128}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("replicas after the first check (-want +got):\n%s", diff)
+	}
+	if k := c.Lookup(2).Key(); k != srv.URL+"#dp_rank=1" {
+		t.Errorf("key of engine 1: %q", k)
+	}
+	if v := c.Lookup(2).DPRank(); !slices.Equal(v, []string{"1"}) || c.Lookup(1).DPRank() != nil {
+		t.Errorf("rank header values: %q and %q, want [1] and none", v, c.Lookup(1).DPRank())
+	}
+	before := scrapes
+	c.CheckNow(context.Background())
+	if n := scrapes - before; n != 1 {
+		t.Errorf("one check of a server with two engines read its /metrics %d times, want once", n)
+	}
+	info, err := c.RemoveReplica(srv.URL, -1)
+	if err != nil || len(c.Replicas()) != 1 || info.Rank != 0 {
+		t.Errorf("removing the server's URL: %+v, %v; %d replicas left, want 1", info, err, len(c.Replicas()))
+	}
+	if _, err := c.AddReplica(Backend{URL: srv.URL + "#dp_rank=1", Probe: true}); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Lookup(2); r == nil || r.Key() != srv.URL+"#dp_rank=1" {
+		t.Errorf("engine 1 re-added did not get its rank 2 back: %v", c.Status().Replicas)
+	}
+}
+
+func TestParseReplicaDataParallel(t *testing.T) {
+	for _, tc := range []struct {
+		spec    string
+		want    Backend
+		wantErr string
+	}{
+		{"http://h:8000#dp=4", Backend{URL: "http://h:8000", DP: 4}, ""},
+		{"http://h:8000#dp_rank=1&max_num_seqs=64", Backend{URL: "http://h:8000", DPPinned: true, DPRank: 1, MaxNumSeqs: 64}, ""},
+		{"http://h:8000#dp=2&dp_rank=2", Backend{}, "not one of the server's 2 engines"},
+		{"http://h:8000#dp=0", Backend{}, "positive integer"},
+		{"http://h:8000#dp_rank=-1", Backend{}, "0 or more"},
+	} {
+		got, err := ParseReplica(tc.spec)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: error %v, want one with %q", tc.spec, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || !cmp.Equal(tc.want, got) {
+			t.Errorf("%s: %+v, %v; want %+v", tc.spec, got, err, tc.want)
+		}
+	}
+	ex := Backend{URL: "http://h:8000", DP: 3}.ExpandDP()
+	if len(ex) != 3 || !ex[2].DPPinned || ex[2].DPRank != 2 || ex[0].DPRank != 0 {
+		t.Errorf("ExpandDP of dp=3: %+v", ex)
+	}
+	if one := (Backend{URL: "http://h:8000", DP: 1}).ExpandDP(); len(one) != 1 || one[0].DPPinned {
+		t.Errorf("ExpandDP of dp=1: %+v, want the server as one replica", one)
+	}
+}

@@ -51,7 +51,7 @@ func (c *Core) publish(list []*Replica) {
 	}
 	for _, r := range list {
 		s.byRank[r.rank] = r
-		c.dyn.rankOf[canonicalURL(r.target)] = r.rank
+		c.dyn.rankOf[r.Key()] = r.rank
 		c.dyn.nextRank = max(c.dyn.nextRank, r.rank+1)
 	}
 	c.set.Store(s)
@@ -65,10 +65,13 @@ func canonicalURL(u *url.URL) string {
 }
 
 // ParseReplica reads a replica as `warden route --replica` and POST
-// /warden/replicas take it: URL[#max_num_seqs=N], e.g.
+// /warden/replicas take it: URL[#setting=value&...], e.g.
 // http://10.0.0.5:8000#max_num_seqs=64. The URL must be http or https with a
-// host. Without max_num_seqs the returned Backend's MaxNumSeqs is 0 (ask the
-// server). Rank is left 0 for the caller to set.
+// host. Settings: max_num_seqs=N (without it MaxNumSeqs is 0: ask the
+// server); dp=N, the server's vLLM data-parallel engines (N>1: one pinned
+// replica each, ExpandDP; 1: the server is one replica); dp_rank=R, one
+// engine of such a server (Key's form). Rank is left 0 for the caller to
+// set.
 func ParseReplica(spec string) (Backend, error) {
 	spec = strings.TrimSpace(spec)
 	raw, frag, _ := strings.Cut(spec, "#")
@@ -89,9 +92,24 @@ func ParseReplica(spec string) (Backend, error) {
 				return Backend{}, fmt.Errorf("replica %q: max_num_seqs must be a positive integer, not %q", spec, v)
 			}
 			b.MaxNumSeqs = n
+		case "dp":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return Backend{}, fmt.Errorf("replica %q: dp (the server's data-parallel engines) must be a positive integer, not %q", spec, v)
+			}
+			b.DP = n
+		case "dp_rank":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return Backend{}, fmt.Errorf("replica %q: dp_rank must be 0 or more, not %q", spec, v)
+			}
+			b.DPPinned, b.DPRank = true, n
 		default:
-			return Backend{}, fmt.Errorf("replica %q: unknown setting %q after # (known: max_num_seqs=N)", spec, k)
+			return Backend{}, fmt.Errorf("replica %q: unknown setting %q after # (known: max_num_seqs=N, dp=N, dp_rank=R)", spec, k)
 		}
+	}
+	if b.DPPinned && b.DP > 0 && b.DPRank >= b.DP {
+		return Backend{}, fmt.Errorf("replica %q: dp_rank %d is not one of the server's %d engines (0..%d)", spec, b.DPRank, b.DP, b.DP-1)
 	}
 	return b, nil
 }
@@ -123,15 +141,18 @@ func (c *Core) AddReplica(b Backend) (ReplicaInfo, error) {
 		return ReplicaInfo{}, err
 	}
 	b.URL = parsed.URL
+	if parsed.DPPinned && !b.DPPinned {
+		b.DPPinned, b.DPRank = true, parsed.DPRank
+	}
 	c.dyn.mu.Lock()
 	defer c.dyn.mu.Unlock()
 	cur := c.set.Load()
 	for _, r := range cur.list {
-		if canonicalURL(r.target) == b.URL {
-			return ReplicaInfo{Rank: r.rank, URL: b.URL}, fmt.Errorf("%w: %s is replica %d", ErrReplicaExists, b.URL, r.rank)
+		if r.Key() == b.key() {
+			return ReplicaInfo{Rank: r.rank, URL: b.key()}, fmt.Errorf("%w: %s is replica %d", ErrReplicaExists, b.key(), r.rank)
 		}
 	}
-	rank, seen := c.dyn.rankOf[b.URL]
+	rank, seen := c.dyn.rankOf[b.key()]
 	if !seen {
 		rank = c.dyn.nextRank
 	}
@@ -141,41 +162,61 @@ func (c *Core) AddReplica(b Backend) (ReplicaInfo, error) {
 		return ReplicaInfo{}, err
 	}
 	c.publish(append(slices.Clone(cur.list), r))
-	info := ReplicaInfo{Rank: rank, URL: b.URL, MaxNumSeqs: r.seqs(), Sessions: c.homed(rank)}
-	c.log.Info("replica added", "replica", rank, "url", b.URL, "sessions_homed", info.Sessions)
+	info := ReplicaInfo{Rank: rank, URL: b.key(), MaxNumSeqs: r.seqs(), Sessions: c.homed(rank)}
+	c.log.Info("replica added", "replica", rank, "url", b.key(), "sessions_homed", info.Sessions)
 	return info, nil
 }
 
 // RemoveReplica takes the replica with the given URL (or, when url is "",
-// rank) out of the proxy at run time. Requests in flight on it finish; the
-// session table is kept, and sessions homed on it fail over on their next
-// turn (or come back if it is added again).
+// rank) out of the proxy at run time; a URL without #dp_rank= takes every
+// replica at that URL (all engines of a data-parallel server). Requests in
+// flight on it finish; the session table is kept, and sessions homed on it
+// fail over on their next turn (or come back if it is added again). The
+// info returned is the first replica's, with the sessions of all.
 func (c *Core) RemoveReplica(rawURL string, rank int) (ReplicaInfo, error) {
-	want := ""
+	var want Backend
 	if rawURL != "" {
 		b, err := ParseReplica(rawURL)
 		if err != nil {
 			return ReplicaInfo{}, err
 		}
-		want = b.URL
+		want = b
+	}
+	match := func(r *Replica) bool {
+		switch {
+		case want.URL == "":
+			return r.rank == rank
+		case want.DPPinned:
+			return r.Key() == want.key()
+		}
+		return r.spec.URL == want.URL
 	}
 	c.dyn.mu.Lock()
 	defer c.dyn.mu.Unlock()
 	cur := c.set.Load()
-	i := slices.IndexFunc(cur.list, func(r *Replica) bool {
-		return (want != "" && canonicalURL(r.target) == want) || (want == "" && r.rank == rank)
-	})
-	if i < 0 {
-		if want == "" {
-			want = "rank " + strconv.Itoa(rank)
+	var gone []*Replica
+	keep := slices.DeleteFunc(slices.Clone(cur.list), func(r *Replica) bool {
+		if match(r) {
+			gone = append(gone, r)
+			return true
 		}
-		return ReplicaInfo{}, fmt.Errorf("%w: %s", ErrUnknownReplica, want)
+		return false
+	})
+	if len(gone) == 0 {
+		what := want.key()
+		if want.URL == "" {
+			what = "rank " + strconv.Itoa(rank)
+		}
+		return ReplicaInfo{}, fmt.Errorf("%w: %s", ErrUnknownReplica, what)
 	}
-	r := cur.list[i]
-	c.publish(slices.Delete(slices.Clone(cur.list), i, i+1)) // the Placer forgets it
-	info := ReplicaInfo{Rank: r.rank, URL: canonicalURL(r.target), MaxNumSeqs: r.seqs(), Sessions: c.homed(r.rank)}
-	c.log.Info("replica removed", "replica", r.rank, "url", info.URL, "sessions_to_fail_over", info.Sessions,
-		"in_flight", r.inflight.Load())
+	c.publish(keep) // the Placer forgets them
+	info := ReplicaInfo{Rank: gone[0].rank, URL: gone[0].Key(), MaxNumSeqs: gone[0].seqs()}
+	for _, r := range gone {
+		n := c.homed(r.rank)
+		info.Sessions += n
+		c.log.Info("replica removed", "replica", r.rank, "url", r.Key(), "sessions_to_fail_over", n,
+			"in_flight", r.inflight.Load())
+	}
 	return info, nil
 }
 
@@ -198,6 +239,10 @@ var maxNumSeqsSources = []struct{ path, field string }{
 // maxNumSeqsText finds max_num_seqs in the text form of a vLLM config.
 var maxNumSeqsText = regexp.MustCompile(`max_num_seqs['"]?\s*[=:]\s*(\d+)`)
 
+// maxSeqsTries bounds how many checks ask a server that does not answer
+// for its max_num_seqs.
+const maxSeqsTries = 10
+
 // learnLimits asks a replica added with Probe and no explicit max_num_seqs
 // for its max_num_seqs, once, after it first answered its health check; it
 // keeps the fallback when the server does not say.
@@ -205,6 +250,7 @@ func (c *Core) learnLimits(ctx context.Context, r *Replica) {
 	if !r.learnSeqs.CompareAndSwap(true, false) {
 		return
 	}
+	var failed []string
 	for _, src := range maxNumSeqsSources {
 		n := 0
 		err := c.getOK(ctx, r.target.String()+src.path, func(body io.Reader) error {
@@ -220,6 +266,16 @@ func (c *Core) learnLimits(ctx context.Context, r *Replica) {
 			r.log.Info("max_num_seqs learned from the server", "max_num_seqs", n, "source", src.path)
 			return
 		}
+		if err != nil && !strings.Contains(err.Error(), " 404 ") {
+			failed = append(failed, err.Error())
+		}
+	}
+	if len(failed) > 0 && ctx.Err() == nil && r.seqsTries.Add(1) < maxSeqsTries {
+		// Not answered (a timeout on a server busy starting), rather than
+		// answered without it: ask again at the next check.
+		r.learnSeqs.Store(true)
+		r.log.Debug("max_num_seqs not learned yet", "errors", failed)
+		return
 	}
 	r.log.Warn("the server does not say its max_num_seqs; assuming a value (set it with URL#max_num_seqs=N or --max-num-seqs)",
 		"max_num_seqs", r.seqs())
@@ -268,10 +324,80 @@ func (c *Core) FallbackMaxNumSeqs() int {
 // server nor the user says otherwise.
 const DefaultMaxNumSeqs = 256
 
-// CheckReplica polls the replica with rank once (its health and metrics),
-// so that one just added enters the rotation as soon as it answers.
+// CheckReplica polls the replica with rank once (its server's health and
+// metrics), so that one just added enters the rotation as soon as it
+// answers.
 func (c *Core) CheckReplica(ctx context.Context, rank int) {
-	if r := c.Lookup(rank); r != nil {
-		c.check(ctx, r)
+	r := c.Lookup(rank)
+	if r == nil {
+		return
 	}
+	for _, reps := range servers(c.Replicas()) {
+		if reps[0].spec.URL == r.spec.URL {
+			c.checkServer(ctx, reps)
+			return
+		}
+	}
+}
+
+// expandDP replaces lead, a replica that was to learn its server's engines,
+// by one replica pinned to each engine in ids (vLLM's data-parallel ranks),
+// and returns them. The first keeps lead's rank; the others get the rank
+// their key had before (a saved session table, an earlier expansion) or
+// new ones. Unless lead is no longer current (removed meanwhile: nothing
+// changes), it was out of rotation until now (a probed server), so no
+// request is on it.
+func (c *Core) expandDP(lead *Replica, ids []string) []*Replica {
+	c.dyn.mu.Lock()
+	defer c.dyn.mu.Unlock()
+	cur := c.set.Load()
+	i := slices.Index(cur.list, lead)
+	if i < 0 || !lead.learnDP.CompareAndSwap(true, false) {
+		return []*Replica{lead}
+	}
+	used := map[int]bool{}
+	for _, r := range cur.list {
+		if r != lead {
+			used[r.rank] = true
+		}
+	}
+	var reps []*Replica
+	for _, id := range ids {
+		dp, err := strconv.Atoi(id)
+		if err != nil || dp < 0 {
+			continue
+		}
+		b := lead.spec
+		b.DPPinned, b.DPRank, b.DP, b.LearnDP = true, dp, len(ids), false
+		rank, seen := c.dyn.rankOf[b.key()]
+		switch {
+		case seen && !used[rank]:
+		case !used[lead.rank]:
+			rank = lead.rank
+		default:
+			rank = c.dyn.nextRank
+			c.dyn.nextRank++
+		}
+		used[rank], b.Rank = true, rank
+		r, err := newReplica(b, &c.cfg)
+		if err != nil {
+			continue
+		}
+		if lead.maxNumSeqs.Load() > 0 && !lead.learnSeqs.Load() {
+			r.maxNumSeqs.Store(lead.maxNumSeqs.Load())
+		}
+		reps = append(reps, r)
+	}
+	if len(reps) < 2 {
+		return []*Replica{lead}
+	}
+	list := slices.Delete(slices.Clone(cur.list), i, i+1)
+	c.publish(append(list, reps...))
+	ranks := make([]int, len(reps))
+	for j, r := range reps {
+		ranks[j] = r.rank
+	}
+	c.log.Info("the server runs vLLM data parallelism: one replica per engine, each request pinned with "+
+		"X-data-parallel-rank", "url", lead.spec.URL, "engines", len(reps), "replicas", ranks)
+	return reps
 }

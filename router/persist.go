@@ -48,7 +48,7 @@ func (c *Core) snapshotSessions() savedState {
 	}
 	st := savedState{Version: stateVersion, SavedAt: c.clock()}
 	for _, r := range c.Replicas() {
-		st.Replicas = append(st.Replicas, canonicalURL(r.target))
+		st.Replicas = append(st.Replicas, r.Key())
 	}
 	c.placer.Sessions(func(t *place.Table) {
 		st.Sessions = make([]savedSession, 0, t.Len())
@@ -141,7 +141,7 @@ func (c *Core) LoadSessions(path string) (LoadResult, error) {
 	defer c.dyn.mu.Unlock()
 	rankOf := map[string]int{}
 	for _, r := range c.Replicas() {
-		rankOf[canonicalURL(r.target)] = r.rank
+		rankOf[r.Key()] = r.rank
 	}
 	cutoff := c.clock().Add(-c.cfg.SessionTTL)
 	c.placer.Sessions(func(t *place.Table) {

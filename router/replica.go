@@ -27,6 +27,48 @@ type Backend struct {
 	// FallbackMaxNumSeqs being assumed until (unless) the server says.
 	Probe              bool
 	FallbackMaxNumSeqs int
+
+	// DPPinned marks one engine of a vLLM server run with
+	// --data-parallel-size (its engines behind one API server at URL): the
+	// replica is engine DPRank there. Its requests carry the
+	// X-data-parallel-rank header, which vLLM's chat completions,
+	// completions and Anthropic messages endpoints obey (its Responses
+	// endpoint does not: docs/vllm-dp.md), and its load and cache are read
+	// from the series with engine=DPRank. Several replicas share the URL.
+	DPPinned bool
+	DPRank   int
+	// DP is how many data-parallel engines URL serves, as `URL#dp=N` said
+	// (ParseReplica; 0 = not said): ExpandDP makes N>1 into N pinned
+	// replicas, and N=1 keeps the server one replica.
+	DP int
+	// LearnDP: read the engines from the server's /metrics, and when it
+	// reports more than one, become one pinned replica per engine (warden
+	// route's default for a URL without #dp=).
+	LearnDP bool
+}
+
+// ExpandDP is b as its replicas: one pinned to each of its DP engines when
+// b.DP > 1, else b itself. Rank is left for the caller to set.
+func (b Backend) ExpandDP() []Backend {
+	if b.DP <= 1 || b.DPPinned {
+		return []Backend{b}
+	}
+	out := make([]Backend, b.DP)
+	for i := range out {
+		out[i] = b
+		out[i].DPPinned, out[i].DPRank, out[i].LearnDP = true, i, false
+	}
+	return out
+}
+
+// key is how a replica is told apart, saved and re-added: its canonical URL,
+// with #dp_rank=N for one engine of a data-parallel server (ParseReplica
+// reads it back).
+func (b Backend) key() string {
+	if b.DPPinned {
+		return b.URL + "#dp_rank=" + strconv.Itoa(b.DPRank)
+	}
+	return b.URL
 }
 
 // Replica is the live state of one engine, and a place.Replica to the
@@ -41,12 +83,17 @@ type Replica struct {
 	maxNumSeqs   atomic.Int64 // may be learned at run time (Backend.Probe)
 	maxModelLen  atomic.Int64 // the engine's max_model_len from its /v1/models; 0 until learned (again after a restart)
 	learnSeqs    atomic.Bool  // still to ask the server for max_num_seqs
+	seqsTries    atomic.Int32 // checks whose asking got no answer (learnLimits)
 	fullScrape   atomic.Bool  // its /metrics answered the name[] filter without the series asked: read it whole
 	fallbackSeqs int
 	fresh        time.Duration // metrics older than this are stale (staleAfter scrape intervals)
 	rampUp       time.Duration // Config.RampUp
 	log          *slog.Logger
 	rankValue    []string // the rank as a header value (identity.PinHeader on its responses)
+	spec         Backend  // what it was made from (its URL canonical)
+	dpValue      []string // the engine's data-parallel rank as a header value; nil when not pinned
+	learnDP      atomic.Bool
+	pinIgnored   atomic.Bool // PinIgnored said so
 
 	inflight                                                                  atomic.Int64 // raised in the Placer's decision (Sent), lowered when the request has been accounted
 	requests, newTurns, sticky, spilledIn, pinned, failover, balanced, errors atomic.Uint64
@@ -65,10 +112,19 @@ func newReplica(b Backend, cfg *Config) (*Replica, error) {
 	if err != nil || u.Scheme == "" || u.Host == "" {
 		return nil, fmt.Errorf("replica %d: bad URL %q: want http://host:port", b.Rank, b.URL)
 	}
+	b.URL = canonicalURL(u)
 	r := &Replica{rank: b.Rank, target: u, gpus: b.GPUs, fallbackSeqs: b.FallbackMaxNumSeqs,
-		fresh: staleAfter * cfg.ScrapeInterval, rampUp: cfg.RampUp, rankValue: []string{strconv.Itoa(b.Rank)}}
+		fresh: staleAfter * cfg.ScrapeInterval, rampUp: cfg.RampUp, rankValue: []string{strconv.Itoa(b.Rank)}, spec: b}
 	log := cfg.Logger
 	r.log = log.With("replica", b.Rank)
+	if b.DPPinned {
+		if b.DPRank < 0 {
+			return nil, fmt.Errorf("replica %d: data-parallel rank %d: want 0 or more", b.Rank, b.DPRank)
+		}
+		r.dpValue = []string{strconv.Itoa(b.DPRank)}
+		r.log = r.log.With("dp_rank", b.DPRank)
+	}
+	r.learnDP.Store(b.LearnDP && !b.DPPinned)
 	r.health = engine.NewHealth(b.Probe, r.log) // a probed server: out until it answers
 	r.maxNumSeqs.Store(int64(b.MaxNumSeqs))
 	if b.Probe && b.MaxNumSeqs == 0 {
@@ -80,9 +136,37 @@ func newReplica(b Backend, cfg *Config) (*Replica, error) {
 
 // LogValue makes a replica log as its rank, URL and state.
 func (r *Replica) LogValue() slog.Value {
-	return slog.GroupValue(slog.Int("rank", r.rank), slog.String("url", r.target.String()),
+	return slog.GroupValue(slog.Int("rank", r.rank), slog.String("url", r.Key()),
 		slog.String("state", r.health.State().String()), slog.Int64("in_flight", r.inflight.Load()))
 }
+
+// DPRank is the vLLM data-parallel engine the replica is pinned to, as an
+// X-data-parallel-rank header value (one shared slice: do not modify it);
+// nil for a replica that is a whole server.
+func (r *Replica) DPRank() []string { return r.dpValue }
+
+// DPRankHeader is the request header that sends a request to one engine
+// of a vLLM server run with --data-parallel-size (vLLM 0.32: read by its
+// chat completions, completions and Anthropic messages endpoints,
+// entrypoints/.../serving.py _get_data_parallel_rank; its Responses
+// endpoint does not pass it on). Canonical form.
+const DPRankHeader = "X-Data-Parallel-Rank"
+
+// PinIgnored says, once per replica, that a request was sent to an
+// endpoint of vLLM that ignores DPRankHeader: vLLM's own balancer chose its
+// engine, so the warden's per-replica counts for such requests are where it
+// asked, not where they ran.
+func (r *Replica) PinIgnored(path string) {
+	if r.pinIgnored.CompareAndSwap(false, true) {
+		r.log.Warn("vLLM does not read X-data-parallel-rank on this endpoint: its own balancer picks the "+
+			"engine, so these requests are not pinned (and not cache-affine); chat completions, completions "+
+			"and messages are", "path", path)
+	}
+}
+
+// Key is the replica's identity: its URL, with #dp_rank=N when it is one
+// engine of a data-parallel server.
+func (r *Replica) Key() string { return r.spec.key() }
 
 // Healthy reports whether the replica is in rotation.
 func (r *Replica) Healthy() bool { return r.health.Routable() }

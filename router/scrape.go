@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"time"
 
@@ -17,25 +18,52 @@ import (
 	"github.com/lmwarden/warden/router/place"
 )
 
-// check polls one replica's /health and /metrics and records the outcome.
-func (c *Core) check(ctx context.Context, r *Replica) {
-	err := c.getOK(ctx, r.target.String()+"/health", nil)
+// checkServer polls one server's /health and /metrics and records the
+// outcome on each replica it serves: the one replica of a plain server, or
+// each engine of a vLLM data-parallel server (one scrape read per engine).
+// A replica that is to learn its server's engines (Backend.LearnDP) and
+// finds several becomes one pinned replica per engine first.
+func (c *Core) checkServer(ctx context.Context, reps []*Replica) {
+	lead := reps[0]
+	err := c.getOK(ctx, lead.target.String()+"/health", nil)
+	var s engine.Sample
 	if err == nil {
-		var s engine.Sample
-		s, err = c.scrape(ctx, r)
-		if err == nil {
-			r.mu.Lock()
-			reset := r.eng.Apply(s, c.clock())
-			scale := r.eng.Stats().TimeScale
-			r.mu.Unlock()
-			c.noteTimeScale(scale)
-			if reset {
-				c.cacheWiped(r.rank, "its counters went down: the engine restarted")
-			}
-			c.learnLimits(ctx, r) // a probed replica's max_num_seqs, before it enters rotation
-			if r.maxModelLen.Load() == 0 {
-				c.learnMaxModelLen(ctx, r)
-			}
+		s, err = c.scrape(ctx, lead)
+	}
+	if err == nil && lead.learnDP.Load() {
+		if ids := s.Engines(); len(ids) > 1 {
+			reps = c.expandDP(lead, ids)
+		}
+	}
+	for _, r := range reps {
+		c.record(ctx, r, s, err)
+	}
+}
+
+// record folds one check of a replica's server into the replica: its
+// engine's part of the sample when it is pinned to one, else the whole.
+func (c *Core) record(ctx context.Context, r *Replica, s engine.Sample, err error) {
+	if err == nil && r.spec.DPPinned {
+		id := strconv.Itoa(r.spec.DPRank)
+		if e, ok := s.Engine(id); ok {
+			s = e
+		} else {
+			err = fmt.Errorf("the server's /metrics has no engine %s (it reports %q): is it started with "+
+				"--data-parallel-size %d or more?", id, s.Engines(), r.spec.DPRank+1)
+		}
+	}
+	if err == nil {
+		r.mu.Lock()
+		reset := r.eng.Apply(s, c.clock())
+		scale := r.eng.Stats().TimeScale
+		r.mu.Unlock()
+		c.noteTimeScale(scale)
+		if reset {
+			c.cacheWiped(r.rank, "its counters went down: the engine restarted")
+		}
+		c.learnLimits(ctx, r) // a probed replica's max_num_seqs, before it enters rotation
+		if r.maxModelLen.Load() == 0 {
+			c.learnMaxModelLen(ctx, r)
 		}
 	}
 	if err != nil {
@@ -44,6 +72,23 @@ func (c *Core) check(ctx context.Context, r *Replica) {
 		r.mu.Unlock()
 	}
 	r.health.Check(err == nil, err, c.clock())
+}
+
+// servers groups replicas by the server they are on (their URL), in rank
+// order: the engines of one data-parallel server share one check.
+func servers(list []*Replica) [][]*Replica {
+	var out [][]*Replica
+	at := map[string]int{}
+	for _, r := range list {
+		i, ok := at[r.spec.URL]
+		if !ok {
+			i = len(out)
+			at[r.spec.URL] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], r)
+	}
+	return out
 }
 
 // noteTimeScale tells placement the engines' time scale when an engine
@@ -96,7 +141,10 @@ func (c *Core) scrape(ctx context.Context, r *Replica) (engine.Sample, error) {
 		})
 	}
 	whole := r.fullScrape.Load()
-	if !whole {
+	if !whole && !r.spec.DPPinned && !r.learnDP.Load() {
+		// vLLM under --data-parallel-size answers /metrics/?name[]= empty
+		// (its multiprocess collector cannot be filtered; 0.32, measured):
+		// a server that may have several engines is read whole.
 		if err := read(metricsQuery); err == nil && s.HasRunning() {
 			return s, nil
 		}
@@ -156,15 +204,15 @@ func (c *Core) getOK(ctx context.Context, url string, read func(io.Reader) error
 	return nil
 }
 
-// CheckNow polls every replica's /health and /metrics once, concurrently,
+// CheckNow polls every server's /health and /metrics once, concurrently,
 // and returns when all are done.
 func (c *Core) CheckNow(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, r := range c.Replicas() {
+	for _, reps := range servers(c.Replicas()) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.check(ctx, r)
+			c.checkServer(ctx, reps)
 		}()
 	}
 	wg.Wait()

@@ -76,6 +76,10 @@ func (r *Replica) status(active int) panel.Replica {
 		ActiveSessions: active, PromptTokens: r.prompt.Load(), CachedTokens: r.cached.Load(),
 		CompletionTokens: r.completion.Load(),
 	}
+	if r.spec.DPPinned {
+		d := r.spec.DPRank
+		row.DPRank = &d
+	}
 	row.State, row.Up = r.health.Display()
 	r.mu.Lock()
 	row.Restarts, row.LastCrash = r.restarts, r.lastCrash

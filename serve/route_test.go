@@ -273,7 +273,7 @@ func TestSyncReplicasMakesTheProxyMatchTheList(t *testing.T) {
 		urls = append(urls, srv.URL)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	first, err := parseReplicas(urls[:2], 32)
+	first, err := parseReplicas(urls[:2], 32, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func TestSyncReplicasMakesTheProxyMatchTheList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next, _ := parseReplicas([]string{urls[2], urls[1] + "/"}, 32)
+	next, _ := parseReplicas([]string{urls[2], urls[1] + "/"}, 32, 1)
 	if added, removed := syncReplicas(px.Core(), next, log); added != 1 || removed != 1 {
 		t.Errorf("added %d removed %d, want 1 and 1", added, removed)
 	}

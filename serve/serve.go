@@ -65,6 +65,11 @@ type Options struct {
 	// (docs/container.md); "" a host vLLM. ContainerRuntime is
 	// --container-runtime: docker, podman (or a path to one), "" detected.
 	Image, ContainerRuntime string
+	// VLLMDP is --vllm-dp: one engine server run with vLLM's own data
+	// parallelism (--data-parallel-size DP) instead of one server per rank;
+	// each rank is one of its engines, pinned with X-data-parallel-rank
+	// (docs/vllm-dp.md).
+	VLLMDP bool
 }
 
 // plan is what the engines are planned from.
@@ -122,6 +127,8 @@ func (o Options) Config() (Config, error) {
 		return cfg, fmt.Errorf("--container-runtime %s is for engines from an image: add --image REF", cfg.ContainerRuntime)
 	case cfg.ContainerRuntime != "" && !slices.Contains(engineplan.Runtimes, strings.TrimSuffix(filepath.Base(cfg.ContainerRuntime), ".exe")):
 		return cfg, fmt.Errorf("--container-runtime %q: want docker or podman (a name on PATH or a path)", cfg.ContainerRuntime)
+	case cfg.VLLMDP && cfg.DP < 2:
+		return cfg, fmt.Errorf("--vllm-dp runs vLLM's own data parallelism over --dp ranks: give --dp 2 or more")
 	case cfg.Device == "cpu" && cfg.GPUs != "":
 		return cfg, fmt.Errorf("--gpus is for --device gpu; a CPU rank's cores are chosen from the warden's affinity mask (taskset)")
 	}
@@ -206,12 +213,18 @@ func checkKVOffload(cfg Options) error {
 }
 
 // engineSpecs builds one launch spec and one proxy backend per rank; with
-// a container (--image), each rank's spec runs its engine in one.
+// a container (--image), each rank's spec runs its engine in one. With
+// --vllm-dp it is one spec, a server of DP engines, and one backend per
+// engine pinned to it (dpSpec).
 func engineSpecs(cfg Options, d engineplan.Devices, tools engineplan.ToolsChoice, fit engineplan.ContextChoice,
 	cont *engineplan.Container) ([]launch.Spec, []router.Backend, error) {
-	free, err := ports.Free(cfg.DP, "127.0.0.1")
+	servers := cfg.DP
+	if cfg.VLLMDP {
+		servers = 1
+	}
+	free, err := ports.Free(servers, "127.0.0.1")
 	if err != nil {
-		return nil, nil, fmt.Errorf("finding %d free loopback ports: %w", cfg.DP, err)
+		return nil, nil, fmt.Errorf("finding %d free loopback ports: %w", servers, err)
 	}
 	eng := engineplan.Engine{Kind: cfg.Engine, VLLMPath: cfg.VLLMPath, Model: cfg.Model,
 		ServedName: cfg.ServedName, MaxNumSeqs: d.Seqs, TP: cfg.TP, KVBytes: d.KVBytes, OffloadBytes: d.Offload,
@@ -221,6 +234,11 @@ func engineSpecs(cfg Options, d engineplan.Devices, tools engineplan.ToolsChoice
 		if dir := engineplan.LocalModelDir(cfg.Model); dir != "" {
 			eng.Model, cont.ModelDir = dir, dir
 		}
+	}
+	if cfg.VLLMDP {
+		eng.DP = cfg.DP
+		spec, backends := dpSpec(cfg, d, eng, free[0], cont)
+		return []launch.Spec{spec}, backends, nil
 	}
 	specs := make([]launch.Spec, cfg.DP)
 	backends := make([]router.Backend, cfg.DP)
@@ -246,6 +264,44 @@ func engineSpecs(cfg Options, d engineplan.Devices, tools engineplan.ToolsChoice
 		}
 	}
 	return specs, backends, nil
+}
+
+// dpSpec is --vllm-dp's one server: `vllm serve --data-parallel-size DP` on
+// port, given every rank's GPUs in rank order (vLLM gives its local rank i
+// the i-th group of TP devices) or, on CPUs, every rank's cores with each
+// rank's binding in vLLM's per-rank form (VLLM_CPU_OMP_THREADS_BIND=0-3|4-7);
+// and one backend per engine, all at its URL, each pinned to its engine.
+func dpSpec(cfg Options, d engineplan.Devices, eng engineplan.Engine, port int, cont *engineplan.Container) (launch.Spec, []router.Backend) {
+	url := "http://127.0.0.1:" + strconv.Itoa(port)
+	spec := launch.Spec{Rank: 0, Argv: eng.Argv(port), Port: port, LogPath: filepath.Join(cfg.LogDir, "rank-0.log")}
+	backends := make([]router.Backend, cfg.DP)
+	var binds, nodes []string
+	for i := range backends {
+		backends[i] = router.Backend{Rank: i, URL: url, GPUs: d.GPUs[i], MaxNumSeqs: d.Seqs, DPPinned: true, DPRank: i, DP: cfg.DP}
+		spec.GPUs = append(spec.GPUs, d.GPUs[i]...)
+		if i < len(d.CPUs) {
+			env := d.CPUs[i].Env()
+			binds = append(binds, strings.TrimPrefix(env[0], hostcpu.BindEnv+"="))
+			for _, n := range strings.Split(strings.TrimPrefix(env[1], hostcpu.NodesEnv+"="), ",") {
+				if !slices.Contains(nodes, n) {
+					nodes = append(nodes, n)
+				}
+			}
+			if cfg.CPUPin != hostcpu.PinThreads {
+				spec.CPUs = append(spec.CPUs, d.CPUs[i].CPUs...)
+			}
+			backends[i].GPUs = []string{d.CPUs[i].Label()}
+		}
+	}
+	if binds != nil {
+		spec.Env = []string{hostcpu.BindEnv + "=" + strings.Join(binds, "|"), hostcpu.NodesEnv + "=" + strings.Join(nodes, ",")}
+	}
+	if cont != nil {
+		dev := engineplan.RankDevices{GPUs: spec.GPUs, Env: spec.Env, CPUs: spec.CPUs}
+		spec.Argv = cont.Argv(0, port, dev, eng.ServeArgs(port))
+		spec.Container = &launch.Container{Runtime: cont.Runtime, Name: cont.Name(0)}
+	}
+	return spec, backends
 }
 
 // Main is `warden serve`, until SIGINT/SIGTERM or ctx ends; the error
@@ -295,6 +351,14 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 		ln.Close()
 		return exit.New(1, "warden serve: "+err.Error())
 	}
+	replicasOf := func(rank int) []int { return []int{rank} } // an engine server's replicas
+	if cfg.VLLMDP {
+		all := make([]int, len(backends))
+		for i, b := range backends {
+			all[i] = b.Rank
+		}
+		replicasOf = func(int) []int { return all }
+	}
 	cfg.Proxy.Registry, cfg.Proxy.Logger, cfg.Proxy.Engines = newRegistry(), log, setup
 	px, err := proxy.New(cfg.Proxy, backends)
 	if err != nil {
@@ -314,10 +378,12 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 		"max_num_seqs", devices.Seqs, "log_dir", cfg.LogDir)
 	group, err := launch.Start(ctx, specs, launch.Options{
 		StartupTimeout: cfg.StartupTimeout, StopGrace: cfg.StopGrace, Logger: log,
-		Progress: os.Stderr, OnState: onEngineState(px),
+		Progress: os.Stderr, OnState: onEngineState(px, replicasOf),
 		OnCrash: func(rank int, c launch.Crash) {
-			px.Core().SetReplicaCrash(rank, panel.Crash{At: c.At, Cause: c.Cause, Fix: c.Fix, Failures: c.Failures,
-				CrashLoop: c.Loop, RestartsTried: c.Restarts, RetrySeconds: c.Delay.Seconds()})
+			for _, r := range replicasOf(rank) {
+				px.Core().SetReplicaCrash(r, panel.Crash{At: c.At, Cause: c.Cause, Fix: c.Fix, Failures: c.Failures,
+					CrashLoop: c.Loop, RestartsTried: c.Restarts, RetrySeconds: c.Delay.Seconds()})
+			}
 		},
 	})
 	if err != nil {
@@ -372,7 +438,7 @@ func stopEngines(g *launch.Group, grace time.Duration, log *slog.Logger) {
 // onEngineState feeds the launcher's view of each rank to the proxy: a rank
 // is routable only while Ready; a Ready after Down is a restart, whose engine
 // counters start from zero again.
-func onEngineState(px *proxy.Proxy) func(rank int, s launch.State, reason string) {
+func onEngineState(px *proxy.Proxy, replicasOf func(rank int) []int) func(rank int, s launch.State, reason string) {
 	var mu sync.Mutex
 	wasDown := map[int]bool{}
 	return func(rank int, s launch.State, reason string) {
@@ -384,10 +450,12 @@ func onEngineState(px *proxy.Proxy) func(rank int, s launch.State, reason string
 			wasDown[rank] = false
 		}
 		mu.Unlock()
-		if restarted {
-			px.Core().NoteRestart(rank)
+		for _, r := range replicasOf(rank) {
+			if restarted {
+				px.Core().NoteRestart(r)
+			}
+			px.Core().SetReplicaState(r, s == launch.Ready, s.String(), reason)
 		}
-		px.Core().SetReplicaState(rank, s == launch.Ready, s.String(), reason)
 	}
 }
 

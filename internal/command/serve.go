@@ -109,6 +109,9 @@ func serveFlags() []cli.Flag {
 			Usage: "vllm, or sim: the built-in simulator (no GPU; answers are filler text, docs/simulator.md)"},
 		&cli.StringFlag{Name: "vllm", Value: "vllm", EnvVars: envVars("VLLM"),
 			Usage: "`PATH` of the vllm executable"},
+		&cli.BoolFlag{Name: "vllm-dp", EnvVars: envVars("VLLM_DP"),
+			Usage: "start one vllm serve --data-parallel-size DP (vLLM's own data parallelism) instead of one server " +
+				"per rank; each rank is one of its engines, pinned with X-data-parallel-rank (docs/vllm-dp.md)"},
 		&cli.StringFlag{Name: "image", EnvVars: envVars("IMAGE"),
 			Usage: "run each rank's vLLM in a container of this `IMAGE` instead of a host install (docs/container.md)"},
 		&cli.StringFlag{Name: "container-runtime", EnvVars: envVars("CONTAINER_RUNTIME"), DefaultText: "docker, else podman",
@@ -167,9 +170,12 @@ func serveCommand() *cli.Command {
 func routeFlags() []cli.Flag {
 	return append(inCategory(catReplicas,
 		&cli.StringSliceFlag{Name: "replica", EnvVars: envVars("REPLICA"),
-			Usage: "a running vLLM (or warden) `URL`[#max_num_seqs=N] to route to; repeat or separate with commas"},
+			Usage: "a running vLLM (or warden) `URL`[#max_num_seqs=N][&dp=N] to route to; repeat or separate with commas"},
 		&cli.StringFlag{Name: "replicas-file", EnvVars: envVars("REPLICAS_FILE"),
-			Usage: "`FILE` of replicas, one URL[#max_num_seqs=N] per line (# comments); re-read on SIGHUP"},
+			Usage: "`FILE` of replicas, one URL[#max_num_seqs=N][&dp=N] per line (# comments); re-read on SIGHUP"},
+		&cli.IntFlag{Name: "dp-ranks", EnvVars: envVars("DP_RANKS"),
+			Usage: "`N` vLLM data-parallel engines behind each replica URL, each routed as a replica and pinned with " +
+				"X-data-parallel-rank (0: learn them from each server's /metrics; 1: route each server as one)"},
 		&cli.IntFlag{Name: "max-num-seqs", Value: router.DefaultMaxNumSeqs, EnvVars: envVars("MAX_NUM_SEQS"),
 			Usage: "max_num_seqs of a replica that does not say its own; the spill threshold derives from it"},
 		&cli.StringFlag{Name: "served-model-name", EnvVars: envVars("SERVED_MODEL_NAME"),
@@ -248,7 +254,7 @@ func serveOptions(c *cli.Context) serve.Options {
 		MaxNumSeqs: c.Int("max-num-seqs"), Engine: c.String("engine"), VLLMPath: c.String("vllm"),
 		LogDir: c.String("log-dir"), StartupTimeout: c.Duration("startup-timeout"), StopGrace: c.Duration("stop-grace"),
 		Extra: c.Args().Slice(), Router: routerOptions(c), SimKVCache: sim.KVCacheBytes, SimFirstContact: sim.FirstContact,
-		Image: c.String("image"), ContainerRuntime: c.String("container-runtime"),
+		Image: c.String("image"), ContainerRuntime: c.String("container-runtime"), VLLMDP: c.Bool("vllm-dp"),
 	}
 }
 
@@ -256,7 +262,7 @@ func serveOptions(c *cli.Context) serve.Options {
 func routeOptions(c *cli.Context) serve.RouteOptions {
 	return serve.RouteOptions{
 		Replicas: c.StringSlice("replica"), ReplicasFile: c.String("replicas-file"), MaxNumSeqs: c.Int("max-num-seqs"),
-		ServedName: c.String("served-model-name"), StateFile: c.String("state-file"),
+		DPRanks: c.Int("dp-ranks"), ServedName: c.String("served-model-name"), StateFile: c.String("state-file"),
 		StateInterval: c.Duration("state-interval"), Router: routerOptions(c),
 	}
 }

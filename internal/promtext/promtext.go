@@ -79,13 +79,50 @@ func (f Families) SumBy(name, label string) (map[string]float64, bool) {
 	}
 	out := map[string]float64{}
 	for _, m := range fam.GetMetric() {
-		key := ""
-		for _, l := range m.GetLabel() {
-			if l.GetName() == label {
-				key = l.GetValue()
-			}
-		}
+		key, _ := labelValue(m, label)
 		out[key] += Value(m)
 	}
 	return out, true
+}
+
+// Split divides the exposition by the values of label: for each value,
+// the families with only the samples that carry it. Samples without the
+// label are shared: they go into every part. Nil when no sample has the
+// label.
+func (f Families) Split(label string) map[string]Families {
+	var out map[string]Families
+	for _, fam := range f {
+		for _, m := range fam.GetMetric() {
+			if v, has := labelValue(m, label); has && out[v] == nil {
+				if out == nil {
+					out = map[string]Families{}
+				}
+				out[v] = Families{}
+			}
+		}
+	}
+	for v, part := range out {
+		for name, fam := range f {
+			var keep []*dto.Metric
+			for _, m := range fam.GetMetric() {
+				if got, has := labelValue(m, label); !has || got == v {
+					keep = append(keep, m)
+				}
+			}
+			if len(keep) > 0 {
+				part[name] = &dto.MetricFamily{Name: fam.Name, Help: fam.Help, Type: fam.Type, Metric: keep}
+			}
+		}
+	}
+	return out
+}
+
+// labelValue is m's value of label, and whether it has it.
+func labelValue(m *dto.Metric, label string) (string, bool) {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == label {
+			return l.GetValue(), true
+		}
+	}
+	return "", false
 }

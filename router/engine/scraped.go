@@ -2,7 +2,10 @@ package engine
 
 import (
 	"io"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -80,6 +83,34 @@ type Sample struct {
 	offQueries, offHits                 float64
 	offLoaded, offStored                float64
 	hasOffQ, hasOffH, hasOffL, hasOffSt bool
+
+	// engines are the samples of each vLLM engine (the engine label: the
+	// data-parallel ranks of a server run with --data-parallel-size; "0"
+	// alone for one engine), nil when the exposition has no engine label.
+	engines map[string]Sample
+}
+
+// Engines are the engine label's values in the sample, in numeric order
+// (a vLLM server's data-parallel ranks: "0", "1", ...).
+func (s Sample) Engines() []string {
+	ids := slices.Collect(maps.Keys(s.engines))
+	slices.SortFunc(ids, func(a, b string) int {
+		x, errA := strconv.Atoi(a)
+		y, errB := strconv.Atoi(b)
+		if errA == nil && errB == nil {
+			return x - y
+		}
+		return strings.Compare(a, b)
+	})
+	return ids
+}
+
+// Engine is the sample of one engine (its series with engine=id, and the
+// series without an engine label); ok is false when the server reported
+// no such engine.
+func (s Sample) Engine(id string) (Sample, bool) {
+	e, ok := s.engines[id]
+	return e, ok
 }
 
 // HasRunning reports whether the sample had vLLM's running-requests gauge
@@ -108,6 +139,18 @@ func Parse(r io.Reader) (Sample, error) {
 	if ws, ok := wardenSample(fams); ok && fams[mn.VLLMRunning] == nil {
 		return ws, nil // another warden (route in front of serve): dynamic.go
 	}
+	s := parseVLLM(fams)
+	if parts := fams.Split(mn.EngineLabel); len(parts) > 0 {
+		s.engines = make(map[string]Sample, len(parts))
+		for id, part := range parts {
+			s.engines[id] = parseVLLM(part)
+		}
+	}
+	return s, nil
+}
+
+// parseVLLM reads vLLM's series, summed over their labels.
+func parseVLLM(fams promtext.Families) Sample {
 	var s Sample
 	s.running, s.hasRunning = fams.Sum(mn.VLLMRunning)
 	s.waiting, _ = fams.Sum(mn.VLLMWaiting)
@@ -139,7 +182,7 @@ func Parse(r io.Reader) (Sample, error) {
 		// engine whose cache_config_info lacks the tier's labels).
 		s.offload.Backend = "native"
 	}
-	return s, nil
+	return s
 }
 
 // offloadConfig reads the host KV tier from vllm:cache_config_info's

@@ -2,11 +2,13 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 func TestParseMetrics(t *testing.T) {
@@ -51,7 +53,7 @@ vllm:prefix_cache_hits{model_name="m"} 4
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(Sample{})); diff != "" {
+			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(Sample{}), cmpopts.IgnoreFields(Sample{}, "engines")); diff != "" {
 				t.Errorf("Parse (-want +got):\n%s", diff)
 			}
 		})
@@ -215,7 +217,7 @@ vllm:cache_config_info{engine="2",kv_offloading_size="1e300"} 1
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(Sample{})); diff != "" {
+			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(Sample{}), cmpopts.IgnoreFields(Sample{}, "engines")); diff != "" {
 				t.Errorf("Parse (-want +got):\n%s", diff)
 			}
 		})
@@ -315,5 +317,52 @@ vllm:cache_config_info{block_size="16",engine="0",kv_offloading_backend="native"
 	e.Apply(parse(fmt.Sprint(2<<30)), at) // a new engine, an empty tier
 	if f := e.Stats().OffloadFilled(); f != 0.5 {
 		t.Errorf("after a restart, 2 GiB stored: filled %v", f)
+	}
+}
+
+// A vLLM server run with --data-parallel-size 2 exports every series once
+// per engine (as vLLM 0.32's CPU build does): the sample sums them, and
+// Engine gives each rank's own.
+func TestParseDataParallelEngines(t *testing.T) {
+	const text = `# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny"} 3.0
+vllm:num_requests_running{engine="1",model_name="tiny"} 1.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="tiny"} 2.0
+vllm:num_requests_waiting{engine="1",model_name="tiny"} 0.0
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{engine="0",model_name="tiny"} 26.0
+vllm:prompt_tokens_total{engine="1",model_name="tiny"} 52.0
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="32",engine="0",num_gpu_blocks="100"} 1.0
+vllm:cache_config_info{block_size="32",engine="1",num_gpu_blocks="100"} 1.0
+# TYPE warden_sim_time_scale gauge
+warden_sim_time_scale 5
+`
+	s, err := Parse(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Engines(); !slices.Equal(got, []string{"0", "1"}) {
+		t.Fatalf("Engines = %q, want [0 1]", got)
+	}
+	if s.running != 4 || s.prompt != 78 || s.kvCapacity != 6400 {
+		t.Errorf("summed: running %v prompt %v capacity %d, want 4, 78, 6400", s.running, s.prompt, s.kvCapacity)
+	}
+	for id, want := range map[string]struct{ running, waiting, prompt float64 }{"0": {3, 2, 26}, "1": {1, 0, 52}} {
+		e, ok := s.Engine(id)
+		if !ok {
+			t.Fatalf("no engine %s", id)
+		}
+		if e.running != want.running || e.waiting != want.waiting || e.prompt != want.prompt || e.kvCapacity != 3200 {
+			t.Errorf("engine %s: running %v waiting %v prompt %v capacity %d, want %v, %v, %v, 3200",
+				id, e.running, e.waiting, e.prompt, e.kvCapacity, want.running, want.waiting, want.prompt)
+		}
+		if e.timeScale != 5 { // a series without the engine label belongs to every engine
+			t.Errorf("engine %s: time scale %v, want the unlabelled 5", id, e.timeScale)
+		}
+	}
+	if _, ok := s.Engine("2"); ok {
+		t.Error("Engine(2) found on a server with engines 0 and 1")
 	}
 }

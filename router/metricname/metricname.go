@@ -21,6 +21,10 @@ const (
 	// SimTimeScale is the simulator's simulated seconds per wall second
 	// (its --sim-time-scale); real engines do not export it: 1.
 	SimTimeScale = "warden_sim_time_scale"
+	// EngineLabel is the label vLLM puts on each series: the engine's
+	// data-parallel rank ("0" for a server with one engine; 0..N-1 under
+	// --data-parallel-size N, where one API server exports all N).
+	EngineLabel = "engine"
 
 	// vLLM's host KV tier, vLLM 0.32.0 (docs/kv-offload.md names the
 	// source lines). Tokens of prompts that missed the GPU prefix cache and

@@ -42,6 +42,15 @@ func fmtGPUs(g []string) string {
 	return strings.Join(g, ",")
 }
 
+// fmtDevices is the table's GPU column: the rank's GPUs, else the vLLM
+// data-parallel engine it is pinned to ("dp 1").
+func fmtDevices(r Replica) string {
+	if len(r.GPUs) == 0 && r.DPRank != nil {
+		return "dp " + strconv.Itoa(*r.DPRank)
+	}
+	return fmtGPUs(r.GPUs)
+}
+
 // fmtUp says whether a replica is routable, else its state.
 func fmtUp(r Replica) string {
 	if r.Up {

@@ -160,7 +160,7 @@ func badgeLine(s Status) string {
 // replicaRow is one table row, in tableColumns order.
 func replicaRow(r Replica) table.Row {
 	return table.Row{
-		r.Rank, fmtGPUs(r.GPUs), r.Port, fmtUp(r), r.InFlight, r.Sticky, r.SpilledIn, r.Pinned,
+		r.Rank, fmtDevices(r), r.Port, fmtUp(r), r.InFlight, r.Sticky, r.SpilledIn, r.Pinned,
 		fmtNum(r.Running), fmtNum(r.Waiting), fmtPct(r.KVUsed), fmtTokens(float64(r.KVCapacityTokens)),
 		fmtPct(r.HitRate), fmtSessions(r.ActiveSessions, r.ActiveSubagents), r.Restarts,
 	}

@@ -116,14 +116,18 @@ type OvercommitPeak struct {
 
 // Replica is one row of the panel.
 type Replica struct {
-	Rank       int      `json:"rank"`
-	GPUs       []string `json:"gpus,omitempty"` // GPU indices or UUIDs of this rank's group; empty for sim/route
-	URL        string   `json:"url"`            // engine base URL, e.g. http://127.0.0.1:8101
-	Port       int      `json:"port"`
-	Up         bool     `json:"up"` // routable now
-	State      string   `json:"state"`
-	Restarts   int      `json:"restarts"`
-	MaxNumSeqs int      `json:"max_num_seqs"`
+	Rank int      `json:"rank"`
+	GPUs []string `json:"gpus,omitempty"` // GPU indices or UUIDs of this rank's group; empty for sim/route
+	URL  string   `json:"url"`            // engine base URL, e.g. http://127.0.0.1:8101
+	// DPRank is the engine of a vLLM data-parallel server at URL that the
+	// replica is pinned to (X-data-parallel-rank); nil when the replica is
+	// the whole server.
+	DPRank     *int   `json:"dp_rank,omitempty"`
+	Port       int    `json:"port"`
+	Up         bool   `json:"up"` // routable now
+	State      string `json:"state"`
+	Restarts   int    `json:"restarts"`
+	MaxNumSeqs int    `json:"max_num_seqs"`
 	// LastCrash is how the engine last went down and where its restarts
 	// stand (`warden serve`: the launcher's record); nil when it never
 	// went down.
