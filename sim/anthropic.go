@@ -82,6 +82,11 @@ func (s *server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	if !proceed {
 		return
 	}
+	// vLLM 0.32 honours the rank header here: Messages is served by its
+	// chat completions (create_chat_completion with the raw request).
+	if !s.place(r, &p, true, refuseMessages(w, body.Get("stream").Bool())) {
+		return
+	}
 	name := s.answerModel(body)
 	msg := map[string]any{"id": newID("msg_"), "type": "message", "role": "assistant", "model": name,
 		"stop_reason": nil, "stop_sequence": nil}

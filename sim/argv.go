@@ -28,6 +28,7 @@ type Config struct {
 	ForceUsage       bool     // --enable-force-include-usage
 	StreamInterval   int      // --stream-interval (default 1)
 	TP               int      // --tensor-parallel-size, -tp: cards per replica (default 1)
+	DP               int      // --data-parallel-size, -dp: engines behind the one server, vLLM's data parallelism (default 1)
 	KVOffloadBackend string   // --kv-offloading-backend: native (default) or lmcache
 	KVOffloadGiB     float64  // --kv-offloading-size, --sim-kv-offload-gib: host-RAM KV tier in GiB, whole engine (0: off)
 
@@ -75,7 +76,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Host: "0.0.0.0", Port: 8000, MaxBatchedTokens: 2048, GPUMemUtil: 0.92,
-		BlockSize: 16, StreamInterval: 1, TP: 1, Profile: model.DefaultProfile, TimeScale: 1, KVOffloadBackend: "native",
+		BlockSize: 16, StreamInterval: 1, TP: 1, DP: 1, Profile: model.DefaultProfile, TimeScale: 1, KVOffloadBackend: "native",
 		ReserveFullISL: true, PrefixStats: model.StatsAdmission, HangAfter: -1,
 	}
 }
@@ -219,6 +220,7 @@ var flags = map[string]flagSpec{
 	"enable-prompt-tokens-details": {kindBool, "", "report cached_tokens in usage", boolSetter(func(c *Config) *bool { return &c.PromptDetails })},
 	"enable-force-include-usage":   {kindBool, "", "always send a streaming usage chunk", boolSetter(func(c *Config) *bool { return &c.ForceUsage })},
 	"tensor-parallel-size":         {kindValue, "", "cards per replica, also -tp: KV capacity from T cards, weight read and compute split T ways, two all-reduces a layer over the profile's link (default 1)", intSetter(func(c *Config) *int { return &c.TP })},
+	"data-parallel-size":           {kindValue, "", "engines behind the one server, also -dp: vLLM's data parallelism, each engine with its own KV cache, prefix cache and scheduler (the other flags apply per engine); a request goes to the engine its X-data-parallel-rank header names (chat completions, completions, Messages; Responses ignore it), else to the one vLLM's balancer picks; metrics labelled engine=\"0\"..\"N-1\" (default 1)", intSetter(func(c *Config) *int { return &c.DP })},
 	"served-model-name":            {kindList, "", "names the model answers to, one or more (default: MODEL)", nil},
 	"kv-offloading-backend":        {kindValue, "", "KV offloading backend: native (vLLM's CPU offloading, simulated; the default) or lmcache (refused); takes effect with --kv-offloading-size", strSetter(func(c *Config) *string { return &c.KVOffloadBackend })},
 	"kv-offloading-size":           {kindValue, "", "host-RAM KV tier in GiB for the whole engine (summed over its TP ranks), vLLM's native offloading: prompt blocks stored as computed, LRU, loaded back on a GPU miss (default: off)", floatSetter(func(c *Config) *float64 { return &c.KVOffloadGiB })},
@@ -288,6 +290,9 @@ func (c *Config) applyArg(a string, rest []string) (int, error) {
 	}
 	if a == "-tp" || strings.HasPrefix(a, "-tp=") { // vLLM's alias of --tensor-parallel-size
 		a = "--tensor-parallel-size" + a[len("-tp"):]
+	}
+	if a == "-dp" || strings.HasPrefix(a, "-dp=") { // vLLM's alias of --data-parallel-size
+		a = "--data-parallel-size" + a[len("-dp"):]
 	}
 	if !strings.HasPrefix(a, "--") {
 		if c.Model == "" {
@@ -361,6 +366,7 @@ func (c *Config) validate() error {
 	check(c.GPUMemUtil > 0 && c.GPUMemUtil <= 1, "--gpu-memory-utilization must be in (0, 1], got %v", c.GPUMemUtil)
 	check(c.BlockSize > 0 && c.BlockSize <= 1024, "--block-size must be in 1..1024, got %d", c.BlockSize)
 	check(c.MaxModelLen >= -1, "--max-model-len must be positive, -1 or auto, got %d", c.MaxModelLen)
+	check(c.DP >= 1, "--data-parallel-size must be at least 1, got %d", c.DP)
 	check(c.StreamInterval > 0, "--stream-interval must be positive, got %d", c.StreamInterval)
 	check(c.TimeScale > 0, "--sim-time-scale must be positive, got %v", c.TimeScale)
 	check(c.LoadSeconds >= 0, "--sim-load-seconds must not be negative, got %v", c.LoadSeconds)

@@ -41,6 +41,20 @@ func TestParseArgs(t *testing.T) {
 				c.Model, c.ServedNames, c.Port = "m", []string{"m"}, 1
 				c.LogUnknown = []string{"--trust-remote-code", "--dtype bfloat16", "--kv-cache-dtype=fp8", "--enforce-eager"}
 			}},
+		{"vLLM's data parallelism: -dp, and its other flags accepted and logged",
+			[]string{"m", "-dp", "2", "--data-parallel-size-local", "2", "--data-parallel-address", "10.0.0.1",
+				"--data-parallel-rpc-port", "13345", "--data-parallel-start-rank", "0", "--api-server-count", "1",
+				"--data-parallel-backend", "mp"},
+			nil,
+			func(c *Config) {
+				c.Model, c.ServedNames, c.DP = "m", []string{"m"}, 2
+				c.LogUnknown = []string{"--data-parallel-size-local 2", "--data-parallel-address 10.0.0.1",
+					"--data-parallel-rpc-port 13345", "--data-parallel-start-rank 0", "--api-server-count 1", "--data-parallel-backend mp"}
+			}},
+		{"--data-parallel-size=N", []string{"m", "--data-parallel-size=3"}, nil,
+			func(c *Config) { c.Model, c.ServedNames, c.DP = "m", []string{"m"}, 3 }},
+		{"-dp=N", []string{"m", "-dp=4"}, nil,
+			func(c *Config) { c.Model, c.ServedNames, c.DP = "m", []string{"m"}, 4 }},
 		{"--model instead of a positional, several served names",
 			[]string{"--model", "m", "--served-model-name", "a", "b"},
 			nil,
@@ -82,6 +96,8 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"m", "--sim-profile", "nope"}, "unknown --sim-profile"},
 		{[]string{"m", "--sim-prefix-stats", "sometimes"}, "--sim-prefix-stats"},
 		{[]string{"m", "--enable-prompt-tokens-details=maybe"}, "not a boolean"},
+		{[]string{"m", "--data-parallel-size", "0"}, "--data-parallel-size must be at least 1, got 0"},
+		{[]string{"m", "-dp", "two"}, "--data-parallel-size: not an integer"},
 	}
 	for _, tc := range tests {
 		_, err := ParseArgs(tc.args, func(string) string { return "" })

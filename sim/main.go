@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/sim/model"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Main runs `warden sim serve` with args (MODEL [vLLM flags]): it "loads",
@@ -64,7 +65,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	engCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go s.eng.Run(engCtx)
+	for _, eng := range s.engs {
+		go eng.Run(engCtx)
+	}
+	if s.bal != nil {
+		go s.bal.run(engCtx)
+	}
 	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 30 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -116,19 +122,41 @@ func newServer(cfg Config, log *slog.Logger) (*server, error) {
 		WatermarkBlocks: int(cfg.Watermark * float64(numBlocks)),
 		Host:            model.HostTier(cfg.KVOffloadGiB, prof, cfg.BlockSize),
 	}
-	sched := model.NewScheduler(sc, model.NewBlockPool(numBlocks))
 	s := &server{cfg: cfg, prof: prof, log: log, maxLen: maxLen, kvTokens: kvTokens, numBlocks: numBlocks, host: sc.Host, engineID: uuid4(),
 		lenLines: lenLines}
-	s.met = newMetrics(cfg.ServedNames[0], cfg.TimeScale, cacheConfigLabels(cfg, numBlocks))
-	if sched.HasHostTier() {
-		s.met.enableHost()
+	// One engine per data-parallel rank, each with its own scheduler, KV
+	// cache and prefix cache, sized by the same flags (as vLLM's are).
+	dp := max(cfg.DP, 1)
+	var cacheLabels []prometheus.Labels
+	for i := range dp {
+		cacheLabels = append(cacheLabels, cacheConfigLabels(cfg, numBlocks, i))
 	}
-	s.eng = model.NewEngine(model.EngineConfig{BlockSize: cfg.BlockSize, StreamInterval: cfg.StreamInterval, TimeScale: cfg.TimeScale, Seed: cfg.Seed},
-		prof, sched, log)
-	s.eng.OnStep = s.met.publish
-	s.eng.OnTTFT = s.met.ttft.Observe
-	s.eng.OnDone = func(reason string) { s.met.success.WithLabelValues(reason).Inc() }
-	s.met.publish(s.eng.Snapshot())
+	s.met = newMetrics(cfg.ServedNames[0], cfg.TimeScale, cacheLabels)
+	if dp > 1 {
+		s.bal = newBalancer(dp, cfg.TimeScale)
+	}
+	for i := range dp {
+		sched := model.NewScheduler(sc, model.NewBlockPool(numBlocks))
+		if i == 0 && sched.HasHostTier() {
+			s.met.enableHost()
+		}
+		elog := log
+		if dp > 1 {
+			elog = log.With("engine", i)
+		}
+		eng := model.NewEngine(model.EngineConfig{BlockSize: cfg.BlockSize, StreamInterval: cfg.StreamInterval, TimeScale: cfg.TimeScale, Seed: cfg.Seed},
+			prof, sched, elog)
+		eng.OnStep = func(snap model.Snapshot) { s.met.publish(i, snap) }
+		if s.bal != nil {
+			eng.OnStep = func(snap model.Snapshot) { s.met.publish(i, snap); s.bal.report(i, snap) }
+		}
+		eng.OnTTFT = s.met.ttft[i].Observe
+		label := strconv.Itoa(i)
+		eng.OnDone = func(reason string) { s.met.success.WithLabelValues(label, reason).Inc() }
+		s.met.publish(i, eng.Snapshot())
+		s.engs = append(s.engs, eng)
+	}
+	s.eng = s.engs[0]
 	return s, nil
 }
 
@@ -209,6 +237,9 @@ func (s *server) load(ctx context.Context) bool {
 		"max_num_seqs", cfg.MaxNumSeqs, "max_num_batched_tokens", cfg.MaxBatchedTokens, "time_scale", cfg.TimeScale}
 	if s.prof.TPSize() > 1 {
 		attrs = append(attrs, "link", s.prof.Link)
+	}
+	if n := len(s.engs); n > 1 {
+		attrs = append(attrs, "data_parallel_size", n)
 	}
 	log.Info("Initializing a V1 LLM engine ("+Version+")", attrs...)
 	log.Info("Loading weights...")

@@ -10,21 +10,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics exports vLLM's metric names with labels model_name and engine="0"
-// on its own registry. Gauges and counters come from the engine's last
-// published Snapshot at scrape time; TTFT and request outcomes are
+// metrics exports vLLM's metric names with labels model_name and engine
+// (the data-parallel rank: "0" alone without --data-parallel-size, as
+// vLLM's) on its own registry. Gauges and counters come from each engine's
+// last published Snapshot at scrape time; TTFT and request outcomes are
 // instrumented directly.
 type metrics struct {
 	reg     *prometheus.Registry
 	mu      sync.Mutex
-	snap    model.Snapshot
-	labels  prometheus.Labels
-	ttft    prometheus.Histogram
-	success *prometheus.CounterVec
+	snaps   []model.Snapshot // one per engine
+	name    string           // model_name
+	ttft    []prometheus.Observer
+	success *prometheus.CounterVec // labels engine, finished_reason
 
-	running, waiting, usage, queries, hits, preempt, prompt, gen, cacheInfo *prometheus.Desc
-	cacheLabels                                                             prometheus.Labels
-	host                                                                    *hostDescs // nil without the host tier
+	running, waiting, usage, queries, hits, preempt, prompt, gen *prometheus.Desc
+	cacheInfo                                                    []*prometheus.Desc // one per engine: its labels carry engine="i"
+	host                                                         *hostDescs         // nil without the host tier
 
 	// timeScale is --sim-time-scale, exported as MetricTimeScale so a
 	// client (warden bench) can read times in the engine's clock.
@@ -68,12 +69,14 @@ func (m *metrics) enableHost() {
 // --sim-time-scale, simulated seconds per wall second.
 const MetricTimeScale = "warden_sim_time_scale"
 
-func newMetrics(name string, timeScale float64, cacheLabels prometheus.Labels) *metrics {
-	labels := prometheus.Labels{"model_name": name, "engine": "0"}
+// newMetrics exports one engine per element of cacheLabels (its
+// vllm:cache_config_info labels, engine="i" among them).
+func newMetrics(name string, timeScale float64, cacheLabels []prometheus.Labels) *metrics {
+	labels := prometheus.Labels{"model_name": name}
 	vl := []string{"model_name", "engine"}
 	desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, vl, nil) }
 	m := &metrics{
-		reg: prometheus.NewRegistry(), labels: labels,
+		reg: prometheus.NewRegistry(), name: name, snaps: make([]model.Snapshot, len(cacheLabels)),
 		running: desc("vllm:num_requests_running", "Number of requests in model execution batches."),
 		waiting: desc("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
 		usage:   desc("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
@@ -83,27 +86,32 @@ func newMetrics(name string, timeScale float64, cacheLabels prometheus.Labels) *
 		prompt:  desc("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
 		gen:     desc("vllm:generation_tokens_total", "Number of generation tokens processed."),
 	}
-	m.cacheInfo = prometheus.NewDesc("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", nil, cacheLabels)
-	m.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{
+	for _, l := range cacheLabels {
+		m.cacheInfo = append(m.cacheInfo, prometheus.NewDesc("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", nil, l))
+	}
+	ttft := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "vllm:time_to_first_token_seconds", Help: "Histogram of time to first token in seconds (simulated).",
 		ConstLabels: labels,
 		Buckets: []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
 			2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0},
-	})
+	}, []string{"engine"})
+	for i := range cacheLabels {
+		m.ttft = append(m.ttft, ttft.WithLabelValues(strconv.Itoa(i)))
+	}
 	m.success = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "vllm:request_success_total", Help: "Count of successfully processed requests.", ConstLabels: labels,
-	}, []string{"finished_reason"})
+	}, []string{"engine", "finished_reason"})
 	m.timeScale = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: MetricTimeScale, Help: "Simulated seconds per wall second (--sim-time-scale): times the simulator reports are in its simulated clock.",
 	})
 	m.timeScale.Set(timeScale)
-	m.reg.MustRegister(m, m.ttft, m.success, m.timeScale)
+	m.reg.MustRegister(m, ttft, m.success, m.timeScale)
 	return m
 }
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.running, m.waiting, m.usage, m.queries, m.hits, m.preempt, m.prompt, m.gen, m.cacheInfo} {
+	for _, d := range append([]*prometheus.Desc{m.running, m.waiting, m.usage, m.queries, m.hits, m.preempt, m.prompt, m.gen}, m.cacheInfo...) {
 		ch <- d
 	}
 	if h := m.host; h != nil {
@@ -114,12 +122,19 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect implements prometheus.Collector from the last snapshot.
+// Collect implements prometheus.Collector from each engine's last snapshot.
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
-	s := m.snap
+	snaps := append([]model.Snapshot(nil), m.snaps...)
 	m.mu.Unlock()
-	lv := []string{m.labels["model_name"], "0"}
+	for i, s := range snaps {
+		m.collect(ch, i, s)
+	}
+}
+
+// collect sends engine i's series.
+func (m *metrics) collect(ch chan<- prometheus.Metric, i int, s model.Snapshot) {
+	lv := []string{m.name, strconv.Itoa(i)}
 	g := func(d *prometheus.Desc, v float64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, lv...)
 	}
@@ -134,7 +149,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	c(m.preempt, s.Counters.Preemptions)
 	c(m.prompt, s.Counters.PromptTokens)
 	c(m.gen, s.Counters.GenerationTokens)
-	ch <- prometheus.MustNewConstMetric(m.cacheInfo, prometheus.GaugeValue, 1)
+	ch <- prometheus.MustNewConstMetric(m.cacheInfo[i], prometheus.GaugeValue, 1)
 	if h := m.host; h != nil {
 		f := func(d *prometheus.Desc, t prometheus.ValueType, v float64, extra ...string) {
 			ch <- prometheus.MustNewConstMetric(d, t, v, append(lv[:2:2], extra...)...)
@@ -166,15 +181,17 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (m *metrics) snapshot() model.Snapshot {
+// snapshot is engine i's last published snapshot.
+func (m *metrics) snapshot(i int) model.Snapshot {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.snap
+	return m.snaps[i]
 }
 
-func (m *metrics) publish(s model.Snapshot) {
+// publish records engine i's snapshot s.
+func (m *metrics) publish(i int, s model.Snapshot) {
 	m.mu.Lock()
-	m.snap = s
+	m.snaps[i] = s
 	m.mu.Unlock()
 }
 
@@ -183,8 +200,9 @@ func (m *metrics) publish(s model.Snapshot) {
 // (metrics_info exports every field; without the tier vLLM says
 // kv_offloading_size "None", which the sim leaves out to keep its output
 // as before).
-func cacheConfigLabels(cfg Config, numBlocks int) prometheus.Labels {
+func cacheConfigLabels(cfg Config, numBlocks, engine int) prometheus.Labels {
 	l := cacheConfigLabelsBase(cfg, numBlocks)
+	l["engine"] = strconv.Itoa(engine)
 	if cfg.KVOffloadGiB > 0 {
 		l["kv_offloading_backend"] = cfg.KVOffloadBackend
 		l["kv_offloading_size"] = pyFloat(cfg.KVOffloadGiB)

@@ -109,6 +109,9 @@ func (s *server) openAI(w http.ResponseWriter, r *http.Request, chat bool) {
 	if !proceed {
 		return
 	}
+	if !s.place(r, &p, true, refuseOpenAI(w, body.Get("stream").Bool())) { // vLLM 0.32 honours the rank header here
+		return
+	}
 	id, created, name := newID("chatcmpl-"), time.Now().Unix(), s.answerModel(body)
 	object := "chat.completion"
 	if !chat {

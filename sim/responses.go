@@ -35,6 +35,10 @@ func (s *server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	if !proceed {
 		return
 	}
+	// vLLM 0.32's Responses API does not read X-data-parallel-rank (its
+	// serving.py passes no data_parallel_rank to generate; measured: rank 1
+	// requests went 1,0,1,0): the balancer places every request.
+	s.place(r, &p, false, nil)
 	name := s.answerModel(body)
 	rs := &responseState{id: newID("resp_"), itemID: newID("msg_"), model: name, created: time.Now().Unix(), call: p.call}
 	if p.call != nil {

@@ -26,11 +26,14 @@ const Version = "0.26.0-sim"
 // maxBodyBytes caps request bodies (agent conversations reach a few MB).
 const maxBodyBytes = 64 << 20
 
-// server is the HTTP face of one simulated engine.
+// server is the HTTP face of the simulated engines: one, or one per
+// data-parallel rank (--data-parallel-size).
 type server struct {
 	cfg       Config
 	prof      model.Profile
-	eng       *model.Engine
+	eng       *model.Engine   // engs[0]
+	engs      []*model.Engine // one per data-parallel rank
+	bal       *balancer       // vLLM's DP balancer; nil with one engine
 	met       *metrics
 	log       *slog.Logger
 	maxLen    int // effective max_model_len
@@ -50,7 +53,25 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /version", s.handleVersion)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{}))
+	metrics := promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{})
+	mux.Handle("GET /metrics", metrics)
+	if len(s.engs) == 1 {
+		// vLLM's prometheus_client app, mounted at /metrics/, honours
+		// name[] (promhttp does too).
+		mux.Handle("GET /metrics/", metrics)
+	} else {
+		// With --data-parallel-size vLLM's multiprocess collector cannot
+		// be filtered: /metrics/?name[]=... answers an empty body (measured
+		// on vLLM 0.32, CPU build), /metrics everything.
+		mux.HandleFunc("GET /metrics/", func(w http.ResponseWriter, r *http.Request) {
+			if len(r.URL.Query()["name[]"]) == 0 {
+				metrics.ServeHTTP(w, r)
+				return
+			}
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+			w.WriteHeader(http.StatusOK)
+		})
+	}
 	if devMode() {
 		mux.HandleFunc("POST /reset_prefix_cache", s.handleReset)
 	}
@@ -86,11 +107,14 @@ func (s *server) handleModels(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleVersion(w http.ResponseWriter, r *http.Request) {
-	snap := s.met.snapshot()
+	snap := s.met.snapshot(0)
 	v := map[string]any{
 		"version": Version,
 		"sim": map[string]any{"profile": s.prof.Name, "time_scale": s.cfg.TimeScale, "kv_tokens": s.kvTokens,
 			"tensor_parallel_size": s.prof.TPSize(), "busy_seconds": snap.BusySeconds, "lag_seconds": snap.LagSeconds},
+	}
+	if n := len(s.engs); n > 1 { // kv_tokens, busy and lag are engine 0's
+		v["sim"].(map[string]any)["data_parallel_size"] = n
 	}
 	if s.host.Blocks > 0 {
 		v["sim"].(map[string]any)["kv_offload_tokens"] = s.host.Blocks * s.cfg.BlockSize
@@ -113,17 +137,22 @@ func devMode() bool {
 // handleReset drops cached-but-free blocks; like vLLM it refuses while any
 // block is held by a request. With ?reset_external=true it also empties
 // the host-RAM KV tier (vLLM's reset_connector; entrypoints/serve/dev/cache/
-// api_router.py), here only when the GPU reset succeeds.
+// api_router.py), here only when the GPU reset succeeds. With data
+// parallelism every engine is reset, as vLLM calls it on all.
 func (s *server) handleReset(w http.ResponseWriter, r *http.Request) {
-	ok := false
+	ok := true
 	external := strings.EqualFold(r.URL.Query().Get("reset_external"), "true")
-	if err := s.eng.Do(func(sc *model.Scheduler) {
-		if ok = sc.Pool().Reset(); ok && external {
-			sc.ResetHost()
+	for _, eng := range s.engs {
+		if err := eng.Do(func(sc *model.Scheduler) {
+			if reset := sc.Pool().Reset(); !reset {
+				ok = false
+			} else if external {
+				sc.ResetHost()
+			}
+		}); err != nil {
+			openAIError(w, http.StatusServiceUnavailable, err.Error())
+			return
 		}
-	}); err != nil {
-		openAIError(w, http.StatusServiceUnavailable, err.Error())
-		return
 	}
 	if !ok {
 		openAIError(w, http.StatusConflict, "Failed to reset prefix cache because some blocks are not freed yet")
@@ -210,6 +239,9 @@ type genPlan struct {
 	call      *toolCallOut
 	forced    []string
 	forcedIDs []uint32
+
+	rank   int  // the engine (data-parallel rank) it runs on
+	placed bool // place chose rank (and counted it with the balancer)
 }
 
 // plan checks the prompt length and resolves how many tokens to generate,
@@ -261,7 +293,11 @@ func (s *server) plan(prompt []uint32, maxTok gjson.Result, param string, ignore
 // run submits p and calls emit with each batch of generated text (final is
 // true on the last). If the client goes away the request is aborted.
 func (s *server) run(ctx context.Context, p genPlan, die bool, emit func(text string, final bool) error) (*model.Request, error) {
-	req, err := s.eng.SubmitForced(p.prompt, p.maxTokens, p.stopReason, p.forcedIDs, p.forced)
+	eng := s.engs[p.rank]
+	if s.bal != nil && p.placed {
+		defer s.bal.done(p.rank)
+	}
+	req, err := eng.SubmitForced(p.prompt, p.maxTokens, p.stopReason, p.forcedIDs, p.forced)
 	if err != nil {
 		return nil, err
 	}
@@ -269,11 +305,11 @@ func (s *server) run(ctx context.Context, p genPlan, die bool, emit func(text st
 	for {
 		texts, fin, err := req.Take(ctx)
 		if err != nil {
-			s.eng.Cancel(req)
+			eng.Cancel(req)
 			return req, err
 		}
 		if err := emit(strings.Join(texts, ""), fin); err != nil {
-			s.eng.Cancel(req)
+			eng.Cancel(req)
 			return req, err
 		}
 		if first && die {
