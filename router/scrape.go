@@ -120,8 +120,9 @@ func (c *Core) EngineTimeScale() float64 {
 // only (metricname.Scraped). vLLM 0.32 serves GET /metrics through
 // prometheus-fastapi-instrumentator, which sends every series (62 KB on the
 // CPU build, idle); the prometheus_client app it mounts beside it answers
-// /metrics/ and honours name[] (3.4 KB). Servers without /metrics/ (the
-// simulator, another warden) are read whole.
+// /metrics/ and honours name[] (3.4 KB), as the simulator does. Servers
+// without /metrics/ (another warden), and vLLM under --data-parallel-size
+// (which answers it empty), are read whole.
 var metricsQuery = func() string {
 	q := url.Values{"name[]": metricname.Scraped}
 	return "/metrics/?" + q.Encode()

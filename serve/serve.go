@@ -282,11 +282,10 @@ func dpSpec(cfg Options, d engineplan.Devices, eng engineplan.Engine, port int, 
 		if i < len(d.CPUs) {
 			env := d.CPUs[i].Env()
 			binds = append(binds, strings.TrimPrefix(env[0], hostcpu.BindEnv+"="))
-			for _, n := range strings.Split(strings.TrimPrefix(env[1], hostcpu.NodesEnv+"="), ",") {
-				if !slices.Contains(nodes, n) {
-					nodes = append(nodes, n)
-				}
-			}
+			// vLLM reads the nodes as one device per local rank (v1/engine/utils.py,
+			// get_physical_gpu_ids_for_local_dp_rank): the rank's first node.
+			node, _, _ := strings.Cut(strings.TrimPrefix(env[1], hostcpu.NodesEnv+"="), ",")
+			nodes = append(nodes, node)
 			if cfg.CPUPin != hostcpu.PinThreads {
 				spec.CPUs = append(spec.CPUs, d.CPUs[i].CPUs...)
 			}
