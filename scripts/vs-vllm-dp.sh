@@ -117,6 +117,15 @@ bench() { # name [extra bench args]
 	shift
 	echo "vs-vllm-dp: bench $name" >&2
 	"$W" bench --url "$url" "${bench_args[@]}" "$@" --out "$OUT/$name" >"$OUT/$name.md" 2>"$OUT/$name.bench.err"
+	rss "$pid" >"$OUT/$name.rss_mib"
+}
+
+# rss: the resident memory of pid and all its descendants, MiB (after the
+# bench: engines, API servers, the warden).
+rss() {
+	ps -eo pid=,ppid=,rss= | awk -v root="$1" '{p[$1] = $2; m[$1] = $3}
+		END {for (x in p) {y = x; while (y != "" && y != root && y in p && y != p[y]) y = p[y]; if (y == root) s += m[x]}
+		printf "%.0f\n", s / 1024}'
 }
 
 vllm_dp() { # name [front: one|pinned]: vLLM's own DP, benched directly or through `warden route`
@@ -246,6 +255,7 @@ done
 	echo
 	echo "Each cell: $(printf '%s / ' "${variants[@]}" | sed 's| / $||'), the mean of $RUNS runs (min–max where they differ)."
 	for v in "${variants[@]}"; do [[ -f "$OUT/$v-r1.startup_s" ]] && echo "Start-up $v: $(cat "$OUT/$v"-r*.startup_s | tr '\n' ' ')s."; done
+	for v in "${variants[@]}"; do [[ -f "$OUT/$v-r1.rss_mib" ]] && echo "Resident memory after the bench, $v (every process): $(cat "$OUT/$v"-r*.rss_mib | tr '\n' ' ')MiB."; done
 	for v in "${variants[@]}"; do [[ -f "$OUT/$v-r1.cpu_ms_per_request" ]] && echo "The warden's own CPU, $v: $(cat "$OUT/$v"-r*.cpu_ms_per_request | tr '\n' ' ')ms per request."; done
 	echo
 	echo "| sessions | output tok/min | TTFB p50 s | TTFB p95 s | prefix hit % |"
