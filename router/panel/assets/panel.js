@@ -93,7 +93,7 @@
 
   function replicaCells(r, tier) {
     return [
-      ['rank', String(r.rank)], ['gpus', fmt.gpus(r.gpus)], ['port', String(r.port)],
+      ['rank', String(r.rank)], ['gpus', (!(r.gpus && r.gpus.length) && r.dp_rank != null) ? 'dp ' + r.dp_rank : fmt.gpus(r.gpus)], ['port', String(r.port)],
       ['up ' + (r.up ? 'is-up' : 'is-down'), fmt.up(r)], ['inflight', String(r.in_flight)],
       ['sticky', String(r.sticky)], ['spilled', String(r.spilled_in)], ['pinned', String(r.pinned)],
       ['running', fmt.num(r.running)], ['waiting', fmt.num(r.waiting)], ['kv', fmt.pct(r.kv_used)],
