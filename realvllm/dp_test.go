@@ -54,7 +54,13 @@ func runVLLMDP(t *testing.T, n, first, local int, headless bool, extra ...string
 		"--dtype", "float32", "--enforce-eager", "--block-size", "32", "--max-model-len", "4096",
 		"--max-num-batched-tokens", "2048"}
 	if local != n || headless {
-		args = append(args, "--data-parallel-size-local", strconv.Itoa(local), "--data-parallel-start-rank", strconv.Itoa(first))
+		args = append(args, "--data-parallel-size-local", strconv.Itoa(local))
+	}
+	if first > 0 {
+		// Only on a node without rank 0: vLLM 0.32 takes a start rank on
+		// the head for its hybrid load balancing, which refuses --headless
+		// nodes ("... headless in external or hybrid dp lb mode").
+		args = append(args, "--data-parallel-start-rank", strconv.Itoa(first))
 	}
 	if headless {
 		args = append(args, "--headless")
