@@ -148,11 +148,11 @@ func (c *Core) AddReplica(b Backend) (ReplicaInfo, error) {
 	defer c.dyn.mu.Unlock()
 	cur := c.set.Load()
 	for _, r := range cur.list {
-		if r.Key() == b.key() {
-			return ReplicaInfo{Rank: r.rank, URL: b.key()}, fmt.Errorf("%w: %s is replica %d", ErrReplicaExists, b.key(), r.rank)
+		if r.Key() == b.Key() {
+			return ReplicaInfo{Rank: r.rank, URL: b.Key()}, fmt.Errorf("%w: %s is replica %d", ErrReplicaExists, b.Key(), r.rank)
 		}
 	}
-	rank, seen := c.dyn.rankOf[b.key()]
+	rank, seen := c.dyn.rankOf[b.Key()]
 	if !seen {
 		rank = c.dyn.nextRank
 	}
@@ -162,8 +162,8 @@ func (c *Core) AddReplica(b Backend) (ReplicaInfo, error) {
 		return ReplicaInfo{}, err
 	}
 	c.publish(append(slices.Clone(cur.list), r))
-	info := ReplicaInfo{Rank: rank, URL: b.key(), MaxNumSeqs: r.seqs(), Sessions: c.homed(rank)}
-	c.log.Info("replica added", "replica", rank, "url", b.key(), "sessions_homed", info.Sessions)
+	info := ReplicaInfo{Rank: rank, URL: b.Key(), MaxNumSeqs: r.seqs(), Sessions: c.homed(rank)}
+	c.log.Info("replica added", "replica", rank, "url", b.Key(), "sessions_homed", info.Sessions)
 	return info, nil
 }
 
@@ -187,7 +187,7 @@ func (c *Core) RemoveReplica(rawURL string, rank int) (ReplicaInfo, error) {
 		case want.URL == "":
 			return r.rank == rank
 		case want.DPPinned:
-			return r.Key() == want.key()
+			return r.Key() == want.Key()
 		}
 		return r.spec.URL == want.URL
 	}
@@ -203,7 +203,7 @@ func (c *Core) RemoveReplica(rawURL string, rank int) (ReplicaInfo, error) {
 		return false
 	})
 	if len(gone) == 0 {
-		what := want.key()
+		what := want.Key()
 		if want.URL == "" {
 			what = "rank " + strconv.Itoa(rank)
 		}
@@ -369,7 +369,7 @@ func (c *Core) expandDP(lead *Replica, ids []string) []*Replica {
 		}
 		b := lead.spec
 		b.DPPinned, b.DPRank, b.DP, b.LearnDP = true, dp, len(ids), false
-		rank, seen := c.dyn.rankOf[b.key()]
+		rank, seen := c.dyn.rankOf[b.Key()]
 		switch {
 		case seen && !used[rank]:
 		case !used[lead.rank]:

@@ -61,10 +61,10 @@ func (b Backend) ExpandDP() []Backend {
 	return out
 }
 
-// key is how a replica is told apart, saved and re-added: its canonical URL,
+// Key is how a replica is told apart, saved and re-added: its canonical URL,
 // with #dp_rank=N for one engine of a data-parallel server (ParseReplica
 // reads it back).
-func (b Backend) key() string {
+func (b Backend) Key() string {
 	if b.DPPinned {
 		return b.URL + "#dp_rank=" + strconv.Itoa(b.DPRank)
 	}
@@ -166,7 +166,7 @@ func (r *Replica) PinIgnored(path string) {
 
 // Key is the replica's identity: its URL, with #dp_rank=N when it is one
 // engine of a data-parallel server.
-func (r *Replica) Key() string { return r.spec.key() }
+func (r *Replica) Key() string { return r.spec.Key() }
 
 // Healthy reports whether the replica is in rotation.
 func (r *Replica) Healthy() bool { return r.health.Routable() }

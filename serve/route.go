@@ -115,10 +115,7 @@ func parseReplicas(specs []string, fallbackSeqs, dp int) ([]router.Backend, erro
 		}
 		b.Probe, b.FallbackMaxNumSeqs = true, fallbackSeqs
 		for _, e := range b.ExpandDP() {
-			key := e.URL
-			if e.DPPinned {
-				key += "#dp_rank=" + strconv.Itoa(e.DPRank)
-			}
+			key := e.Key()
 			if seen[key] || seen[e.URL] && !e.DPPinned {
 				return nil, fmt.Errorf("replica %s is listed twice", key)
 			}

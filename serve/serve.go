@@ -280,14 +280,13 @@ func dpSpec(cfg Options, d engineplan.Devices, eng engineplan.Engine, port int, 
 		backends[i] = router.Backend{Rank: i, URL: url, GPUs: d.GPUs[i], MaxNumSeqs: d.Seqs, DPPinned: true, DPRank: i, DP: cfg.DP}
 		spec.GPUs = append(spec.GPUs, d.GPUs[i]...)
 		if i < len(d.CPUs) {
-			env := d.CPUs[i].Env()
-			binds = append(binds, strings.TrimPrefix(env[0], hostcpu.BindEnv+"="))
+			set := d.CPUs[i]
+			binds = append(binds, hostcpu.FormatList(set.Bind))
 			// vLLM reads the nodes as one device per local rank (v1/engine/utils.py,
 			// get_physical_gpu_ids_for_local_dp_rank): the rank's first node.
-			node, _, _ := strings.Cut(strings.TrimPrefix(env[1], hostcpu.NodesEnv+"="), ",")
-			nodes = append(nodes, node)
+			nodes = append(nodes, strconv.Itoa(set.Nodes[0]))
 			if cfg.CPUPin != hostcpu.PinThreads {
-				spec.CPUs = append(spec.CPUs, d.CPUs[i].CPUs...)
+				spec.CPUs = append(spec.CPUs, set.CPUs...)
 			}
 			backends[i].GPUs = []string{d.CPUs[i].Label()}
 		}
