@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/lmwarden/warden/internal/argv"
 )
@@ -52,3 +53,31 @@ func (k KVEvents) Config(port int) string {
 // ownKVEvents reports whether the user's arguments after -- configure the
 // engine's events themselves (the warden then adds none).
 func (e Engine) ownKVEvents() bool { return argv.Has(e.Extra, KVEventsFlag, "--kv_events_config") }
+
+// UserKVEvents reads the user's own --kv-events-config after -- (ok false
+// without one, or when it turns events off): the endpoints the warden
+// subscribes to. An endpoint the engine binds on every address (tcp://*:P)
+// is reached on loopback; a plain tcp://host:port is one the engine
+// connects out to, so the warden binds it.
+func UserKVEvents(extra []string) (pub, replay string, subscriberBinds, ok bool) {
+	v, has := argv.Value(extra, KVEventsFlag, "--kv_events_config")
+	if !has {
+		return "", "", false, false
+	}
+	var c struct {
+		Enable    bool   `json:"enable_kv_cache_events"`
+		Publisher string `json:"publisher"`
+		Endpoint  string `json:"endpoint"`
+		Replay    string `json:"replay_endpoint"`
+	}
+	if json.Unmarshal([]byte(v), &c) != nil || !c.Enable || c.Publisher == "null" {
+		return "", "", false, false
+	}
+	if c.Endpoint == "" {
+		c.Endpoint = "tcp://*:5557" // vLLM's default
+	}
+	local := func(ep string) string { return strings.Replace(ep, "*", "127.0.0.1", 1) }
+	binds := !strings.Contains(c.Endpoint, "*") && !strings.Contains(c.Endpoint, "::") &&
+		!strings.HasPrefix(c.Endpoint, "ipc://") && !strings.HasPrefix(c.Endpoint, "inproc://")
+	return local(c.Endpoint), local(c.Replay), binds, true
+}

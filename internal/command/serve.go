@@ -112,6 +112,9 @@ func serveFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "vllm-dp", EnvVars: envVars("VLLM_DP"),
 			Usage: "start one vllm serve --data-parallel-size DP (vLLM's own data parallelism) instead of one server " +
 				"per rank; each rank is one of its engines, pinned with X-data-parallel-rank (docs/vllm-dp.md)"},
+		&cli.BoolFlag{Name: "kv-events", Value: true, EnvVars: envVars("KV_EVENTS"),
+			Usage: "the engines publish their KV-cache events to the router, which then places by what each engine " +
+				"holds instead of an estimate (docs/kv-events.md); --kv-events=false: the estimate alone"},
 		&cli.StringFlag{Name: "image", EnvVars: envVars("IMAGE"),
 			Usage: "run each rank's vLLM in a container of this `IMAGE` instead of a host install (docs/container.md)"},
 		&cli.StringFlag{Name: "container-runtime", EnvVars: envVars("CONTAINER_RUNTIME"), DefaultText: "docker, else podman",
@@ -255,6 +258,7 @@ func serveOptions(c *cli.Context) serve.Options {
 		LogDir: c.String("log-dir"), StartupTimeout: c.Duration("startup-timeout"), StopGrace: c.Duration("stop-grace"),
 		Extra: c.Args().Slice(), Router: routerOptions(c), SimKVCache: sim.KVCacheBytes, SimFirstContact: sim.FirstContact,
 		Image: c.String("image"), ContainerRuntime: c.String("container-runtime"), VLLMDP: c.Bool("vllm-dp"),
+		KVEvents: c.Bool("kv-events"),
 	}
 }
 
