@@ -51,17 +51,14 @@ type EPPConfig struct {
 // Config validates the options (reading the endpoints file).
 func (o EPPOptions) Config() (EPPConfig, error) {
 	cfg := EPPConfig{EndpointsFile: o.EndpointsFile, DrainTimeout: o.Router.DrainTimeout}
-	pc, addr, err := o.Router.proxyConfig(o.ServedName)
+	cc, pc, addr, err := o.Router.configs(o.ServedName)
 	if err != nil {
 		return cfg, err
 	}
-	cfg.HTTPAddr, cfg.Core, cfg.AdminToken = addr, pc.Config, pc.AdminToken
-	cfg.EPP = epp.Config{MaxBodyBytes: pc.MaxBodyBytes, Fallbacks: o.Fallbacks}
+	cfg.HTTPAddr, cfg.Core, cfg.AdminToken = addr, cc, pc.AdminToken
+	cfg.EPP = epp.Config{Fallbacks: o.Fallbacks}
 	if o.Fallbacks < 0 {
 		return cfg, fmt.Errorf("--fallbacks must be >= 0, got %d", o.Fallbacks)
-	}
-	if o.Fallbacks == 0 {
-		cfg.EPP.Fallbacks = -1 // none asked for
 	}
 	if o.GRPCPort < 1 || o.GRPCPort > 65535 || o.GRPCPort == o.Router.Port {
 		return cfg, fmt.Errorf("--grpc-port %d is not a TCP port apart from --port", o.GRPCPort)

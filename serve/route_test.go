@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/simproc"
-	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/panel"
 )
@@ -277,22 +276,22 @@ func TestSyncReplicasMakesTheProxyMatchTheList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px, err := proxy.New(proxy.Config{Config: router.Config{Logger: log}}, first)
+	core, err := router.New(router.Config{Logger: log}, first)
 	if err != nil {
 		t.Fatal(err)
 	}
 	next, _ := parseReplicas([]string{urls[2], urls[1] + "/"}, 32, 1)
-	if added, removed := syncReplicas(px.Core(), next, log); added != 1 || removed != 1 {
+	if added, removed := syncReplicas(core, next, log); added != 1 || removed != 1 {
 		t.Errorf("added %d removed %d, want 1 and 1", added, removed)
 	}
 	var got []string
-	for _, r := range px.Core().Status().Replicas {
+	for _, r := range core.Status().Replicas {
 		got = append(got, strconv.Itoa(r.Rank)+" "+r.URL)
 	}
 	if want := []string{"1 " + urls[1], "2 " + urls[2]}; strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("replicas after the reload %v, want %v (kept ones keep their rank)", got, want)
 	}
-	if added, removed := syncReplicas(px.Core(), next, log); added != 0 || removed != 0 {
+	if added, removed := syncReplicas(core, next, log); added != 0 || removed != 0 {
 		t.Errorf("a second identical reload added %d removed %d, want nothing", added, removed)
 	}
 }

@@ -99,8 +99,9 @@ func engineSetup(extra []string, c engineplan.ToolsChoice) *panel.EngineSetup {
 // with their defaults filled in, the listen address and the proxy's config.
 type Config struct {
 	Options
-	Addr  string // host:port to listen on
-	Proxy proxy.Config
+	Addr  string        // host:port to listen on
+	Core  router.Config // the router core's settings
+	Proxy proxy.Config  // the HTTP data plane's
 }
 
 // Config validates the options into a Config.
@@ -164,7 +165,7 @@ func (o Options) Config() (Config, error) {
 		return cfg, err
 	}
 	var err error
-	if cfg.Proxy, cfg.Addr, err = cfg.Router.proxyConfig(cfg.ServedName); err != nil {
+	if cfg.Core, cfg.Proxy, cfg.Addr, err = cfg.Router.configs(cfg.ServedName); err != nil {
 		return cfg, err
 	}
 	if cfg.LogDir == "" {
@@ -357,29 +358,29 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 		}
 		replicasOf = func(int) []int { return all }
 	}
-	cfg.Proxy.Registry, cfg.Proxy.Logger, cfg.Proxy.Engines = newRegistry(), log, setup
-	px, err := proxy.New(cfg.Proxy, backends)
+	cfg.Core.Registry, cfg.Core.Logger, cfg.Core.Engines = newRegistry(), log, setup
+	core, px, err := newHTTP(cfg.Core, cfg.Proxy, backends)
 	if err != nil {
 		ln.Close()
 		return exit.New(1, "warden serve: "+err.Error())
 	}
 	for _, b := range backends {
-		px.Core().SetReplicaState(b.Rank, false, "starting", "engine loading")
+		core.SetReplicaState(b.Rank, false, "starting", "engine loading")
 	}
-	px.Core().SetStarting(true)
+	core.SetStarting(true)
 	srv, served := startHTTP(ln, px.Handler(), log)
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
-	go px.Core().Run(runCtx)
+	go core.Run(runCtx)
 
 	log.Info("starting engines", "engine", cfg.Engine, "image", cfg.Image, "device", cfg.Device, "model", cfg.Model, "dp", cfg.DP, "tp", cfg.TP,
 		"max_num_seqs", devices.Seqs, "log_dir", cfg.LogDir)
 	group, err := launch.Start(ctx, specs, launch.Options{
 		StartupTimeout: cfg.StartupTimeout, StopGrace: cfg.StopGrace, Logger: log,
-		Progress: os.Stderr, OnState: onEngineState(px, replicasOf),
+		Progress: os.Stderr, OnState: onEngineState(core, replicasOf),
 		OnCrash: func(rank int, c launch.Crash) {
 			for _, r := range replicasOf(rank) {
-				px.Core().SetReplicaCrash(r, panel.Crash{At: c.At, Cause: c.Cause, Fix: c.Fix, Failures: c.Failures,
+				core.SetReplicaCrash(r, panel.Crash{At: c.At, Cause: c.Cause, Fix: c.Fix, Failures: c.Failures,
 					CrashLoop: c.Loop, RestartsTried: c.Restarts, RetrySeconds: c.Delay.Seconds()})
 			}
 		},
@@ -391,14 +392,14 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 		}
 		return exit.New(1, "warden serve: "+err.Error())
 	}
-	px.Core().CheckNow(ctx)
-	px.Core().SetStarting(false)
+	core.CheckNow(ctx)
+	core.SetStarting(false)
 	if cfg.Engine == "vllm" {
 		log.Info("engines ready", "vllm_version", engineplan.Version(ctx, backends[0].URL))
 	}
-	printServeReady(stdout, cfg, px.Core().Status().Policy, setup.Simulator)
+	printServeReady(stdout, cfg, core.Status().Policy, setup.Simulator)
 
-	final := drain(ctx, stopSignals, srv, served, px, cfg.Router.DrainTimeout, log)
+	final := drain(ctx, stopSignals, srv, served, core, cfg.Router.DrainTimeout, log)
 	stopRun()
 	stopEngines(group, cfg.StopGrace, log)
 	panel.WriteSummary(os.Stderr, final)
@@ -436,7 +437,7 @@ func stopEngines(g *launch.Group, grace time.Duration, log *slog.Logger) {
 // onEngineState feeds the launcher's view of each rank to the proxy: a rank
 // is routable only while Ready; a Ready after Down is a restart, whose engine
 // counters start from zero again.
-func onEngineState(px *proxy.Proxy, replicasOf func(rank int) []int) func(rank int, s launch.State, reason string) {
+func onEngineState(core *router.Core, replicasOf func(rank int) []int) func(rank int, s launch.State, reason string) {
 	var mu sync.Mutex
 	wasDown := map[int]bool{}
 	return func(rank int, s launch.State, reason string) {
@@ -450,9 +451,9 @@ func onEngineState(px *proxy.Proxy, replicasOf func(rank int) []int) func(rank i
 		mu.Unlock()
 		for _, r := range replicasOf(rank) {
 			if restarted {
-				px.Core().NoteRestart(r)
+				core.NoteRestart(r)
 			}
-			px.Core().SetReplicaState(r, s == launch.Ready, s.String(), reason)
+			core.SetReplicaState(r, s == launch.Ready, s.String(), reason)
 		}
 	}
 }
