@@ -15,6 +15,7 @@ import (
 	"github.com/lmwarden/warden/router/modelname"
 	"github.com/lmwarden/warden/router/panel"
 	"github.com/lmwarden/warden/router/place"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // The defaults of Config's fields, stated once. The command layer gives
@@ -93,7 +94,7 @@ type Config struct {
 	DecisionLogMaxMB int
 	// Engines is how `warden serve` started the engines, reported in the
 	// status; nil when the warden did not start them.
-	Engines *panel.EngineSetup
+	Engines *schema.EngineSetup
 
 	Logger   *slog.Logger         // nil = slog.Default()
 	Registry *prometheus.Registry // nil = a new registry
@@ -356,7 +357,7 @@ func (c *Core) NoteRestart(rank int) {
 
 // SetReplicaCrash records how the replica's engine last went down and
 // where its restarts stand (the launcher's OnCrash), for the status.
-func (c *Core) SetReplicaCrash(rank int, crash panel.Crash) {
+func (c *Core) SetReplicaCrash(rank int, crash schema.Crash) {
 	r := c.Lookup(rank)
 	if r == nil {
 		return

@@ -23,6 +23,7 @@ import (
 	"github.com/lmwarden/warden/internal/wardenproc"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // EPPOptions are `warden epp`'s flags as given; Config checks them.
@@ -252,7 +253,7 @@ func watchEndpointsFile(ctx context.Context, cfg EPPConfig, core *router.Core, l
 }
 
 // printEPPReady prints the one line that says the picker is serving.
-func printEPPReady(w io.Writer, cfg EPPConfig, st panel.Status) {
+func printEPPReady(w io.Writer, cfg EPPConfig, st schema.Status) {
 	up := replicasUp(st)
 	host, port, _ := net.SplitHostPort(cfg.HTTPAddr)
 	url := wardenproc.URL(host, port)

@@ -24,6 +24,7 @@ import (
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // RouteOptions are `warden route`'s flags as given; Config checks them.
@@ -271,7 +272,7 @@ func newRouteProxy(ctx context.Context, cfg RouteConfig, log *slog.Logger) (*rou
 }
 
 // printRouteReady prints the one line that says the router is serving.
-func printRouteReady(w io.Writer, cfg RouteConfig, st panel.Status) {
+func printRouteReady(w io.Writer, cfg RouteConfig, st schema.Status) {
 	up := replicasUp(st)
 	host, port, _ := net.SplitHostPort(cfg.Addr)
 	url := wardenproc.URL(host, port)
@@ -288,7 +289,7 @@ func printRouteReady(w io.Writer, cfg RouteConfig, st panel.Status) {
 }
 
 // replicasUp is how many of the status's replicas are in rotation.
-func replicasUp(st panel.Status) (n int) {
+func replicasUp(st schema.Status) (n int) {
 	for _, r := range st.Replicas {
 		if r.Up {
 			n++

@@ -19,7 +19,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/simproc"
 	"github.com/lmwarden/warden/router"
-	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // startRoute runs `warden route` with args on port and waits for its
@@ -83,14 +83,14 @@ func (w *wardenProc) stop(t testing.TB) {
 }
 
 // status reads the warden's /warden/status.
-func (w *wardenProc) status(t testing.TB) panel.Status {
+func (w *wardenProc) status(t testing.TB) schema.Status {
 	t.Helper()
 	resp, err := http.Get(w.url + "/warden/status")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var st panel.Status
+	var st schema.Status
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func (w *wardenProc) status(t testing.TB) panel.Status {
 }
 
 // upURLs maps each replica URL to whether it is up, and rank to URL.
-func upURLs(st panel.Status) (map[string]bool, map[string]string) {
+func upURLs(st schema.Status) (map[string]bool, map[string]string) {
 	up, urlOf := map[string]bool{}, map[string]string{}
 	for _, r := range st.Replicas {
 		up[r.URL], urlOf[strconv.Itoa(r.Rank)] = r.Up, r.URL

@@ -17,7 +17,7 @@ import (
 	"github.com/lmwarden/warden/internal/journal"
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
-	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 	"github.com/lmwarden/warden/router/place"
 )
 
@@ -139,7 +139,7 @@ func newRegistry() *prometheus.Registry {
 // how many, and that a second Ctrl-C stops waiting: drainHTTP), scrapes the
 // engines once more and returns the final status for the summary.
 func drain(ctx context.Context, stopSignals func(), srv *http.Server, served <-chan error,
-	core *router.Core, grace time.Duration, log *slog.Logger) panel.Status {
+	core *router.Core, grace time.Duration, log *slog.Logger) schema.Status {
 	select {
 	case <-ctx.Done():
 	case err := <-served:

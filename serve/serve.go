@@ -28,6 +28,7 @@ import (
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // Options are `warden serve`'s flags as given (the command layer,
@@ -82,8 +83,8 @@ func (o Options) plan() engineplan.Request {
 
 // engineSetup is what the status reports of the engines' tool-calling
 // flags: the warden's choice, or what was given after --.
-func engineSetup(extra []string, c engineplan.ToolsChoice) *panel.EngineSetup {
-	setup := &panel.EngineSetup{ToolCallParser: c.ToolParser, AutoToolChoice: c.ToolParser != "",
+func engineSetup(extra []string, c engineplan.ToolsChoice) *schema.EngineSetup {
+	setup := &schema.EngineSetup{ToolCallParser: c.ToolParser, AutoToolChoice: c.ToolParser != "",
 		ReasoningParser: c.ReasoningParser, Tools: c.Info, ToolsFix: c.Fix}
 	if c.FromExtra {
 		setup.ToolCallParser, _ = argv.Value(extra, "--tool-call-parser")
@@ -380,7 +381,7 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 		Progress: os.Stderr, OnState: onEngineState(core, replicasOf),
 		OnCrash: func(rank int, c launch.Crash) {
 			for _, r := range replicasOf(rank) {
-				core.SetReplicaCrash(r, panel.Crash{At: c.At, Cause: c.Cause, Fix: c.Fix, Failures: c.Failures,
+				core.SetReplicaCrash(r, schema.Crash{At: c.At, Cause: c.Cause, Fix: c.Fix, Failures: c.Failures,
 					CrashLoop: c.Loop, RestartsTried: c.Restarts, RetrySeconds: c.Delay.Seconds()})
 			}
 		},
