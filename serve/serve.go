@@ -32,7 +32,7 @@ import (
 )
 
 // Options are `warden serve`'s flags as given (the command layer,
-// internal/command, fills them from the flags and their WARDEN_*
+// command, fills them from the flags and their WARDEN_*
 // variables); Config checks them.
 type Options struct {
 	Model, ServedName string

@@ -69,7 +69,7 @@ func TestShowStatusPrintsTable(t *testing.T) {
 func TestShowStatusJSON(t *testing.T) {
 	s := sampleStatus(2)
 	srv := statusServer(t, s)
-	// host:port works too (WARDEN_URL: internal/command's TestStatusURLFromTheEnvironment)
+	// host:port works too (WARDEN_URL: command's TestStatusURLFromTheEnvironment)
 	out, err := show(context.Background(), StatusOptions{URL: strings.TrimPrefix(srv.URL, "http://"), JSON: true})
 	if err != nil {
 		t.Fatal(err)
