@@ -27,7 +27,7 @@ const (
 	DefaultRampUp           = 30 * time.Second
 	DefaultFailCooldown     = 10 * time.Second
 	DefaultSessionTTL       = time.Hour
-	DefaultMaxSessions      = 100_000
+	DefaultMaxSessions      = place.DefaultMaxSessions
 	DefaultDecisionLogMaxMB = 100
 	// DefaultMaxBodyBytes bounds the request body a data plane reads to
 	// identify a conversation (agent conversations reach a few MB).
