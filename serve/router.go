@@ -17,8 +17,8 @@ import (
 	"github.com/lmwarden/warden/internal/journal"
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
-	"github.com/lmwarden/warden/router/schema"
 	"github.com/lmwarden/warden/router/place"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // Router is the router's settings as the command line gives them, the same

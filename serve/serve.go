@@ -324,15 +324,7 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	defer stopSignals()
 
 	plan := cfg.plan()
-	facts, err := engineplan.ReadFacts(ctx, plan, log)
-	if err != nil {
-		return exit.New(1, "warden serve: "+err.Error())
-	}
-	devices, err := engineplan.FindDevices(ctx, plan, facts, log)
-	if err != nil {
-		return exit.New(1, "warden serve: "+err.Error())
-	}
-	cont, err := engineContainer(ctx, cfg.Options, facts, log)
+	facts, devices, cont, err := engineFacts(ctx, cfg.Options, plan, log)
 	if err != nil {
 		return exit.New(1, "warden serve: "+err.Error())
 	}
@@ -351,14 +343,7 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 		ln.Close()
 		return exit.New(1, "warden serve: "+err.Error())
 	}
-	replicasOf := func(rank int) []int { return []int{rank} } // an engine server's replicas
-	if cfg.VLLMDP {
-		all := make([]int, len(backends))
-		for i, b := range backends {
-			all[i] = b.Rank
-		}
-		replicasOf = func(int) []int { return all }
-	}
+	replicasOf := serverReplicas(cfg.VLLMDP, backends)
 	cfg.Core.Registry, cfg.Core.Logger, cfg.Core.Engines = newRegistry(), log, setup
 	core, px, err := newHTTP(cfg.Core, cfg.Proxy, backends)
 	if err != nil {
@@ -405,6 +390,36 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	stopEngines(group, cfg.StopGrace, log)
 	panel.WriteSummary(os.Stderr, final)
 	return nil
+}
+
+// engineFacts reads what the engines' plan needs of the host: the facts
+// (vLLM's version, the model's files), the devices, and the container
+// (nil without --image).
+func engineFacts(ctx context.Context, cfg Options, plan engineplan.Request, log *slog.Logger) (
+	engineplan.Facts, engineplan.Devices, *engineplan.Container, error) {
+	facts, err := engineplan.ReadFacts(ctx, plan, log)
+	if err != nil {
+		return facts, engineplan.Devices{}, nil, err
+	}
+	devices, err := engineplan.FindDevices(ctx, plan, facts, log)
+	if err != nil {
+		return facts, devices, nil, err
+	}
+	cont, err := engineContainer(ctx, cfg, facts, log)
+	return facts, devices, cont, err
+}
+
+// serverReplicas is the replicas of an engine server, by its rank: the
+// rank's own, or with --vllm-dp every replica (one server holds them all).
+func serverReplicas(vllmDP bool, backends []router.Backend) func(rank int) []int {
+	if !vllmDP {
+		return func(rank int) []int { return []int{rank} }
+	}
+	all := make([]int, len(backends))
+	for i, b := range backends {
+		all[i] = b.Rank
+	}
+	return func(int) []int { return all }
 }
 
 // engineContainer is how the engines run from --image (nil without one):
