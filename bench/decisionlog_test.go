@@ -81,7 +81,11 @@ func TestJoinDecisionsFromWarden(t *testing.T) {
 		backends = append(backends, router.Backend{Rank: i, URL: eng.URL, MaxNumSeqs: 32})
 	}
 	logPath := filepath.Join(t.TempDir(), "decisions.jsonl")
-	w, err := proxy.New(proxy.Config{Config: router.Config{Policy: place.PolicySticky, Seed: 1, DecisionLog: logPath, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}}, backends)
+	core, err := router.New(router.Config{Policy: place.PolicySticky, Seed: 1, DecisionLog: logPath, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, backends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := proxy.New(core, proxy.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +144,7 @@ func TestJoinDecisionsFromWarden(t *testing.T) {
 		t.Errorf("routes of the turns checked: %v, want off, new and sticky", checked)
 	}
 	t.Logf("%d turns joined, routes %v", matched, checked)
-	if err := w.Core().CloseDecisionLog(); err != nil {
+	if err := core.CloseDecisionLog(); err != nil {
 		t.Fatal(err)
 	}
 }

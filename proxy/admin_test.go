@@ -22,7 +22,7 @@ import (
 
 func TestPolicyEndpoint(t *testing.T) {
 	e := newFakeEngine(t)
-	p, front := testProxy(t, Config{}, e)
+	p, front := testProxy(t, testConfig{}, e)
 	post(t, front.URL+"/v1/chat/completions", chatBody("kept", false, ""))
 	resp, body := post(t, front.URL+"/warden/policy", `{"policy":"off"}`)
 	if resp.StatusCode != 200 || !strings.Contains(body, `"previous": "adaptive"`) {
@@ -35,10 +35,10 @@ func TestPolicyEndpoint(t *testing.T) {
 	var got struct{ Policy string }
 	json.NewDecoder(g.Body).Decode(&got)
 	g.Body.Close()
-	if got.Policy != "off" || p.core.Status().Policy != "off" || p.core.Status().Affinity {
-		t.Errorf("GET policy = %q, status %q", got.Policy, p.core.Status().Policy)
+	if got.Policy != "off" || coreOf(p).Status().Policy != "off" || coreOf(p).Status().Affinity {
+		t.Errorf("GET policy = %q, status %q", got.Policy, coreOf(p).Status().Policy)
 	}
-	if p.core.Status().Sessions != 1 {
+	if coreOf(p).Status().Sessions != 1 {
 		t.Error("switching dropped the session table")
 	}
 	resp, body = post(t, front.URL+"/warden/policy", `{"policy":"fastest"}`)
@@ -53,7 +53,7 @@ func TestPolicyEndpoint(t *testing.T) {
 
 func TestResetPrefixCacheReachesEveryReplica(t *testing.T) {
 	e0, e1 := newFakeEngine(t), newFakeEngine(t)
-	_, front := testProxy(t, Config{}, e0, e1)
+	_, front := testProxy(t, testConfig{}, e0, e1)
 	resp, body := post(t, front.URL+"/warden/reset_prefix_cache", "")
 	if resp.StatusCode != 200 || e0.resets != 1 || e1.resets != 1 {
 		t.Errorf("status %d resets %d %d: %s", resp.StatusCode, e0.resets, e1.resets, body)
@@ -67,7 +67,7 @@ func TestResetPrefixCacheReachesEveryReplica(t *testing.T) {
 
 func TestOwnEndpoints(t *testing.T) {
 	e := newFakeEngine(t)
-	p, front := testProxy(t, Config{Config: router.Config{ServedModel: "qwen"}}, e)
+	p, front := testProxy(t, testConfig{Config: router.Config{ServedModel: "qwen"}}, e)
 	get := func(path string) (int, string) {
 		resp, err := http.Get(front.URL + path)
 		if err != nil {
@@ -83,18 +83,18 @@ func TestOwnEndpoints(t *testing.T) {
 	if code, _ := get("/health"); code != 200 {
 		t.Errorf("/health with a healthy replica: %d", code)
 	}
-	p.core.SetStarting(true) // warden serve: the other engines still load
+	coreOf(p).SetStarting(true) // warden serve: the other engines still load
 	if code, body := get("/health"); code != 503 || !strings.Contains(body, "starting") {
 		t.Errorf("/health while the engines start: %d %s, want 503", code, body)
 	}
-	p.core.SetStarting(false)
+	coreOf(p).SetStarting(false)
 	if code, body := get("/warden/status"); code != 200 || !strings.Contains(body, `"policy": "adaptive"`) {
 		t.Errorf("/warden/status: %d %s", code, body)
 	}
 	if code, body := get("/"); code != 200 || !strings.Contains(body, "<html") {
 		t.Errorf("/: %d %.200s", code, body)
 	}
-	p.core.SetReplicaState(0, false, "restarting", "exited 1")
+	coreOf(p).SetReplicaState(0, false, "restarting", "exited 1")
 	if code, _ := get("/health"); code != 503 {
 		t.Errorf("/health with no healthy replica: %d", code)
 	}
@@ -107,7 +107,7 @@ func TestOwnEndpoints(t *testing.T) {
 func TestMetricsAreLintCleanAndCount(t *testing.T) {
 	e := newFakeEngine(t)
 	reg := prometheus.NewPedanticRegistry()
-	p, front := testProxy(t, Config{Config: router.Config{Registry: reg}}, e)
+	p, front := testProxy(t, testConfig{Config: router.Config{Registry: reg}}, e)
 	post(t, front.URL+"/v1/chat/completions", chatBody("s", true, ""))
 	post(t, front.URL+"/v1/chat/completions", chatBody("s", true, ""))
 	settled(t, p)
@@ -133,8 +133,8 @@ func TestMetricsAreLintCleanAndCount(t *testing.T) {
 // shown on GET /warden/policy; out-of-range values are refused by New.
 func TestAdaptiveKnobs(t *testing.T) {
 	e := newFakeEngine(t)
-	p, front := testProxy(t, Config{Config: router.Config{AdmitWait: -time.Second, MoveCooldown: 5, KVFill: 0.8}}, e)
-	pc := p.core.Placer().Config()
+	p, front := testProxy(t, testConfig{Config: router.Config{AdmitWait: -time.Second, MoveCooldown: 5, KVFill: 0.8}}, e)
+	pc := coreOf(p).Placer().Config()
 	if pc.AdmitWait >= 0 || pc.MoveCooldown != 5 || pc.Fill != 0.8 || pc.Policy != place.PolicyAdaptive {
 		t.Errorf("placeConfig = %+v, want never-wait, cooldown 5, fill 0.8, adaptive", pc)
 	}
@@ -154,7 +154,7 @@ func TestAdaptiveKnobs(t *testing.T) {
 		t.Errorf("GET /warden/policy knobs = %+v", got)
 	}
 
-	_, auto := testProxy(t, Config{Config: router.Config{AdmitWait: 90 * time.Second}}, newFakeEngine(t))
+	_, auto := testProxy(t, testConfig{Config: router.Config{AdmitWait: 90 * time.Second}}, newFakeEngine(t))
 	g, err = http.Get(auto.URL + "/warden/policy")
 	if err != nil {
 		t.Fatal(err)
@@ -165,8 +165,8 @@ func TestAdaptiveKnobs(t *testing.T) {
 		t.Errorf("defaults with a 90 s admit wait: %+v", got)
 	}
 
-	for _, cfg := range []Config{{Config: router.Config{MoveCooldown: -1}}, {Config: router.Config{KVFill: 4.5}}, {Config: router.Config{KVFill: -0.1}}} {
-		if _, err := New(cfg, []router.Backend{{Rank: 0, URL: e.srv.URL, MaxNumSeqs: 32}}); err == nil {
+	for _, cfg := range []testConfig{{Config: router.Config{MoveCooldown: -1}}, {Config: router.Config{KVFill: 4.5}}, {Config: router.Config{KVFill: -0.1}}} {
+		if _, err := newProxy(cfg, []router.Backend{{Rank: 0, URL: e.srv.URL, MaxNumSeqs: 32}}); err == nil {
 			t.Errorf("New(%+v) accepted", cfg)
 		}
 	}
@@ -194,7 +194,7 @@ func TestModelsServeWhatTheEngineSays(t *testing.T) {
 			`{"object":"list","data":[{"id":"base","parent":null,"max_model_len":4096},{"id":"lora1","parent":"base"}]}`, "qwen"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, front := testProxyBackends(t, Config{Config: router.Config{ServedModel: tc.served}}, []router.Backend{{Rank: 0, URL: engine(tc.engine).URL, MaxNumSeqs: 8}})
+			_, front := testProxyBackends(t, testConfig{Config: router.Config{ServedModel: tc.served}}, []router.Backend{{Rank: 0, URL: engine(tc.engine).URL, MaxNumSeqs: 8}})
 			resp, err := http.Get(front.URL + "/v1/models")
 			if err != nil {
 				t.Fatal(err)
@@ -211,7 +211,7 @@ func TestModelsServeWhatTheEngineSays(t *testing.T) {
 		})
 	}
 	// No engine answers: the served name alone.
-	_, front := testProxyBackends(t, Config{Config: router.Config{ServedModel: "qwen"}}, []router.Backend{{Rank: 0, URL: engine(`nope`).URL, MaxNumSeqs: 8}})
+	_, front := testProxyBackends(t, testConfig{Config: router.Config{ServedModel: "qwen"}}, []router.Backend{{Rank: 0, URL: engine(`nope`).URL, MaxNumSeqs: 8}})
 	resp, err := http.Get(front.URL + "/v1/models")
 	if err != nil {
 		t.Fatal(err)
@@ -226,7 +226,7 @@ func TestModelsServeWhatTheEngineSays(t *testing.T) {
 func TestResetWithoutDevModeSaysHowToEnableIt(t *testing.T) {
 	e := httptest.NewServer(http.NotFoundHandler()) // vLLM outside dev mode: no /reset_prefix_cache
 	defer e.Close()
-	_, front := testProxyBackends(t, Config{}, []router.Backend{{Rank: 0, URL: e.URL, MaxNumSeqs: 8}})
+	_, front := testProxyBackends(t, testConfig{}, []router.Backend{{Rank: 0, URL: e.URL, MaxNumSeqs: 8}})
 	resp, body := post(t, front.URL+"/warden/reset_prefix_cache", "")
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "VLLM_SERVER_DEV_MODE=1") {
 		t.Errorf("reset on an engine without the route: %d %s", resp.StatusCode, body)
@@ -252,9 +252,9 @@ func TestModelsReportTheSmallestContext(t *testing.T) {
 	}
 	lens[0].Store(40960)
 	lens[1].Store(38000)
-	p, front := testProxyBackends(t, Config{Config: router.Config{ServedModel: "qwen"}}, []router.Backend{
+	p, front := testProxyBackends(t, testConfig{Config: router.Config{ServedModel: "qwen"}}, []router.Backend{
 		{Rank: 0, URL: engine(0).URL, MaxNumSeqs: 8}, {Rank: 1, URL: engine(1).URL, MaxNumSeqs: 8}})
-	p.core.CheckNow(context.Background())
+	coreOf(p).CheckNow(context.Background())
 	models := func() int64 {
 		resp, err := http.Get(front.URL + "/v1/models")
 		if err != nil {
@@ -264,14 +264,14 @@ func TestModelsReportTheSmallestContext(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return gjson.GetBytes(b, "data.0.max_model_len").Int()
 	}
-	st := p.core.Status()
+	st := coreOf(p).Status()
 	if got := models(); got != 38000 || st.MaxModelLen != 38000 || st.Replicas[0].MaxModelLen != 40960 {
 		t.Errorf("/v1/models max_model_len %d, status %d (replica 0 %d), want the smallest 38000 (and 40960)", got, st.MaxModelLen, st.Replicas[0].MaxModelLen)
 	}
 	lens[1].Store(50000) // rank 1 restarts with a larger context
-	p.core.NoteRestart(1)
-	p.core.CheckNow(context.Background())
-	if got := models(); got != 40960 || p.core.Status().MaxModelLen != 40960 {
-		t.Errorf("after rank 1's restart: /v1/models %d, status %d, want 40960", got, p.core.Status().MaxModelLen)
+	coreOf(p).NoteRestart(1)
+	coreOf(p).CheckNow(context.Background())
+	if got := models(); got != 40960 || coreOf(p).Status().MaxModelLen != 40960 {
+		t.Errorf("after rank 1's restart: /v1/models %d, status %d, want 40960", got, coreOf(p).Status().MaxModelLen)
 	}
 }

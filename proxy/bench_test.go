@@ -28,7 +28,7 @@ import (
 // streamed byte.
 func BenchmarkOverhead(b *testing.B) {
 	e := newFakeEngine(b)
-	_, front := testProxy(b, Config{}, e)
+	_, front := testProxy(b, testConfig{}, e)
 	target, _ := url.Parse(e.srv.URL)
 	bare := httptest.NewServer(&httputil.ReverseProxy{
 		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(target); pr.SetXForwarded() },

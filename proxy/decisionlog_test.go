@@ -51,7 +51,7 @@ func TestDecisionLogLines(t *testing.T) {
 	e0, e1 := newFakeEngine(t), newFakeEngine(t)
 	clk := &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 600, time.UTC)}
 	path := filepath.Join(t.TempDir(), "logs", "decisions.jsonl") // the folder is made
-	p, front := testProxy(t, Config{Config: router.Config{Policy: place.PolicySticky, Clock: clk.now, DecisionLog: path}}, e0, e1)
+	p, front := testProxy(t, testConfig{Config: router.Config{Policy: place.PolicySticky, Clock: clk.now, DecisionLog: path}}, e0, e1)
 	const secret = "alice@example.com" // a person's id as session key
 	url := front.URL + "/v1/chat/completions"
 	if resp, _ := post(t, url, chatBody(secret, false, ""), "X-Request-Id", "t-1"); resp.StatusCode != 200 {
@@ -71,7 +71,7 @@ func TestDecisionLogLines(t *testing.T) {
 		t.Fatalf("subagent: %d", resp.StatusCode)
 	}
 	settled(t, p)
-	if err := p.core.CloseDecisionLog(); err != nil {
+	if err := coreOf(p).CloseDecisionLog(); err != nil {
 		t.Fatal(err)
 	}
 	raw, _ := os.ReadFile(path)
@@ -119,8 +119,8 @@ func TestDecisionLogRecordsWait(t *testing.T) {
 	e.hold = make(chan struct{})
 	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	p, front := testProxy(t, Config{Config: router.Config{Clock: clk.now, AdmitWait: time.Hour, DecisionLog: path}}, e)
-	p.core.CheckNow(context.Background())
+	p, front := testProxy(t, testConfig{Config: router.Config{Clock: clk.now, AdmitWait: time.Hour, DecisionLog: path}}, e)
+	coreOf(p).CheckNow(context.Background())
 	send := func(id, key string, n int, done chan<- int) {
 		req, _ := httpRequest(context.Background(), front.URL+"/v1/chat/completions", bigChat(key, n))
 		req.Header.Set("X-Request-Id", id)
@@ -143,7 +143,7 @@ func TestDecisionLogRecordsWait(t *testing.T) {
 		t.Fatalf("status a %d, b %d", a, b)
 	}
 	settled(t, p)
-	if err := p.core.CloseDecisionLog(); err != nil {
+	if err := coreOf(p).CloseDecisionLog(); err != nil {
 		t.Fatal(err)
 	}
 	lines := byRequestID(t, readDecisions(t, path))
@@ -166,18 +166,18 @@ func get(t *testing.T, url string) (*http.Response, string) {
 // TestDecisionLogConfig: a negative size is refused; a path that cannot be
 // a file fails New at once; off, nothing is opened or registered.
 func TestDecisionLogConfig(t *testing.T) {
-	if err := (Config{Config: router.Config{DecisionLogMaxMB: -1}}).Validate(); err == nil || !strings.Contains(err.Error(), "--decision-log-max-mb") {
+	if err := (testConfig{Config: router.Config{DecisionLogMaxMB: -1}}).Validate(); err == nil || !strings.Contains(err.Error(), "--decision-log-max-mb") {
 		t.Errorf("Validate: %v", err)
 	}
 	e := newFakeEngine(t)
 	file := filepath.Join(t.TempDir(), "file")
 	os.WriteFile(file, nil, 0o644)
-	if _, err := New(Config{Config: router.Config{DecisionLog: filepath.Join(file, "decisions.jsonl")}}, []router.Backend{{Rank: 0, URL: e.srv.URL}}); err == nil ||
+	if _, err := newProxy(testConfig{Config: router.Config{DecisionLog: filepath.Join(file, "decisions.jsonl")}}, []router.Backend{{Rank: 0, URL: e.srv.URL}}); err == nil ||
 		!strings.Contains(err.Error(), "--decision-log") {
 		t.Errorf("New with a path under a file: %v", err)
 	}
-	p, front := testProxy(t, Config{}, e)
-	if p.core.LogsDecisions() || p.core.CloseDecisionLog() != nil {
+	p, front := testProxy(t, testConfig{}, e)
+	if coreOf(p).LogsDecisions() || coreOf(p).CloseDecisionLog() != nil {
 		t.Error("decision log on without --decision-log")
 	}
 	if _, m := get(t, front.URL+"/metrics"); strings.Contains(m, "warden_decision_log") {
@@ -192,8 +192,8 @@ func TestDecisionLogConfig(t *testing.T) {
 // the pair; log/nolog is the ratio of their total times.
 func BenchmarkOverheadDecisionLog(b *testing.B) {
 	e := newFakeEngine(b)
-	logged, front := testProxy(b, Config{Config: router.Config{DecisionLog: filepath.Join(b.TempDir(), "decisions.jsonl")}}, e)
-	_, plain := testProxy(b, Config{}, e)
+	logged, front := testProxy(b, testConfig{Config: router.Config{DecisionLog: filepath.Join(b.TempDir(), "decisions.jsonl")}}, e)
+	_, plain := testProxy(b, testConfig{}, e)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
 	once := func(b *testing.B, srv *httptest.Server, body string) (ttfb, total time.Duration) {
 		start := time.Now()
@@ -228,10 +228,10 @@ func BenchmarkOverheadDecisionLog(b *testing.B) {
 			b.ReportMetric(float64(offT.Nanoseconds())/float64(b.N), "nolog-ns/req")
 		})
 	}
-	if err := logged.core.CloseDecisionLog(); err != nil {
+	if err := coreOf(logged).CloseDecisionLog(); err != nil {
 		b.Fatal(err)
 	}
-	if n, _ := metric(b, logged.core.Registry(), "warden_decision_log_dropped_total"); n > 0 {
+	if n, _ := metric(b, coreOf(logged).Registry(), "warden_decision_log_dropped_total"); n > 0 {
 		b.Logf("%v lines dropped", n)
 	}
 }

@@ -307,22 +307,17 @@ func maxNumSeqsFrom(body []byte, field string) int {
 
 // FallbackMaxNumSeqs is the max_num_seqs assumed for a replica added over
 // HTTP until (unless) the server says its own: the largest of the current
-// replicas' fallbacks, else DefaultMaxNumSeqs.
+// replicas' fallbacks, else vLLM's default (engine.VLLMMaxNumSeqs).
 func (c *Core) FallbackMaxNumSeqs() int {
 	n := 0
 	for _, r := range c.Replicas() {
 		n = max(n, r.fallbackSeqs)
 	}
 	if n == 0 {
-		n = DefaultMaxNumSeqs
+		n = engine.VLLMMaxNumSeqs
 	}
 	return n
 }
-
-// DefaultMaxNumSeqs is vLLM's default max_num_seqs on most GPUs (1024 only
-// on large non-A100 cards), assumed for a probed replica when neither the
-// server nor the user says otherwise.
-const DefaultMaxNumSeqs = 256
 
 // CheckReplica polls the replica with rank once (its server's health and
 // metrics), so that one just added enters the rotation as soon as it

@@ -11,8 +11,8 @@ import (
 
 	"github.com/lmwarden/warden/router/engine"
 	"github.com/lmwarden/warden/router/ledger"
-	"github.com/lmwarden/warden/router/panel"
 	"github.com/lmwarden/warden/router/place"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // Backend is one engine replica the core routes to.
@@ -108,7 +108,7 @@ type Replica struct {
 
 	mu        sync.Mutex
 	restarts  int
-	lastCrash *panel.Crash // the launcher's last report of a crash; nil = none
+	lastCrash *schema.Crash // the launcher's last report of a crash; nil = none
 	eng       engine.Scraped
 }
 

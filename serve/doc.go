@@ -7,7 +7,7 @@
 // what Main and Route share: the router's settings (Router, validated into a
 // proxy.Config), the HTTP server, the logger, the registry and the drain.
 //
-// Each takes its options as the command line gives them (internal/command
+// Each takes its options as the command line gives them (command
 // fills them from the flags and their WARDEN_* variables), checks them, and
 // runs until SIGINT/SIGTERM or its context ends; errors carry the exit
 // status (internal/exit).

@@ -377,3 +377,9 @@ func wardenSample(fams promtext.Families) (s Sample, ok bool) {
 	}
 	return s, true
 }
+
+// VLLMMaxNumSeqs is vLLM's default max_num_seqs of an API server on most
+// GPUs (and without one): 1024 only where every GPU has at least 70 GiB and
+// none is an A100 (engineplan.DefaultMaxNumSeqs). The router assumes it
+// for a replica that says nothing of its limit.
+const VLLMMaxNumSeqs = 256

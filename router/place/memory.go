@@ -82,10 +82,14 @@ const (
 	minBodyForEstimate = 64
 )
 
-// NewMemory remembers at most max conversations (0: 100,000).
+// DefaultMaxSessions bounds the session table and Memory when the
+// configuration gives no bound (router.Config.MaxSessions).
+const DefaultMaxSessions = 100_000
+
+// NewMemory remembers at most max conversations (<= 0: DefaultMaxSessions).
 func NewMemory(max int) *Memory {
 	if max <= 0 {
-		max = 100_000
+		max = DefaultMaxSessions
 	}
 	return &Memory{reps: map[int]*memRep{}, sess: map[string]*memSess{}, max: max, homed: map[int]int{},
 		Grace: defaultGrace, all: ilist.New(func(s *memSess) *ilist.Link[memSess] { return &s.onAll })}

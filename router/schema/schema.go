@@ -1,9 +1,16 @@
-package panel
+// Package schema is the warden's status as JSON at GET /warden/status
+// (Path): the Status snapshot and its parts, what is computed from them
+// alone (totals, overcommit), and Fetch, which reads it from a running
+// warden, with the URL rules of `warden status`. No rendering: the tools
+// that read a warden's status (bench, run, sweep) import it without the
+// page (router/panel renders it: HTML, the terminal table, the exit
+// summary, the collector).
+package schema
 
 import "time"
 
 // Status is the snapshot served as JSON at GET /warden/status. It is the one
-// contract between the running proxy (which fills it), the HTML page, the
+// contract between the router core (which fills it), the HTML page, the
 // `warden status` terminal table, the exit summary, the Prometheus collector
 // and `warden bench` (which reads the engines' counters through it).
 //
