@@ -98,6 +98,7 @@ type Core interface {
 	RewriteModel(body []byte) []byte
 	Place(ctx context.Context, req place.Request) router.Placement
 	Finish(pl *router.Placement, o router.Outcome) router.Placement
+	ForEngine(pl *router.Placement, kind tap.Kind, sessionField bool, body []byte) ([]byte, string)
 }
 
 // Server is the endpoint picker over a router core: the ext_proc service
@@ -351,6 +352,7 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 			req.Fields.Model.Str, core.Config().ServedModel))
 	}
 	x.kind, x.stream, x.key, x.id, x.pr = req.Kind, req.Stream, req.Key, req.ID, req.Place
+	sessionField := req.Fields.SessionID.Exists() // read before the body is edited
 	rewritten := req.Model == modelname.Rewrite
 	if rewritten {
 		// Every requested name is served by the one model, as `warden serve`
@@ -377,6 +379,10 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 		return x.refuse(http.StatusServiceUnavailable, msg)
 	}
 	x.pl, x.placed = pl, true
+	body, label := core.ForEngine(&pl, x.kind, sessionField, x.body)
+	if len(body) > 0 && len(x.body) > 0 && &body[0] != &x.body[0] { // ForEngine edited a copy
+		x.body, rewritten = body, true
+	}
 	eps := strings.Join(append([]string{pl.Replica.URL().Host}, x.fallbacks(pl.Replica)...), ",")
 	cr := &extprocv3.CommonResponse{
 		ClearRouteCache: true,
@@ -387,6 +393,13 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 			}},
 			RemoveHeaders: []string{strings.ToLower(identity.PinHeader)},
 		},
+	}
+	if label != "" { // the conversation's label for the engines' KV events (never the client's own value)
+		cr.HeaderMutation.SetHeaders = append(cr.HeaderMutation.SetHeaders, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: strings.ToLower(router.SessionIDHeader), RawValue: []byte(label)},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
+	} else {
+		cr.HeaderMutation.RemoveHeaders = append(cr.HeaderMutation.RemoveHeaders, strings.ToLower(router.SessionIDHeader))
 	}
 	if !x.reqDuplex && x.body != nil { // a buffered body: the pick comes with the body's answer
 		if rewritten {

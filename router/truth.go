@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tidwall/sjson"
 
 	"github.com/lmwarden/warden/kvevents"
 	"github.com/lmwarden/warden/router/ledger"
@@ -200,15 +201,33 @@ func (c *Core) noteTruth(pl *Placement, label string) {
 	pl.Note = n
 }
 
-// Hints is what a data plane tells the engine with a placed request: the
-// conversation's label (the X-Session-ID header; "" none) and whether to
-// ask for a full report of its reused prefix (vllm_xargs
-// kv_cache_report_mode "full").
-func (c *Core) Hints(pl *Placement) (label string, fullReport bool) {
-	if n, ok := pl.Note.(*truthNote); ok {
-		return n.label, n.full
+// ForEngine is what a placed request carries to its engine for the
+// ledger: the body to send and the X-Session-ID value (SessionIDHeader;
+// "" none). The conversation's label replaces a body's own top-level
+// session_id (vLLM labels its events with that one first), and where the
+// ledger cannot place the conversation's chain on that engine the body
+// asks for a full report of the reused prefix (vllm_xargs
+// kv_cache_report_mode "full"). Only the completion APIs' (kind) JSON
+// bodies are edited, in a copy: body stays as it was for a retry
+// elsewhere. sessionField: the body has a top-level session_id
+// (Request.Fields.SessionID, read before any edit).
+func (c *Core) ForEngine(pl *Placement, kind tap.Kind, sessionField bool, body []byte) ([]byte, string) {
+	n, _ := pl.Note.(*truthNote)
+	if n == nil || n.label == "" || kind == tap.None {
+		return body, ""
 	}
-	return "", false
+	out := body // sjson.SetBytes writes a new slice
+	if sessionField {
+		if b, err := sjson.SetBytes(out, "session_id", n.label); err == nil {
+			out = b
+		}
+	}
+	if n.full {
+		if b, err := sjson.SetBytes(out, "vllm_xargs.kv_cache_report_mode", "full"); err == nil {
+			out = b
+		}
+	}
+	return out, n.label
 }
 
 // SessionIDHeader carries the conversation's label to vLLM, which copies
