@@ -387,3 +387,23 @@ func TestReplayAbsentDeliversCaughtUpAndGaps(t *testing.T) {
 		t.Fatalf("first update %+v, want a gap from 0 past the 5 missed", got[0])
 	}
 }
+
+// BenchmarkPublish is what a simulator step pays to publish: queueing one batch (encoding
+// and sending happen on the publisher's goroutine).
+func BenchmarkPublish(b *testing.B) {
+	dir, err := os.MkdirTemp("", "kvev")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	p, err := NewPublisher(PublisherConfig{Endpoint: "ipc://" + filepath.Join(dir, "ev"), BufferSteps: 100})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	evs := []Event{{Kind: KindStored, Hashes: []uint64{1}, TokenIDs: make([]uint32, 16), BlockSize: 16, Medium: MediumGPU, SessionID: "s"}}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p.Publish(evs)
+	}
+}
