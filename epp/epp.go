@@ -394,13 +394,7 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 			RemoveHeaders: []string{strings.ToLower(identity.PinHeader)},
 		},
 	}
-	if label != "" { // the conversation's label for the engines' KV events (never the client's own value)
-		cr.HeaderMutation.SetHeaders = append(cr.HeaderMutation.SetHeaders, &corev3.HeaderValueOption{
-			Header:       &corev3.HeaderValue{Key: strings.ToLower(router.SessionIDHeader), RawValue: []byte(label)},
-			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
-	} else {
-		cr.HeaderMutation.RemoveHeaders = append(cr.HeaderMutation.RemoveHeaders, strings.ToLower(router.SessionIDHeader))
-	}
+	labelHeader(cr.HeaderMutation, label)
 	if !x.reqDuplex && x.body != nil { // a buffered body: the pick comes with the body's answer
 		if rewritten {
 			cr.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: x.body}}
@@ -421,6 +415,18 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 		DynamicMetadata: pickMetadata(eps),
 	}}
 	return append(out, bodyBack(x.body)...), nil
+}
+
+// labelHeader sets the conversation's label for the engines' KV events
+// (router.SessionIDHeader), or removes a client's own value without one.
+func labelHeader(m *extprocv3.HeaderMutation, label string) {
+	name := strings.ToLower(router.SessionIDHeader)
+	if label == "" {
+		m.RemoveHeaders = append(m.RemoveHeaders, name)
+		return
+	}
+	m.SetHeaders = append(m.SetHeaders, &corev3.HeaderValueOption{
+		Header: &corev3.HeaderValue{Key: name, RawValue: []byte(label)}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
 }
 
 // pickMetadata is the pick as envoy.lb dynamic metadata.

@@ -282,6 +282,27 @@ func engineSpecs(cfg Options, d engineplan.Devices, tools engineplan.ToolsChoice
 	return specs, backends, nil
 }
 
+// kvEventsDir makes the private folder of the engines' KV-event sockets
+// (0700: the events carry the prompts' token ids); "" when they publish
+// none there (kvEventsPlan).
+func kvEventsDir(cfg Options) (string, error) {
+	if !cfg.KVEvents || cfg.Image != "" || cfg.VLLMDP {
+		return "", nil
+	}
+	dir, err := os.MkdirTemp("", "warden-kv-")
+	if err != nil {
+		return "", fmt.Errorf("a folder for the engines' KV-event sockets: %w", err)
+	}
+	return dir, nil
+}
+
+// removeAll removes dir ("" nothing).
+func removeAll(dir string) {
+	if dir != "" {
+		os.RemoveAll(dir)
+	}
+}
+
 // kvEventsPlan is how the engines publish their KV-cache events: ipc
 // sockets in cfg.KVEventsDir for one server per rank, loopback ports for
 // vLLM's own data parallelism (its ranks offset a tcp port); none without
@@ -386,21 +407,12 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	if err != nil {
 		return exit.New(1, listenError("warden serve", cfg.Addr, err))
 	}
-	tools, fit := engineplan.ChooseFlags(plan, facts, log)
-	setup := engineSetup(cfg.Extra, tools)
-	setup.OffloadHint = engineplan.OffloadHint(plan, devices)
-	if cfg.Engine == "sim" && cfg.SimFirstContact != nil {
-		setup.Simulator = cfg.SimFirstContact(cfg.Extra)
+	tools, fit, setup := chooseFlags(cfg.Options, plan, facts, devices, log)
+	if cfg.KVEventsDir, err = kvEventsDir(cfg.Options); err != nil {
+		ln.Close()
+		return exit.New(1, "warden serve: "+err.Error())
 	}
-	if cfg.KVEvents && cfg.Image == "" && !cfg.VLLMDP {
-		dir, err := os.MkdirTemp("", "warden-kv-") // 0700: the events carry the prompts' token ids
-		if err != nil {
-			ln.Close()
-			return exit.New(1, "warden serve: a folder for the engines' KV-event sockets: "+err.Error())
-		}
-		defer os.RemoveAll(dir)
-		cfg.KVEventsDir = dir
-	}
+	defer removeAll(cfg.KVEventsDir)
 	specs, backends, err := engineSpecs(cfg.Options, devices, tools, fit, cont)
 	if err != nil {
 		ln.Close()
@@ -453,6 +465,19 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	stopEngines(group, cfg.StopGrace, log)
 	panel.WriteSummary(os.Stderr, final)
 	return nil
+}
+
+// chooseFlags picks the engines' tool and context flags and says how they
+// were started, for the status.
+func chooseFlags(cfg Options, plan engineplan.Request, facts engineplan.Facts, devices engineplan.Devices,
+	log *slog.Logger) (engineplan.ToolsChoice, engineplan.ContextChoice, *schema.EngineSetup) {
+	tools, fit := engineplan.ChooseFlags(plan, facts, log)
+	setup := engineSetup(cfg.Extra, tools)
+	setup.OffloadHint = engineplan.OffloadHint(plan, devices)
+	if cfg.Engine == "sim" && cfg.SimFirstContact != nil {
+		setup.Simulator = cfg.SimFirstContact(cfg.Extra)
+	}
+	return tools, fit, setup
 }
 
 // engineFacts reads what the engines' plan needs of the host: the facts
