@@ -7,6 +7,8 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -127,6 +129,17 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	return p, nil
 }
 
+// unlinkStale removes the socket file an ipc:// endpoint names before it is
+// bound, as libzmq does: a killed publisher leaves its file behind, and its
+// restarted engine must bind the same path.
+func unlinkStale(endpoint string) {
+	if path, ok := strings.CutPrefix(endpoint, "ipc://"); ok {
+		if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			os.Remove(path)
+		}
+	}
+}
+
 func orDefault(v, def int) int {
 	if v <= 0 {
 		return def
@@ -148,6 +161,7 @@ func (p *Publisher) open() error {
 		return fmt.Errorf("kvevents: publisher hwm: %w", err)
 	}
 	if bind {
+		unlinkStale(p.endpoint)
 		if err := p.pub.Listen(p.endpoint); err != nil {
 			return fmt.Errorf("kvevents: publisher bind %s: %w", p.endpoint, err)
 		}
@@ -163,6 +177,7 @@ func (p *Publisher) open() error {
 	}
 	if p.replayEP != "" {
 		p.replay = zmq4.NewRouter(p.ctx, zmq4.WithLogger(quietLogger()))
+		unlinkStale(p.replayEP)
 		if err := p.replay.Listen(p.replayEP); err != nil {
 			return fmt.Errorf("kvevents: replay bind %s: %w", p.replayEP, err)
 		}
