@@ -37,7 +37,7 @@ func TestLedgerOnRealVLLM(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	turns, err := convtest.Play(ctx, convtest.Plan{URL: w.url, Model: served, Conversations: 8, Turns: 5,
-		SystemWords: 100, FirstWords: 80, TurnWords: 40, MaxTokens: 32})
+		SystemWords: 60, FirstWords: 40, TurnWords: 20, MaxTokens: 32})
 	if err != nil {
 		t.Fatal(err)
 	}
