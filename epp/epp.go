@@ -87,7 +87,7 @@ type Config struct {
 
 // Core is the view of the router core the endpoint picker needs:
 // identifying, placing and finishing a request, the replicas it names to
-// the gateway, and readiness (*router.Core has it).
+// the gateway, and readiness (router.Core has it; epp_test.go asserts so).
 type Core interface {
 	Config() router.Config
 	Logger() *slog.Logger

@@ -92,8 +92,8 @@ func TestDecisionLogLines(t *testing.T) {
 			l.Prompt != 100 || l.Cached != 64 || l.Completion != 3 || l.WaitS != 0 {
 			t.Errorf("line %+v", l)
 		}
-		if l.TTFBS < 0 || l.DurationS < l.TTFBS {
-			t.Errorf("%q: ttfb %v, duration %v", l.RequestID, l.TTFBS, l.DurationS)
+		if l.TTFTS < 0 || l.DurationS < l.TTFTS {
+			t.Errorf("%q: ttfb %v, duration %v", l.RequestID, l.TTFTS, l.DurationS)
 		}
 	}
 	if first.Session != decision.Session(secret) || second.Session != first.Session || len(first.Session) != 12 || none.Session == first.Session {
