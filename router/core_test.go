@@ -1,8 +1,11 @@
 package router
 
 // The core's own tests: placement driven without a data plane, the
-// balancer's refresh, and the decision log's writer. The request path end
-// to end is the data planes' (proxy's tests).
+// balancer's refresh, and the decision log's writer. The core's behaviour
+// as clients reach it (placement, holds, the session table, membership,
+// scrapes, cache wipes, the decision log) is tested through real HTTP in
+// package router_test (http_fixture_test.go); the HTTP data plane's own
+// behaviour is proxy's tests.
 
 import (
 	"bytes"
