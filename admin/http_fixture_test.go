@@ -17,7 +17,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -146,21 +145,6 @@ func (f *fakeEngine) messages(w http.ResponseWriter, r *http.Request) {
 		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
 }
 
-func (f *fakeEngine) lastBody() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.bodies) == 0 {
-		return ""
-	}
-	return f.bodies[len(f.bodies)-1]
-}
-
-func (f *fakeEngine) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.bodies)
-}
-
 // testConfig is the settings of a test's router core and of the proxy in
 // front of it.
 type testConfig struct {
@@ -179,9 +163,6 @@ func (w *warden) Handler() http.Handler { return w.px.Handler() }
 
 // coreOf is the router core of w.
 func coreOf(w *warden) *router.Core { return w.core }
-
-// routeHeader names the placement reason on every proxied response.
-const routeHeader = "X-Warden-Route"
 
 // newProxy builds a router core over the backends and the proxy in front
 // of it, as serve does.
@@ -225,19 +206,6 @@ func testProxyBackends(t testing.TB, cfg testConfig, bs []router.Backend) (*ward
 	front := httptest.NewServer(p.Handler())
 	t.Cleanup(front.Close)
 	return p, front
-}
-
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
 }
 
 // post sends a JSON body with headers (name, value pairs) and returns the
