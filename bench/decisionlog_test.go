@@ -157,7 +157,7 @@ func TestJoinDecisionsReadsRotatedFiles(t *testing.T) {
 	path := filepath.Join(dir, "d.jsonl")
 	line := func(id string, replica int, wait float64) string {
 		b, _ := json.Marshal(decision.Line{RequestID: id, Policy: "adaptive", Route: "new", Replica: replica,
-			WaitS: wait, TTFBS: 0.25, DurationS: 2, Status: 200, Source: "claude-code-header"})
+			WaitS: wait, TTFTS: 0.25, DurationS: 2, Status: 200, Source: "claude-code-header"})
 		return string(b) + "\n"
 	}
 	os.WriteFile(filepath.Join(dir, "d-2030-01-01T00-00-00.000.jsonl"), []byte(line("s1-1", 3, 1.5)+line("other", 0, 0)), 0o644)

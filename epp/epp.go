@@ -87,7 +87,7 @@ type Config struct {
 
 // Core is the view of the router core the endpoint picker needs:
 // identifying, placing and finishing a request, the replicas it names to
-// the gateway, and readiness (*router.Core has it).
+// the gateway, and readiness (router.Core has it; epp_test.go asserts so).
 type Core interface {
 	Config() router.Config
 	Logger() *slog.Logger
@@ -358,8 +358,8 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 		// Every requested name is served by the one model, as `warden serve`
 		// does: a client's own names (Claude Code's) reach the engines.
 		x.body = core.RewriteModel(x.body)
+		x.pr.BodyBytes = len(x.body)
 	}
-	pinned, pin := x.pr.Pinned, x.pr.Pin
 	if x.subset != nil {
 		x.pr.Skip = x.outside(x.subset)
 		if len(x.pr.Skip) == len(core.Replicas()) {
@@ -373,8 +373,8 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 			return nil, status.Error(codes.Canceled, "the request ended while held")
 		}
 		msg := "no endpoint is ready"
-		if pinned {
-			msg = fmt.Sprintf("replica %d (%s) does not exist or is not available", pin, identity.PinHeader)
+		if x.pr.Pinned {
+			msg = fmt.Sprintf("replica %d (%s) does not exist or is not available", x.pr.Pin, identity.PinHeader)
 		}
 		return x.refuse(http.StatusServiceUnavailable, msg)
 	}

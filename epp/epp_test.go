@@ -426,3 +426,5 @@ func TestWatchEndpointsFollowsAConfigMap(t *testing.T) {
 		t.Errorf("after the swap: %+v", eps)
 	}
 }
+
+var _ Core = (*router.Core)(nil)

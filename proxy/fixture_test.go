@@ -15,10 +15,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	dto "github.com/prometheus/client_model/go"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/simproc"
@@ -206,6 +206,19 @@ func testProxyBackends(t testing.TB, cfg testConfig, bs []router.Backend) (*Prox
 	front := httptest.NewServer(p.Handler())
 	t.Cleanup(front.Close)
 	return p, front
+}
+
+// fakeClock is a clock the test moves by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
 }
 
 // post sends a JSON body with headers (name, value pairs) and returns the

@@ -68,7 +68,7 @@ func (c Config) Validate() error {
 
 // Core is the view of the router core the HTTP data plane needs: the admin
 // endpoints' view, identifying, placing and finishing a request, and what
-// /v1/models answers (*router.Core has it).
+// /v1/models answers (router.Core has it; proxy_test.go asserts so).
 type Core interface {
 	admin.Core
 	Config() router.Config

@@ -304,3 +304,5 @@ func TestUnknownPathIsNotATurn(t *testing.T) {
 		t.Errorf("%d turns counted for an unknown path, want 0", n)
 	}
 }
+
+var _ Core = (*router.Core)(nil)

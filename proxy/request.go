@@ -62,7 +62,6 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 	// request never reached an engine. Each try skips the replicas tried
 	// before (they are unavailable to the policies), so the tries end.
 	pr := req.place
-	pinned, pin := pr.Pinned, pr.Pin
 	var failed string // the last try that never reached its engine: "replica N: why"
 	for {
 		pl := p.core.Place(r.Context(), pr)
@@ -83,8 +82,8 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case failed != "": // no other replica to try: the engine's failure is the answer
 		writeError(w, r, http.StatusBadGateway, failed+" (no other replica available)")
-	case pinned:
-		writeError(w, r, http.StatusServiceUnavailable, fmt.Sprintf("replica %d (X-Warden-Replica) does not exist or is not available", pin))
+	case pr.Pinned:
+		writeError(w, r, http.StatusServiceUnavailable, fmt.Sprintf("replica %d (X-Warden-Replica) does not exist or is not available", pr.Pin))
 	default:
 		writeError(w, r, http.StatusServiceUnavailable, "no replica is available")
 	}

@@ -19,8 +19,8 @@ import (
 )
 
 // The defaults of Config's fields, stated once. The command layer gives
-// its flags these values; a zero field means the same (each field says
-// what its zero value means: RampUp's is "at once", not a default).
+// its flags these values, and a zero field means the same, except RampUp:
+// its zero is "at once" (DefaultRampUp is the flag's value only).
 const (
 	DefaultScrapeInterval   = time.Second
 	DefaultBalancerInterval = 100 * time.Millisecond

@@ -168,7 +168,7 @@ func (c *Core) AddReplica(b Backend) (ReplicaInfo, error) {
 }
 
 // RemoveReplica takes the replica with the given URL (or, when url is "",
-// rank) out of the proxy at run time; a URL without #dp_rank= takes every
+// rank) out of the core at run time; a URL without #dp_rank= takes every
 // replica at that URL (all engines of a data-parallel server). Requests in
 // flight on it finish; the session table is kept, and sessions homed on it
 // fail over on their next turn (or come back if it is added again). The

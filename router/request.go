@@ -318,10 +318,10 @@ func (c *Core) logDecision(pl *Placement, o Outcome, u tap.Usage, m missed) {
 	now := c.clock()
 	d := decision.Record{At: now, RequestID: o.RequestID, Source: o.Key.Source, Key: o.Key.Key, Subagent: o.Key.Subagent,
 		Policy: pl.Policy, Route: string(pl.Reason), Replica: pl.Replica.rank, Wait: pl.Waited,
-		Prompt: u.Prompt, Cached: u.Cached, Completion: u.Completion, TTFB: -1, Duration: now.Sub(o.Start), Status: o.Status,
+		Prompt: u.Prompt, Cached: u.Cached, Completion: u.Completion, TTFT: -1, Duration: now.Sub(o.Start), Status: o.Status,
 		Predicted: m.predicted, PredictedFrom: m.source, MissReason: m.reason}
 	if !o.FirstToken.IsZero() {
-		d.TTFB = o.FirstToken.Sub(o.Start)
+		d.TTFT = o.FirstToken.Sub(o.Start)
 	}
 	c.decisions.add(d)
 }

@@ -15,7 +15,7 @@ type peakState struct {
 	warned bool // the current overcommit has been logged
 }
 
-// Status returns a consistent snapshot of the proxy for the panel, the
+// Status returns a consistent snapshot of the core for the panel, the
 // status JSON, the Prometheus collector and the exit summary.
 func (c *Core) Status() schema.Status {
 	now := c.clock()

@@ -20,7 +20,7 @@ const MaxMetricsBytes = 8 << 20
 // Scraped is what the latest scrapes of an engine's /metrics said.
 // Counters are kept as deltas since the first scrape (warden start), with
 // counter resets (engine restarts) handled. It has no lock of its own: its
-// owner (the proxy's replica) guards it.
+// owner (the core's replica) guards it.
 type Scraped struct {
 	running, waiting, kvUsed float64
 	kvCapacity               int

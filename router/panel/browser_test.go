@@ -55,7 +55,7 @@ func runBrowser(t *testing.T, browser, url string, extra ...string) string {
 }
 
 // pageServer serves the page (whose embedded status is initial) and the
-// JSON status (polled) on one loopback test server, as the proxy does.
+// JSON status (polled) on one loopback test server, as the admin endpoints do.
 func pageServer(t *testing.T, initial, polled schema.Status) *httptest.Server {
 	mux := http.NewServeMux()
 	mux.Handle("GET "+StatusPath, JSONHandler(func() schema.Status { return polled }))

@@ -12,7 +12,7 @@ import (
 // Metric names the collector emits, one series per replica (label
 // "replica" = rank; never a session id), besides the engine mirrors
 // (router/metricname's Engine*: the engines' own /metrics as deltas since
-// warden start with engine restarts folded in by the proxy, so they never
+// warden start with engine restarts folded in by the core, so they never
 // go down while the warden runs).
 const (
 	MetricReplicaUp       = "warden_replica_up"                 // gauge 1/0: routable now
@@ -59,7 +59,7 @@ var _ prometheus.Collector = (*collector)(nil)
 // emits const metrics per replica (the names are the Metric* constants and
 // metricname's Engine*): up, restarts, in-flight and active sessions, and
 // the engines' own gauges and counters mirrored; plus sessions seen. Request and usage-token
-// counters are not here: the proxy instruments them as vecs at request time
+// counters are not here: the core instruments them as vecs at request time
 // (warden_requests_total, warden_*_tokens_total). src must be safe to call from the scrape goroutine.
 // Register it once on the registry that main builds.
 func NewCollector(src func() schema.Status) prometheus.Collector {

@@ -205,7 +205,7 @@ func sinceLine(s schema.Status) string {
 }
 
 // totalCapacity is the KV capacity of all replicas in tokens: Totals if the
-// proxy filled it, else the sum of the rows.
+// core filled it, else the sum of the rows.
 func totalCapacity(s schema.Status) int {
 	if s.Totals.KVCapacityTokens > 0 {
 		return s.Totals.KVCapacityTokens

@@ -24,7 +24,7 @@ func Overcommit(s schema.Status) (msg string, over bool) {
 
 // UpdatePeak returns the worse of prev and the current overcommit of s (the
 // one with the larger demand/capacity ratio), stamped with s.Now; prev
-// itself when s is not overcommitted. prev may be nil. The proxy calls it on
+// itself when s is not overcommitted. prev may be nil. The core calls it on
 // every snapshot and stores the result in Status.PeakOvercommit, so that the
 // exit summary can say that the run was overcommitted even if it no longer
 // is at exit.

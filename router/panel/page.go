@@ -10,8 +10,8 @@ import (
 	"net/http"
 )
 
-// Paths the page uses. The proxy mounts PageHandler on PagePath and on
-// AssetsPath, and serves the status JSON (JSONHandler) on StatusPath.
+// Paths the page uses. The admin endpoints mount PageHandler on PagePath and
+// on AssetsPath, and serve the status JSON (JSONHandler) on StatusPath.
 const (
 	PagePath   = "/"
 	AssetsPath = "/warden/assets/"

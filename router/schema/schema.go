@@ -47,11 +47,11 @@ type Status struct {
 	ActiveContextTokens   uint64 `json:"active_context_tokens"`
 	ActiveContextSessions int    `json:"active_context_sessions"`
 	// ConcurrentSessions counts the sessions that had a turn recently (the
-	// proxy chooses the window, e.g. 5 minutes), as opposed to Sessions,
+	// core chooses the window, e.g. 5 minutes), as opposed to Sessions,
 	// which keeps idle ones until their TTL. Overcommit uses it when > 0,
 	// else Sessions; ActiveContext* should then cover the same sessions.
 	ConcurrentSessions int `json:"concurrent_sessions,omitempty"`
-	// ActiveWindowSeconds is the proxy's window: a session with a request
+	// ActiveWindowSeconds is the core's window: a session with a request
 	// within it is active (twice the 90th percentile of the gaps seen
 	// between a session's requests, at least 30 s).
 	ActiveWindowSeconds float64 `json:"active_window_seconds,omitempty"`
@@ -63,7 +63,7 @@ type Status struct {
 	SubagentsSeen    uint64 `json:"subagents_seen,omitempty"`
 	// PeakOvercommit is the worst moment of the run at which active sessions
 	// x mean context exceeded the total KV capacity; nil if that never
-	// happened. The proxy keeps it with UpdatePeak on every snapshot.
+	// happened. The core keeps it with panel.UpdatePeak on every snapshot.
 	PeakOvercommit *OvercommitPeak `json:"peak_overcommit,omitempty"`
 
 	// MaxModelLen is the smallest context of the replicas that are up

@@ -1,4 +1,4 @@
-package proxy
+package router_test
 
 import (
 	"fmt"
@@ -13,18 +13,6 @@ import (
 )
 
 // fakeClock is a settable clock for Config.Clock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // heldEngines returns n fake engines that hold every completion until the
 // returned release function is called.
 func heldEngines(t *testing.T, n int) ([]*fakeEngine, func()) {
@@ -41,9 +29,9 @@ func heldEngines(t *testing.T, n int) ([]*fakeEngine, func()) {
 	return es, release
 }
 
-// sendHeld sends one request in the background, waits until the proxy has
+// sendHeld sends one request in the background, waits until the warden has
 // it in flight, and returns a function that waits for its route.
-func sendHeld(t *testing.T, p *Proxy, url, body string, kv ...string) func() (string, string) {
+func sendHeld(t *testing.T, p *warden, url, body string, kv ...string) func() (string, string) {
 	t.Helper()
 	before := coreOf(p).Status().InFlight
 	var rank, route string

@@ -1,4 +1,4 @@
-package proxy
+package router_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/identity"
 	"github.com/lmwarden/warden/router/place"
@@ -141,7 +142,7 @@ func TestReplicasAddedAndRemovedAtRunTimeKeepTheSessionTable(t *testing.T) {
 
 func TestReplicaAdminNeedsLoopbackOrTokenAndGoodInput(t *testing.T) {
 	e0 := newFakeEngine(t)
-	p, front := testProxy(t, testConfig{Proxy: Config{AdminToken: "sesame"}}, e0)
+	p, front := testProxy(t, testConfig{Proxy: proxy.Config{AdminToken: "sesame"}}, e0)
 	for _, tc := range []struct {
 		method, body, remote, token string
 		want                        int

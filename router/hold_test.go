@@ -1,4 +1,4 @@
-package proxy
+package router_test
 
 import (
 	"context"
@@ -17,7 +17,7 @@ func bigChat(key string, n int) string {
 }
 
 // TestHoldForRoom: on one replica with 40k tokens of KV, a conversation of
-// ~26k tokens is in flight; a new one of ~18k does not fit, so the proxy
+// ~26k tokens is in flight; a new one of ~18k does not fit, so the warden
 // holds it (it never reaches the engine) until the first ends, then places
 // it.
 func TestHoldForRoom(t *testing.T) {
@@ -40,7 +40,7 @@ func TestHoldForRoom(t *testing.T) {
 	<-e.arrived
 	doneB := make(chan string, 1)
 	go send("b", 80_000, doneB)
-	simproc.Poll(t, "b held at the proxy", func() bool { return held(p) == 1 })
+	simproc.Poll(t, "b held at the warden", func() bool { return held(p) == 1 })
 	e.mu.Lock()
 	n := len(e.bodies)
 	e.mu.Unlock()
@@ -93,7 +93,7 @@ func TestHeldClientGoesAway(t *testing.T) {
 }
 
 // held is the number of requests the Placer holds for room now.
-func held(p *Proxy) int { return coreOf(p).Placer().Counts(coreOf(p).Now(), nil).Held }
+func held(p *warden) int { return coreOf(p).Placer().Counts(coreOf(p).Now(), nil).Held }
 
 func httpRequest(ctx context.Context, url, body string) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))

@@ -1,4 +1,4 @@
-package proxy
+package router_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package proxy
+package router_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 // residentOn is where the adaptive memory believes key's prefix is (-1
 // nowhere), on a snapshot taken as a decision takes it.
-func residentOn(p *Proxy, key string) int { return coreOf(p).Placer().ResidentOn(key) }
+func residentOn(p *warden, key string) int { return coreOf(p).Placer().ResidentOn(key) }
 
 // TestCacheWipesForgotten: after the engine's prefix cache is emptied — a
 // restart the launcher reports, counters that went down (a restart nobody
@@ -24,17 +24,17 @@ func residentOn(p *Proxy, key string) int { return coreOf(p).Placer().ResidentOn
 func TestCacheWipesForgotten(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		wipe func(t *testing.T, p *Proxy, front string, e *fakeEngine, rank int)
+		wipe func(t *testing.T, p *warden, front string, e *fakeEngine, rank int)
 	}{
-		{"launcher restart", func(t *testing.T, p *Proxy, _ string, _ *fakeEngine, rank int) { coreOf(p).NoteRestart(rank) }},
-		{"counters went down", func(t *testing.T, p *Proxy, _ string, e *fakeEngine, rank int) {
+		{"launcher restart", func(t *testing.T, p *warden, _ string, _ *fakeEngine, rank int) { coreOf(p).NoteRestart(rank) }},
+		{"counters went down", func(t *testing.T, p *warden, _ string, e *fakeEngine, rank int) {
 			r := coreOf(p).Lookup(rank)
 			e.metrics.Store(metricsText(0, 0, 0.1, 5000, 4000))
 			coreOf(p).CheckReplica(context.Background(), r.Rank()) // the baseline
 			e.metrics.Store(metricsText(0, 0, 0.1, 10, 0))
 			coreOf(p).CheckReplica(context.Background(), r.Rank()) // lower: the engine restarted
 		}},
-		{"reset_prefix_cache", func(t *testing.T, _ *Proxy, front string, _ *fakeEngine, _ int) {
+		{"reset_prefix_cache", func(t *testing.T, _ *warden, front string, _ *fakeEngine, _ int) {
 			if resp, body := post(t, front+"/warden/reset_prefix_cache", ""); resp.StatusCode != 200 {
 				t.Fatalf("reset: %d %s", resp.StatusCode, body)
 			}
