@@ -303,3 +303,35 @@ func TestKVEventsPerDataParallelRank(t *testing.T) {
 		}
 	}
 }
+
+func TestKVEventsOfTheHostTier(t *testing.T) {
+	pub, replay := ipcEndpoints(t)
+	// 0.3 GiB of host tier: 136 blocks of 2.25 MiB, less than the four prompts: it evicts too.
+	p := simproc.Start(t, "--sim-time-scale", fast, "--sim-kv-tokens", "4096",
+		"--kv-offloading-backend", "native", "--kv-offloading-size", "0.3", "--kv-events-config", kvConfig(pub, replay))
+	ev := subscribeSim(t, kvevents.SubscriberConfig{Endpoint: pub, Replay: replay, Topic: "kv@sim"})
+	for i := range 4 {
+		chat(t, p.URL, words(fmt.Sprint("host", i), 1500), 16, nil, map[string]string{"X-Session-ID": "h"})
+	}
+	evs := ev.waitFor(t, "CPU stores and evictions", func(evs []kvevents.Event) bool {
+		var stored, removed bool
+		for _, e := range evs {
+			stored = stored || (e.Kind == kvevents.KindStored && e.Medium == "CPU")
+			removed = removed || (e.Kind == kvevents.KindRemoved && e.Medium == "CPU")
+		}
+		return stored && removed
+	})
+	gpu := map[uint64]bool{}
+	for _, e := range evs {
+		if e.Kind == kvevents.KindStored && e.Medium == "GPU" {
+			for _, h := range e.Hashes {
+				gpu[h] = true
+			}
+		}
+		if e.Kind == kvevents.KindStored && e.Medium == "CPU" {
+			if len(e.Hashes) != 1 || e.SessionID != "" || e.Tokens != 16 || !gpu[e.Hashes[0]] {
+				t.Fatalf("CPU store %+v: want one block of 16 tokens first stored on the GPU, no session id", e)
+			}
+		}
+	}
+}
