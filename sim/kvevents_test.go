@@ -255,6 +255,8 @@ func TestKVEventsEvictionAndReset(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("reset: %d", code)
 	}
+	// As vLLM, the reset's event goes out with the next step's: a request makes one.
+	chat(t, p.URL, "after the reset", 2, nil, nil)
 	ev.waitFor(t, "AllBlocksCleared", func(evs []kvevents.Event) bool { return count(evs, kvevents.KindCleared) == 1 })
 }
 
@@ -299,6 +301,38 @@ func TestKVEventsPerDataParallelRank(t *testing.T) {
 		for _, b := range s.batches() {
 			if !b.HasRank || b.Rank != rank {
 				t.Fatalf("rank %d's subscriber got a batch of rank %d (has %v)", rank, b.Rank, b.HasRank)
+			}
+		}
+	}
+}
+
+func TestKVEventsOfTheHostTier(t *testing.T) {
+	pub, replay := ipcEndpoints(t)
+	// 0.3 GiB of host tier: 136 blocks of 2.25 MiB, less than the four prompts: it evicts too.
+	p := simproc.Start(t, "--sim-time-scale", fast, "--sim-kv-tokens", "4096",
+		"--kv-offloading-backend", "native", "--kv-offloading-size", "0.3", "--kv-events-config", kvConfig(pub, replay))
+	ev := subscribeSim(t, kvevents.SubscriberConfig{Endpoint: pub, Replay: replay, Topic: "kv@sim"})
+	for i := range 4 {
+		chat(t, p.URL, words(fmt.Sprint("host", i), 1500), 16, nil, map[string]string{"X-Session-ID": "h"})
+	}
+	evs := ev.waitFor(t, "CPU stores and evictions", func(evs []kvevents.Event) bool {
+		var stored, removed bool
+		for _, e := range evs {
+			stored = stored || (e.Kind == kvevents.KindStored && e.Medium == "CPU")
+			removed = removed || (e.Kind == kvevents.KindRemoved && e.Medium == "CPU")
+		}
+		return stored && removed
+	})
+	gpu := map[uint64]bool{}
+	for _, e := range evs {
+		if e.Kind == kvevents.KindStored && e.Medium == "GPU" {
+			for _, h := range e.Hashes {
+				gpu[h] = true
+			}
+		}
+		if e.Kind == kvevents.KindStored && e.Medium == "CPU" {
+			if len(e.Hashes) != 1 || e.SessionID != "" || e.Tokens != 16 || !gpu[e.Hashes[0]] {
+				t.Fatalf("CPU store %+v: want one block of 16 tokens first stored on the GPU, no session id", e)
 			}
 		}
 	}

@@ -178,11 +178,12 @@ func (e *Engine) Cancel(r *Request) {
 	}
 }
 
-// Do runs f on the engine goroutine between steps and waits for it.
+// Do runs f on the engine goroutine between steps and waits for it. KV events it causes
+// (a reset's) go out with the next step's, as vLLM publishes them.
 func (e *Engine) Do(f func(s *Scheduler)) error {
 	done := make(chan struct{})
 	select {
-	case e.ctl <- func() { f(e.sched); e.publish(); close(done) }:
+	case e.ctl <- func() { f(e.sched); e.OnStep(e.Snapshot()); close(done) }:
 	case <-e.stopped:
 		return ErrStopped
 	}
