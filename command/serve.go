@@ -176,6 +176,7 @@ func routeFlags() []cli.Flag {
 	return append(inCategory(catReplicas,
 		&cli.StringSliceFlag{Name: "replica", EnvVars: envVars("REPLICA"),
 			Usage: "a running vLLM (or warden) `URL`[#max_num_seqs=N][&dp=N] to route to; repeat or separate with commas"},
+		kvEventsEndpointFlag(), kvEventsReplayFlag(),
 		&cli.StringFlag{Name: "replicas-file", EnvVars: envVars("REPLICAS_FILE"),
 			Usage: "`FILE` of replicas, one URL[#max_num_seqs=N][&dp=N] per line (# comments); re-read on SIGHUP"},
 		&cli.IntFlag{Name: "dp-ranks", EnvVars: envVars("DP_RANKS"),
@@ -268,7 +269,28 @@ func serveOptions(c *cli.Context) serve.Options {
 func routeOptions(c *cli.Context) serve.RouteOptions {
 	return serve.RouteOptions{
 		Replicas: c.StringSlice("replica"), ReplicasFile: c.String("replicas-file"), MaxNumSeqs: c.Int("max-num-seqs"),
-		DPRanks: c.Int("dp-ranks"), ServedName: c.String("served-model-name"), StateFile: c.String("state-file"),
+		KVEvents: kvEventsOptions(c),
+		DPRanks:  c.Int("dp-ranks"), ServedName: c.String("served-model-name"), StateFile: c.String("state-file"),
 		StateInterval: c.Duration("state-interval"), Router: routerOptions(c),
 	}
+}
+
+// kvEventsEndpointFlag and kvEventsReplayFlag name where engines the
+// warden did not start publish their KV-cache events (route, epp).
+func kvEventsEndpointFlag() cli.Flag {
+	return &cli.StringFlag{Name: "kv-events-endpoint", EnvVars: envVars("KV_EVENTS_ENDPOINT"),
+		Usage: "where each replica's vLLM publishes its KV-cache events (its --kv-events-config endpoint), as a " +
+			"`TEMPLATE` with {host} the replica's host, e.g. tcp://{host}:5557; a replica's own URL#kv=ENDPOINT wins; " +
+			"none: placement estimates what each engine holds (docs/kv-events.md)"}
+}
+
+func kvEventsReplayFlag() cli.Flag {
+	return &cli.StringFlag{Name: "kv-events-replay", EnvVars: envVars("KV_EVENTS_REPLAY"),
+		Usage: "each replica's KV-event replay endpoint (its replay_endpoint), a `TEMPLATE` as --kv-events-endpoint's, " +
+			"e.g. tcp://{host}:5558: a router that starts late or loses events catches up from it; URL#kv_replay= wins"}
+}
+
+// kvEventsOptions reads the two flags above.
+func kvEventsOptions(c *cli.Context) serve.KVEventsOptions {
+	return serve.KVEventsOptions{Endpoint: c.String("kv-events-endpoint"), Replay: c.String("kv-events-replay")}
 }

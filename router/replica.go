@@ -61,6 +61,7 @@ func (b Backend) ExpandDP() []Backend {
 	for i := range out {
 		out[i] = b
 		out[i].DPPinned, out[i].DPRank, out[i].LearnDP = true, i, false
+		out[i].KVEvents = b.KVEvents.ForRank(i)
 	}
 	return out
 }

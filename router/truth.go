@@ -2,7 +2,9 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +42,43 @@ type KVEvents struct {
 
 // On reports whether the engine publishes events.
 func (k KVEvents) On() bool { return k.Endpoint != "" }
+
+// check refuses endpoints the subscriber cannot use, naming the replica
+// spec they came from.
+func (k KVEvents) check(spec string) error {
+	for _, ep := range []string{k.Endpoint, k.Replay} {
+		if ep != "" && !strings.HasPrefix(ep, "tcp://") && !strings.HasPrefix(ep, "ipc://") {
+			return fmt.Errorf("replica %q: KV events endpoint %q: want tcp://HOST:PORT or ipc:///PATH", spec, ep)
+		}
+	}
+	if k.Replay != "" && k.Endpoint == "" {
+		return fmt.Errorf("replica %q: kv_replay without kv (the engine's events endpoint)", spec)
+	}
+	return nil
+}
+
+// ForRank is where engine rank of a vLLM data-parallel server publishes:
+// vLLM offsets a tcp port by the rank.
+func (k KVEvents) ForRank(rank int) KVEvents {
+	if rank == 0 {
+		return k
+	}
+	if ep, err := kvevents.RankEndpoint(k.Endpoint, rank); err == nil {
+		k.Endpoint = ep
+	}
+	if ep, err := kvevents.RankEndpoint(k.Replay, rank); err == nil {
+		k.Replay = ep
+	}
+	return k
+}
+
+// Template fills a --kv-events template for a replica at host: {host} is
+// the replica URL's host name.
+func (k KVEvents) Template(host string) KVEvents {
+	k.Endpoint = strings.ReplaceAll(k.Endpoint, "{host}", host)
+	k.Replay = strings.ReplaceAll(k.Replay, "{host}", host)
+	return k
+}
 
 // eventsNeverCame is how many turns with a whole block of prompt a replica
 // serves with no event before its events are taken to be off (an engine
