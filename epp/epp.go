@@ -97,6 +97,7 @@ type Core interface {
 	Identify(h http.Header, path string, body []byte) (router.Request, error)
 	RewriteModel(body []byte) []byte
 	Place(ctx context.Context, req place.Request) router.Placement
+	RetryAfter() int
 	Finish(pl *router.Placement, o router.Outcome) router.Placement
 	ForEngine(pl *router.Placement, kind tap.Kind, sessionField bool, body []byte) ([]byte, string)
 }
@@ -371,6 +372,9 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 	if pl.Rank < 0 {
 		if pl.Reason == place.ReasonWait { // the gateway gave up while the request was held
 			return nil, status.Error(codes.Canceled, "the request ended while held")
+		}
+		if pl.Reason == place.ReasonBusy { // the admission queue's bound: told to retry
+			return x.overloaded(core.RetryAfter())
 		}
 		msg := "no endpoint is ready"
 		if x.pr.Pinned {

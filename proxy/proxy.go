@@ -79,6 +79,7 @@ type Core interface {
 	Identify(h http.Header, path string, body []byte) (router.Request, error)
 	RewriteModel(body []byte) []byte
 	Place(ctx context.Context, req place.Request) router.Placement
+	RetryAfter() int
 	Finish(pl *router.Placement, o router.Outcome) router.Placement
 	ForEngine(pl *router.Placement, kind tap.Kind, sessionField bool, body []byte) ([]byte, string)
 }

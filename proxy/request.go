@@ -70,6 +70,11 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 				w.WriteHeader(499)
 				return
 			}
+			if pl.Reason == place.ReasonBusy { // the admission queue's bound: told to retry
+				w.Header().Set("Retry-After", strconv.Itoa(p.core.RetryAfter()))
+				writeError(w, r, router.OverloadStatus(r.URL.Path), router.OverloadMessage)
+				return
+			}
 			break
 		}
 		retry, why := p.forward(w, r, req, &pl, start)

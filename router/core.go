@@ -32,6 +32,11 @@ const (
 	// DefaultMaxBodyBytes bounds the request body a data plane reads to
 	// identify a conversation (agent conversations reach a few MB).
 	DefaultMaxBodyBytes = 32 << 20
+	// DefaultFairShare: the admission queue is on (the flag's value; see
+	// Config.FairShare and docs/routing.md's measurement).
+	DefaultFairShare    = true
+	DefaultQueueMaxWait = 30 * time.Second
+	DefaultQueueMaxLen  = 1024
 )
 
 // Config configures a Core: how conversations are identified and placed,
@@ -70,6 +75,17 @@ type Config struct {
 	// subagent is a conversation of its own, placed by load
 	// (identity.SessionKey.Conversation).
 	SubagentsWithParent bool
+	// FairShare puts the admission queue in front of placement (admit.go):
+	// requests go to the engines while a replica can start them at once,
+	// the rest wait in a fair order across agent trees; false: every
+	// request is placed at once (the engines queue first come first
+	// served). Its flag's default is DefaultFairShare.
+	FairShare bool
+	// QueueMaxWait bounds a request's wait in the admission queue, and
+	// QueueMaxLen the queue; past either the client is told to retry.
+	// 0 = DefaultQueueMaxWait, DefaultQueueMaxLen.
+	QueueMaxWait time.Duration
+	QueueMaxLen  int
 	// MaxSessions bounds the session table (least recently used beyond);
 	// 0 = DefaultMaxSessions.
 	MaxSessions int
@@ -118,6 +134,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.SpillThreshold < 0:
 		return fmt.Errorf("--spill-threshold must be >= 0 (0 means auto), got %d", c.SpillThreshold)
+	case c.QueueMaxWait < 0:
+		return fmt.Errorf("--queue-max-wait must be >= 0 (0 means %s), got %s", DefaultQueueMaxWait, c.QueueMaxWait)
+	case c.QueueMaxLen < 0:
+		return fmt.Errorf("--queue-max-len must be >= 0 (0 means %d), got %d", DefaultQueueMaxLen, c.QueueMaxLen)
 	case c.MoveCooldown < 0:
 		return fmt.Errorf("--move-cooldown must be >= 0 turns (0 means auto = %d), got %d", place.DefaultMoveCooldown, c.MoveCooldown)
 	case c.KVFill < 0 || c.KVFill > 4:
@@ -158,6 +178,8 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.FailCooldown, DefaultFailCooldown)
 	setDefault(&c.DecisionLogMaxMB, DefaultDecisionLogMaxMB)
 	setDefault(&c.MaxBodyBytes, DefaultMaxBodyBytes)
+	setDefault(&c.QueueMaxWait, DefaultQueueMaxWait)
+	setDefault(&c.QueueMaxLen, DefaultQueueMaxLen)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -229,6 +251,7 @@ type Core struct {
 	peak         peakState      // the worst KV overcommit (status.go)
 	names        *modelname.Map // the model names requests give, mapped to ServedModel
 	decisions    *decisionLog   // --decision-log; nil = off
+	admit        *admission     // the admission queue (admit.go); nil = FairShare off
 	feeds        feeds          // the engines' KV-event subscribers (truth.go)
 	truthMetrics *truthMetrics
 	timeScale    atomic.Uint64 // the engines' time scale as float64 bits (noteTimeScale); 0 = not said
@@ -267,6 +290,9 @@ func New(cfg Config, backends []Backend) (*Core, error) {
 		list = append(list, r)
 	}
 	c.publish(list)
+	if cfg.FairShare {
+		c.admit = newAdmission(cfg.QueueMaxWait, cfg.QueueMaxLen, cfg.Clock, c.Replicas)
+	}
 	m, err := newMetrics(cfg.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("router: metrics: %w", err)

@@ -76,7 +76,7 @@ func (c *Core) Identify(h http.Header, path string, body []byte) (Request, error
 		return req, err
 	}
 	req.Place = place.Request{Key: k.Key, Subagent: k.Subagent && (k.Agent == "" || !c.cfg.SubagentsWithParent),
-		Pinned: pinned, Pin: pin, BodyBytes: len(body)}
+		Pinned: pinned, Pin: pin, BodyBytes: len(body), Root: k.Root(), Priority: ParsePriority(h.Get(PriorityHeader))}
 	return req, nil
 }
 
@@ -84,19 +84,58 @@ func (c *Core) Identify(h http.Header, path string, body []byte) (Request, error
 // Request whose Model is modelname.Rewrite), in place when it is not longer.
 func (c *Core) RewriteModel(body []byte) []byte { return c.names.Rewrite(body) }
 
-// Place decides where a request goes, holding it while the policy says so
-// (until ctx ends). A placement with Rank >= 0 is in flight on its Replica
-// until Finish; Rank < 0 has nowhere to go (Reason says why: ReasonWait
-// when ctx ended while held).
+// Place decides where a request goes, holding it while the admission
+// queue (admit.go) or the policy says so (until ctx ends). A placement with
+// Rank >= 0 is in flight on its Replica until Finish; Rank < 0 has nowhere
+// to go (Reason says why: ReasonWait when ctx ended while held, ReasonBusy
+// when the queue's bound let it go: the data plane answers
+// OverloadStatus with RetryAfter).
 func (c *Core) Place(ctx context.Context, req place.Request) Placement {
+	var tk *admitTicket
+	var queued time.Duration
+	if c.admit != nil && !req.Pinned {
+		var res admitResult
+		if tk, queued, res = c.admit.admit(ctx, &req); res != admitted {
+			reason := place.ReasonWait
+			if res == letGo {
+				reason = place.ReasonBusy
+			}
+			return Placement{Decision: place.Decision{Rank: -1, Reason: reason}, Waited: queued}
+		}
+	}
 	label := ledger.Label(req.Key)
 	req.Resident = c.residency(label)
 	pl := c.placer.Place(ctx, req)
+	pl.Waited += queued
+	if tk != nil {
+		c.admit.placed(tk, pl.Rank)
+		if pl.Rank >= 0 {
+			pl.Admission = tk
+		}
+	}
 	if pl.Rank >= 0 {
 		c.metrics.inFlight.Inc()
 		c.noteTruth(&pl, label)
 	}
 	return pl
+}
+
+// RetryAfter is the seconds a request told to retry (ReasonBusy) is asked
+// to wait before it does.
+func (c *Core) RetryAfter() int {
+	if c.admit == nil {
+		return 1
+	}
+	return c.admit.retryAfter()
+}
+
+// released gives a finished placement's admission back (tokens: the
+// uncached prompt and completion it cost its tree).
+func (c *Core) released(pl *Placement, tokens int) {
+	if tk, ok := pl.Admission.(*admitTicket); ok && c.admit != nil {
+		pl.Admission = nil
+		c.admit.release(tk, tokens)
+	}
 }
 
 // Retry says why an attempt did not serve the request on its replica; the
@@ -191,6 +230,7 @@ func (c *Core) retried(pl *Placement, why string, err error) {
 	r.log.Info("the request never reached the engine; trying another replica", "why", why, "error", err)
 	c.placer.End(pl, false, place.Report{}, -1)
 	c.endFlight(r)
+	c.released(pl, 0)
 }
 
 // endFlight takes a finished request out of the in-flight counts, after
@@ -235,6 +275,7 @@ func (c *Core) placeServed(endpoint string, req place.Request) Placement {
 // account counts a request that reached its engine.
 func (c *Core) account(pl *Placement, o Outcome) {
 	rep := pl.Replica
+	defer c.released(pl, int(o.Usage.Prompt-min(o.Usage.Cached, o.Usage.Prompt)+o.Usage.Completion))
 	defer c.endFlight(rep)
 	if o.NoEndpoint {
 		c.placer.End(pl, false, place.Report{}, -1)
@@ -316,7 +357,7 @@ func (c *Core) logDecision(pl *Placement, o Outcome, u tap.Usage, m missed) {
 		return
 	}
 	now := c.clock()
-	d := decision.Record{At: now, RequestID: o.RequestID, Source: o.Key.Source, Key: o.Key.Key, Subagent: o.Key.Subagent,
+	d := decision.Record{At: now, RequestID: o.RequestID, Source: o.Key.Source, Key: o.Key.Key, Subagent: o.Key.Subagent, Root: o.Key.Root(),
 		Policy: pl.Policy, Route: string(pl.Reason), Replica: pl.Replica.rank, Wait: pl.Waited,
 		Prompt: u.Prompt, Cached: u.Cached, Completion: u.Completion, TTFT: -1, Duration: now.Sub(o.Start), Status: o.Status,
 		Predicted: m.predicted, PredictedFrom: m.source, MissReason: m.reason}

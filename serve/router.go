@@ -36,6 +36,9 @@ type Router struct {
 	AdmitWait             time.Duration
 	MoveCooldown          int
 	Subagents             string // own or parent
+	FairShare             bool
+	QueueMaxWait          time.Duration
+	QueueMaxLen           int
 	RampUp                time.Duration
 	KVFill                float64
 	SessionHeaders        []string
@@ -80,6 +83,7 @@ func (r Router) configs(servedName string) (router.Config, proxy.Config, string,
 		SessionHeaders: r.SessionHeaders, BalancerInterval: r.BalancerInterval, ScrapeInterval: r.ScrapeInterval,
 		AdmitWait: r.AdmitWait, MoveCooldown: r.MoveCooldown, KVFill: r.KVFill,
 		RampUp: r.RampUp, SubagentsWithParent: r.Subagents == "parent",
+		FairShare: r.FairShare, QueueMaxWait: r.QueueMaxWait, QueueMaxLen: r.QueueMaxLen,
 		DecisionLog: r.DecisionLog, DecisionLogMaxMB: r.DecisionLogMaxMB, MaxBodyBytes: int64(maxBody),
 	}
 	pc := proxy.Config{

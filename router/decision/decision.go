@@ -36,6 +36,7 @@ type Record struct {
 	Source     string // how the session was identified
 	Key        string // the placement key: hashed into the line
 	Subagent   bool
+	Root       string // the agent tree's root session key: hashed into the line
 	Policy     string
 	Route      string
 	Replica    int
@@ -60,7 +61,8 @@ type Record struct {
 // Line is the decision log's line format (one JSON object a line).
 // Session is a short hash of the placement key (the raw key may be a
 // person's id); it tells conversations apart within a log and across
-// restarts, nothing more. TTFTS is the time to the first answer content,
+// restarts, nothing more. Root is the agent tree's root session, hashed
+// the same way: a subagent's lines share their parent's root. TTFTS is the time to the first answer content,
 // -1 when none arrived (its key, ttfb_s, is the log format's since its
 // first release, kept for the files and tools that read it).
 type Line struct {
@@ -69,6 +71,7 @@ type Line struct {
 	Source     string  `json:"session_source"`
 	Session    string  `json:"session"`
 	Subagent   bool    `json:"subagent"`
+	Root       string  `json:"root"` // the agent tree's root conversation, hashed as Session
 	Policy     string  `json:"policy"`
 	Route      string  `json:"route"`
 	Replica    int     `json:"replica"`
@@ -97,6 +100,9 @@ func (d *Record) AppendJSON(b []byte) []byte {
 	b = appendSession(b, d.Key)
 	b = append(b, `","subagent":`...)
 	b = strconv.AppendBool(b, d.Subagent)
+	b = append(b, `,"root":"`...)
+	b = appendSession(b, d.Root)
+	b = append(b, '"')
 	b = append(b, `,"policy":`...)
 	b = appendJSONString(b, d.Policy)
 	b = append(b, `,"route":`...)

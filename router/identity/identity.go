@@ -62,6 +62,19 @@ type SessionKey struct {
 	Source   string
 	Agent    string // the subagent's id within Key's session; "" for the session's own conversation
 	Subagent bool   // a subagent's request (Agent set, or a child session with its own Key)
+	Parent   string // opencode: a child session's parent session id (x-parent-session-id); "" otherwise
+}
+
+// Root is the agent tree the request belongs to: the root conversation's
+// session key. Claude Code's and Codex's subagents send their root's
+// session id (Key, with their own Agent); an opencode child session names
+// its parent (Parent), whose own parent, if any, the caller resolves.
+// "" when no session was identified.
+func (k SessionKey) Root() string {
+	if k.Parent != "" {
+		return k.Parent
+	}
+	return k.Key
 }
 
 // Conversation is the key placement uses: the session's key, or for a
@@ -170,7 +183,9 @@ func fromHeaders(h http.Header, extra []string) (SessionKey, bool) {
 	}
 	if v := headerAny(h, &odd, opencodeHeaders); v != "" {
 		k := capKey(v, SourceOpencode)
-		k.Subagent = headerAny(h, &odd, opencodeParentHeads) != ""
+		if p := headerAny(h, &odd, opencodeParentHeads); p != "" {
+			k.Subagent, k.Parent = true, capKey(p, "").Key
+		}
 		return k, true
 	}
 	for _, name := range extra {

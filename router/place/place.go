@@ -34,6 +34,7 @@ const (
 	ReasonNone     Reason = "none"     // no replica can take it
 	ReasonWait     Reason = "wait"     // no replica has room: the Placer holds it and asks again (adaptive)
 	ReasonMove     Reason = "move"     // re-homed where it is expected to be served sooner (adaptive)
+	ReasonBusy     Reason = "busy"     // the router's admission queue passed its bound: the client is told to retry
 )
 
 // Policy names accepted by Config.Policy and POST /warden/policy.

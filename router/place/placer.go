@@ -105,6 +105,15 @@ type Request struct {
 	BodyBytes int           // the request body's size (the adaptive policy's token estimate)
 	Waited    time.Duration // how long it has been held so far
 	Held      bool          // Decide: the caller holds it after an earlier ReasonWait (it counts among the held until placed)
+	// Root is the agent tree's root conversation and Priority the
+	// request's class (PriorityInteractive first): the router's admission
+	// reads them, the Placer does not. Near (when HasNear) is the replica
+	// where the request's tree was last placed: a new subagent
+	// conversation goes there while its load is within the spill bound.
+	Root     string
+	Priority int
+	Near     int
+	HasNear  bool
 	// Resident is the engines' truth about the conversation's prefix, one
 	// entry per replica whose KV events flow (router/ledger); nil: the
 	// estimate alone (Memory) decides where it is.
@@ -131,9 +140,11 @@ type Placement[R Replica] struct {
 	PrevContext, PrevTurns int
 	// Note is the caller's own record of the placement, carried to its end
 	// (the router core's reading of the engines' truth).
-	Note   any
-	key    string
-	ticket *Ticket
+	Note any
+	// Admission is the router's admission ticket, carried to its end.
+	Admission any
+	key       string
+	ticket    *Ticket
 }
 
 // MaxHold bounds one request's hold whatever the policy says (a safety
