@@ -304,7 +304,7 @@ func (a *admission) room(now time.Time) []slot {
 		}
 	}
 	for i := range slots {
-		slots[i].reserve = min(slots[i].reserve, slots[i].cap/2)
+		slots[i].reserve = min(slots[i].reserve, slots[i].cap-1)
 	}
 	return slots
 }

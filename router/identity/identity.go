@@ -69,10 +69,14 @@ type SessionKey struct {
 // session key. Claude Code's and Codex's subagents send their root's
 // session id (Key, with their own Agent); an opencode child session names
 // its parent (Parent), whose own parent, if any, the caller resolves.
-// "" when no session was identified.
+// "" when no session was identified. A Key already made a Conversation
+// (session#agent) gives its session.
 func (k SessionKey) Root() string {
 	if k.Parent != "" {
 		return k.Parent
+	}
+	if i := strings.Index(k.Key, AgentSeparator); i >= 0 && k.Agent != "" {
+		return k.Key[:i]
 	}
 	return k.Key
 }

@@ -106,7 +106,7 @@ func TestExtract(t *testing.T) {
 			SessionKey{Key: codexID, Source: SourceCodexHeader, Agent: "01a22c42-bbbb", Subagent: true}},
 		{"an opencode child session has its own id and names its parent",
 			wire("x-session-affinity", "ses_child", "x-parent-session-id", opencodeID), `{}`, nil,
-			SessionKey{Key: "ses_child", Source: SourceOpencode, Subagent: true}},
+			SessionKey{Key: "ses_child", Source: SourceOpencode, Subagent: true, Parent: opencodeID}},
 		{"a key over 256 bytes is hashed",
 			wire("session-id", long), `{}`, nil, SessionKey{Key: capKey(long, SourceCodexHeader).Key, Source: SourceCodexHeader}},
 	}
@@ -198,5 +198,31 @@ func TestConversation(t *testing.T) {
 	parent := SessionKey{Key: ccID, Source: SourceClaudeHeader}
 	if got := parent.Conversation(false); got != ccID {
 		t.Errorf("parent: %q", got)
+	}
+}
+
+// One tree per root conversation, across the three harnesses' captures
+// (docs/clients.md): a subagent's root is its parent's session.
+func TestRootIsTheTreesRootConversation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    http.Header
+		want string
+	}{
+		{"Claude Code's main conversation", wire("X-Claude-Code-Session-Id", ccID), ccID},
+		{"a Claude Code subagent", wire("X-Claude-Code-Session-Id", ccID, "x-claude-code-agent-id", "a31370cd13e9c38d2"), ccID},
+		{"the Codex root agent", wire("session-id", codexID, "thread-id", codexID), codexID},
+		{"a Codex child thread", wire("session-id", codexID, "thread-id", "01a22c42-aaaa", "x-codex-parent-thread-id", codexID), codexID},
+		{"an opencode session", wire("x-session-affinity", opencodeID), opencodeID},
+		{"an opencode child session", wire("x-session-affinity", "ses_child", "x-parent-session-id", opencodeID), opencodeID},
+		{"nothing identified", http.Header{}, ""},
+	} {
+		k := Extract(tc.h, []byte(`{}`), nil)
+		for _, inherit := range []bool{false, true} {
+			k.Key = k.Conversation(inherit) // as the core keys it (--subagents own, parent)
+			if got := k.Root(); got != tc.want {
+				t.Errorf("%s (inherit %v): Root() = %q, want %q", tc.name, inherit, got, tc.want)
+			}
+		}
 	}
 }
