@@ -63,7 +63,8 @@ func routerFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "kv-fill", EnvVars: envVars("KV_FILL"),
 			Usage: "adaptive: share of each KV cache planned for working sets (0: 1.0; >1 overcommits)"},
 		&cli.StringFlag{Name: "subagents", Value: "own", EnvVars: envVars("SUBAGENTS"),
-			Usage: "own: a subagent is a conversation of its own, placed by load; parent: it follows its parent"},
+			Usage: "own: a subagent is a conversation of its own, placed by load; parent: it follows its parent; " +
+				"near: its own conversation, placed beside its parent while that replica is under the spill threshold"},
 		&cli.BoolFlag{Name: "fair-share", Value: router.DefaultFairShare, EnvVars: envVars("FAIR_SHARE"),
 			Usage: "admit requests while a replica can start them and queue the rest fairly across agent trees (false: the engines queue them first come first served)"},
 		&cli.DurationFlag{Name: "queue-max-wait", Value: router.DefaultQueueMaxWait, EnvVars: envVars("QUEUE_MAX_WAIT"),

@@ -41,7 +41,9 @@ func TestAdmissionLeavesAnActiveTreesNextTurnASlot(t *testing.T) {
 	c := admitCore(t, time.Minute, 16)
 	turn := place.Request{Key: "chat", Root: "chat"}
 	finish(t, c, c.Place(context.Background(), turn)) // the conversation is active, nothing in flight
-	flood := func(agent string) place.Request { return place.Request{Key: "farm#agent:" + agent, Root: "farm", Subagent: true} }
+	flood := func(agent string) place.Request {
+		return place.Request{Key: "farm#agent:" + agent, Root: "farm", Subagent: true}
+	}
 	first := c.Place(context.Background(), flood("1"))
 	if first.Rank != 0 {
 		t.Fatalf("the flood's first request: %+v", first.Decision)

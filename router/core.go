@@ -75,6 +75,10 @@ type Config struct {
 	// subagent is a conversation of its own, placed by load
 	// (identity.SessionKey.Conversation).
 	SubagentsWithParent bool
+	// SubagentsNear (with SubagentsWithParent false) places a new subagent
+	// conversation on its parent's replica while that one is under its
+	// spill threshold (place.Config.SubagentsNear).
+	SubagentsNear bool
 	// FairShare puts the admission queue in front of placement (admit.go):
 	// requests go to the engines while a replica can start them at once,
 	// the rest wait in a fair order across agent trees; false: every
@@ -205,7 +209,8 @@ func setDefault[T comparable](v *T, def T) {
 // placeConfig is the policy and its knobs as place.Pick takes them (the
 // Placer's; the policy switches at run time: SetPolicy).
 func (c Config) placeConfig() place.Config {
-	pc := place.Config{Policy: c.Policy, SpillThreshold: c.SpillThreshold, MoveCooldown: c.MoveCooldown, Fill: c.KVFill}
+	pc := place.Config{Policy: c.Policy, SpillThreshold: c.SpillThreshold, MoveCooldown: c.MoveCooldown, Fill: c.KVFill,
+		SubagentsNear: c.SubagentsNear && !c.SubagentsWithParent}
 	switch {
 	case c.AdmitWait < 0:
 		pc.AdmitWait = -1

@@ -35,7 +35,7 @@ type Router struct {
 	SpillThreshold        int
 	AdmitWait             time.Duration
 	MoveCooldown          int
-	Subagents             string // own or parent
+	Subagents             string // own, parent or near
 	FairShare             bool
 	QueueMaxWait          time.Duration
 	QueueMaxLen           int
@@ -67,8 +67,8 @@ func (r Router) configs(servedName string) (router.Config, proxy.Config, string,
 	if port < 1 || port > 65535 {
 		return none, proxy.Config{}, "", fmt.Errorf("--port %d is not a TCP port", port)
 	}
-	if v := r.Subagents; v != "own" && v != "parent" {
-		return none, proxy.Config{}, "", fmt.Errorf("--subagents must be own or parent, got %q", v)
+	if v := r.Subagents; v != "own" && v != "parent" && v != "near" {
+		return none, proxy.Config{}, "", fmt.Errorf("--subagents must be own, parent or near, got %q", v)
 	}
 	maxBody, err := humanize.ParseBytes(r.MaxBodyBytes)
 	if err != nil || maxBody == 0 || maxBody > 1<<40 {
@@ -82,7 +82,7 @@ func (r Router) configs(servedName string) (router.Config, proxy.Config, string,
 		ServedModel: servedName, StrictModel: r.StrictModel, Policy: policy, SpillThreshold: r.SpillThreshold,
 		SessionHeaders: r.SessionHeaders, BalancerInterval: r.BalancerInterval, ScrapeInterval: r.ScrapeInterval,
 		AdmitWait: r.AdmitWait, MoveCooldown: r.MoveCooldown, KVFill: r.KVFill,
-		RampUp: r.RampUp, SubagentsWithParent: r.Subagents == "parent",
+		RampUp: r.RampUp, SubagentsWithParent: r.Subagents == "parent", SubagentsNear: r.Subagents == "near",
 		FairShare: r.FairShare, QueueMaxWait: r.QueueMaxWait, QueueMaxLen: r.QueueMaxLen,
 		DecisionLog: r.DecisionLog, DecisionLogMaxMB: r.DecisionLogMaxMB, MaxBodyBytes: int64(maxBody),
 	}

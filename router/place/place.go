@@ -138,6 +138,12 @@ type SessionView struct {
 type Config struct {
 	Policy         string
 	SpillThreshold int // in-flight above which a sticky turn spills; 0 = auto
+	// SubagentsNear places a new subagent conversation (Request.Subagent
+	// with a Root other than its Key) on its parent's home while that
+	// replica's in-flight count is under its spill threshold, where the
+	// parent's prefix (system prompt and tools) is resident; false: by the
+	// policy alone.
+	SubagentsNear bool
 
 	// Adaptive policy knobs; zero values take the defaults.
 	AdmitWait    float64 // seconds a new conversation may wait for room; 0 = AdmitTurns turn times, <0 = never wait

@@ -107,13 +107,10 @@ type Request struct {
 	Held      bool          // Decide: the caller holds it after an earlier ReasonWait (it counts among the held until placed)
 	// Root is the agent tree's root conversation and Priority the
 	// request's class (PriorityInteractive first): the router's admission
-	// reads them, the Placer does not. Near (when HasNear) is the replica
-	// where the request's tree was last placed: a new subagent
-	// conversation goes there while its load is within the spill bound.
+	// reads Priority; the Placer reads Root to place a new subagent
+	// conversation beside its parent (Config.SubagentsNear).
 	Root     string
 	Priority int
-	Near     int
-	HasNear  bool
 	// Resident is the engines' truth about the conversation's prefix, one
 	// entry per replica whose KV events flow (router/ledger); nil: the
 	// estimate alone (Memory) decides where it is.
@@ -263,8 +260,29 @@ func (p *Placer[R]) view(req Request, now time.Time) (*Session, []ReplicaView, S
 // Override when there is one. It changes nothing. The caller holds p.mu.
 func (p *Placer[R]) pick(req Request, snap []ReplicaView, sv SessionView) Decision {
 	d := Pick(snap, sv, p.cfg, p.rng)
+	if p.cfg.SubagentsNear && !sv.Known && d.Reason == ReasonNew {
+		d = p.nearParent(req, d, snap)
+	}
 	if p.override != nil {
 		d = p.override(req, d, snap, sv)
+	}
+	return d
+}
+
+// nearParent moves a new subagent conversation's decision d to its
+// parent's home while that replica is available and under its spill
+// threshold (a burst of siblings fills it up to there, the rest go by
+// load). The caller holds p.mu.
+func (p *Placer[R]) nearParent(req Request, d Decision, snap []ReplicaView) Decision {
+	if !req.Subagent || req.Root == "" || req.Root == req.Key || req.Pinned {
+		return d
+	}
+	parent := p.sessions.Peek(req.Root)
+	if parent == nil || parent.Home() < 0 || parent.Home() == d.Rank {
+		return d
+	}
+	if i := indexOf(snap, parent.Home()); i >= 0 && snap[i].Available() && snap[i].InFlight < p.cfg.SpillFor(snap[i]) {
+		d.Rank = parent.Home()
 	}
 	return d
 }

@@ -139,3 +139,28 @@ func TestPlacerExpiresOnTheTick(t *testing.T) {
 		t.Errorf("counts after the tick differ from those read before it (-before +after):\n%s", diff)
 	}
 }
+
+// TestSubagentsNearTheirParent: with SubagentsNear a burst of new subagent
+// conversations goes to the parent's home, where its system prompt and
+// tools are resident, up to the spill threshold (max_num_seqs/4 = 8 in
+// flight); the rest go by load. Without it they all go by load.
+func TestSubagentsNearTheirParent(t *testing.T) {
+	for _, near := range []bool{true, false} {
+		p, _ := testPlacer(4, PlacerConfig{Config: Config{SubagentsNear: near}})
+		parent := p.Decide(Request{Key: "root"})
+		homed := 0
+		for i := range 12 {
+			pl := p.Decide(Request{Key: fmt.Sprint("root#agent:", i), Root: "root", Subagent: true})
+			if pl.Reason != ReasonNew {
+				t.Fatalf("near %v: subagent %d placed %+v", near, i, pl.Decision)
+			}
+			if pl.Rank == parent.Rank {
+				homed++
+			}
+		}
+		// The parent's own request is in flight there: 7 more fit under 8.
+		if want := map[bool]int{true: 7, false: 3}[near]; homed != want {
+			t.Errorf("near %v: %d of 12 subagents beside the parent, want %d", near, homed, want)
+		}
+	}
+}
