@@ -9,8 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lmwarden/warden/router/decision"
 	"github.com/lmwarden/warden/router/engine"
 	"github.com/lmwarden/warden/router/place"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // Admission: a farm's fair share (issue 46). An agent farm is many agent
@@ -422,25 +424,32 @@ func (a *admission) retryAfter() int {
 	return int(min(max(math.Ceil(s), 1), 60))
 }
 
-// AdmissionCounts is the admission queue as the status reads it.
-type AdmissionCounts struct {
-	Queued, Trees, ActiveTrees int
-	Admitted, Waited, Busy     uint64
-}
-
-// counts reads the queue now.
-func (a *admission) counts() AdmissionCounts {
+// status reads the queue now: counts and the active trees, most in
+// flight first (maxStatusTrees at most).
+func (a *admission) status() *schema.Admission {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.clock()
-	c := AdmissionCounts{Queued: len(a.queue), Trees: len(a.roots), Admitted: a.admitted, Waited: a.queued, Busy: a.busy}
-	for _, r := range a.roots {
+	st := &schema.Admission{Queued: len(a.queue), Admitted: a.admitted, Waited: a.queued, Busy: a.busy}
+	for k, r := range a.roots {
 		if r.inflight > 0 || r.queued > 0 || now.Sub(r.lastEnd) <= rootActiveWindow {
-			c.ActiveTrees++
+			st.ActiveTrees++
+			st.Trees = append(st.Trees, schema.Tree{Root: decision.Session(k), InFlight: r.inflight, Queued: r.queued,
+				Tokens: math.Round(r.attained(now))})
 		}
 	}
-	return c
+	slices.SortFunc(st.Trees, func(x, y schema.Tree) int {
+		if x.InFlight+x.Queued != y.InFlight+y.Queued {
+			return y.InFlight + y.Queued - x.InFlight - x.Queued
+		}
+		return strings.Compare(x.Root, y.Root)
+	})
+	st.Trees = st.Trees[:min(len(st.Trees), maxStatusTrees)]
+	return st
 }
+
+// maxStatusTrees bounds the trees the status lists.
+const maxStatusTrees = 32
 
 // OverloadMessage is the error message of a request told to retry.
 const OverloadMessage = "the warden's engines are saturated and its admission queue is past its bound (--queue-max-wait, --queue-max-len): retry after the Retry-After seconds"

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/router/decision"
 	"github.com/lmwarden/warden/router/place"
 )
 
@@ -24,7 +25,7 @@ func placeAsync(c *Core, req place.Request) <-chan Placement {
 	return out
 }
 
-func queued(c *Core) int { return c.admit.counts().Queued }
+func queued(c *Core) int { return c.admit.status().Queued }
 
 func finish(t *testing.T, c *Core, pl Placement) {
 	t.Helper()
@@ -50,6 +51,10 @@ func TestAdmissionLeavesAnActiveTreesNextTurnASlot(t *testing.T) {
 	}
 	second := placeAsync(c, flood("2"))
 	simproc.Poll(t, "the flood's second request queued (one slot is the conversation's)", func() bool { return queued(c) == 1 })
+	st := c.Status().Admission
+	if st == nil || st.Queued != 1 || len(st.Trees) != 2 || st.Trees[0].Root != decision.Session("farm") || st.Trees[0].InFlight != 1 {
+		t.Errorf("status: %+v, want the farm's tree first (hashed), one in flight, one queued", st)
+	}
 	next := c.Place(context.Background(), turn)
 	if next.Rank != 0 {
 		t.Fatalf("the conversation's next turn: %+v, want placed at once", next.Decision)
@@ -111,7 +116,7 @@ func TestAdmissionBoundTellsTheClientToRetry(t *testing.T) {
 	finish(t, c, a)
 	finish(t, c, <-chat)
 	finish(t, c, b)
-	if n := c.admit.counts().Busy; n != 2 {
+	if n := c.admit.status().Busy; n != 2 {
 		t.Errorf("told to retry %d, want 2", n)
 	}
 	if got := OverloadStatus("/v1/messages"); got != 529 {

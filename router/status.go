@@ -50,6 +50,9 @@ func (c *Core) Status() schema.Status {
 	if len(reps) > 0 {
 		s.SpillThreshold = place.Config{SpillThreshold: c.cfg.SpillThreshold}.SpillFor(place.ReplicaView{MaxNumSeqs: reps[0].seqs()})
 	}
+	if c.admit != nil {
+		s.Admission = c.admit.status()
+	}
 	s.Series = c.series.points(now)
 	c.peak.mu.Lock()
 	c.peak.peak = panel.UpdatePeak(c.peak.peak, s)

@@ -73,6 +73,30 @@ type Status struct {
 	// Engines says how `warden serve` started its engines; nil for `warden
 	// route`, which starts none (warden run then probes the engines).
 	Engines *EngineSetup `json:"engines,omitempty"`
+
+	// Admission is the fair share's queue (--fair-share); nil when off.
+	Admission *Admission `json:"admission,omitempty"`
+}
+
+// Admission is the admission queue in front of placement: requests go to
+// the engines while a replica can start them, the rest wait in a fair
+// order across agent trees (a root conversation and its subagents).
+type Admission struct {
+	Queued      int    `json:"queued"`       // waiting now
+	ActiveTrees int    `json:"active_trees"` // trees with a request in flight, waiting, or ended within the active window
+	Admitted    uint64 `json:"admitted"`     // requests admitted since start
+	Waited      uint64 `json:"waited"`       // ... of which waited in the queue
+	Busy        uint64 `json:"busy"`         // requests told to retry (429/529 with Retry-After)
+	// Trees are the active trees, most in flight first (at most 32).
+	Trees []Tree `json:"trees,omitempty"`
+}
+
+// Tree is one agent tree's share now.
+type Tree struct {
+	Root     string  `json:"root"` // the root conversation, hashed as the decision log's session field
+	InFlight int     `json:"in_flight"`
+	Queued   int     `json:"queued"`
+	Tokens   float64 `json:"attained_tokens"` // uncached prompt + completion tokens, halved every minute
 }
 
 // EngineSetup is what the warden passed its engines that a client cares
