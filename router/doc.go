@@ -27,9 +27,11 @@
 //
 //	Identify (the model name, the session key from headers and the body's
 //	  top-level fields, the placement request)
-//	→ Place (the Placer decides, or holds the request while
-//	  the policy says wait; the chosen replica counts it in flight in the
-//	  same critical section)
+//	→ Place (with --fair-share the admission queue first: admitted while a
+//	  replica can start it, else it waits in the fair order across agent
+//	  trees or, past the bound, is told to retry (admit.go); then the
+//	  Placer decides, or holds the request while the policy says wait; the
+//	  chosen replica counts it in flight in the same critical section)
 //	→ the data plane carries the bytes (forward, stream, tap)
 //	→ Finish(Outcome) (accounted, the Placer's End, then out of flight).
 //
@@ -40,7 +42,8 @@
 // (ServedElsewhere) is placed again on the endpoint that served, in the
 // same Finish call.
 //
-// Locks: placement is the Placer's, under its own lock; dyn.mu serialises
+// Locks: the admission queue has its own lock, taken before no other (it
+// reads the replicas' atomics only); placement is the Placer's, under its own lock; dyn.mu serialises
 // changes of the replica set; each Replica guards its scraped state with
 // its mu. Lock order: dyn.mu, then the Placer's, then a replica's mu; never
 // the other way round (Core's doc has the detail). Hot counters are

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -112,6 +113,7 @@ func TestFairShareInteractiveBesideASubagentFlood(t *testing.T) {
 // agent id for a subagent, its history.
 type conversation struct {
 	session, agent string
+	system         string // "": fairSystem
 	rng            *rand.Rand
 	history        []string // alternating user, assistant
 }
@@ -156,7 +158,7 @@ func (c *conversation) turn(ctx context.Context, url string, n, maxTokens int) (
 		msgs = append(msgs, fmt.Sprintf(`{"role":%q,"content":%q}`, role, h))
 	}
 	body := fmt.Sprintf(`{"model":"demo","max_tokens":%d,"stream":true,"system":[{"type":"text","text":%q}],"messages":[%s]}`,
-		maxTokens, fairSystem, strings.Join(msgs, ","))
+		maxTokens, cmp.Or(c.system, fairSystem), strings.Join(msgs, ","))
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("anthropic-version", "2023-06-01")
