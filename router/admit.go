@@ -26,12 +26,13 @@ import (
 //   - What is admitted when. A request goes to the engines while some
 //     replica can start it at once: its requests in flight (placed, or
 //     admitted and not yet placed) are fewer than its running slots
-//     (max_num_seqs). A tree that has requests in flight also leaves
-//     each replica's reserve free: one slot for every other tree that was
+//     (max_num_seqs). A tree that has its fair share in flight (the
+//     slots over the active trees, at least minShare) also leaves each
+//     replica's reserve free: one slot for every other tree that was
 //     active there in the last rootActiveWindow and has nothing in flight
-//     now (its next turn is coming), at most half the replica's slots. So
-//     a flood of subagents fills the farm only up to what the idle
-//     conversations' next turns need, and a conversation's next turn
+//     now (its next turn is coming), all but one of the replica's slots at
+//     most. So a flood of subagents fills the farm only up to what the
+//     idle conversations' next turns need, and a conversation's next turn
 //     starts at once. The replicas a request may not use are added to its
 //     Skip, so the Placer chooses among those that can start it.
 //   - The order of the rest: the request's class (X-Warden-Priority:
@@ -92,6 +93,7 @@ type admission struct {
 	busy     uint64  // told to retry
 	meanHold float64 // seconds a request holds its slot (moving average)
 	slots    int     // the replicas' running slots, at the last dispatch
+	share    int     // a tree's fair share of them then (fairShare)
 }
 
 // root is one agent tree's share.
@@ -263,7 +265,7 @@ func (a *admission) dispatch(now time.Time) {
 	slices.SortFunc(a.queue, func(x, y *waiter) int { return a.before(x, y, now) })
 	kept := a.queue[:0]
 	for _, w := range a.queue {
-		if best := pickSlot(slots, w); best >= 0 {
+		if best := a.pickSlot(slots, w); best >= 0 {
 			a.grant(w, slots, best)
 			continue
 		}
@@ -308,19 +310,34 @@ func (a *admission) room(now time.Time) []slot {
 	for i := range slots {
 		slots[i].reserve = min(slots[i].reserve, slots[i].cap-1)
 	}
+	active := 0
+	for _, t := range a.roots {
+		if t.inflight > 0 || t.queued > 0 || now.Sub(t.lastEnd) <= rootActiveWindow {
+			active++
+		}
+	}
+	a.share = max(minShare, (total+active-1)/max(active, 1))
 	return slots
 }
 
+// minShare is the least fair share of a tree: its requests in flight
+// below it take any free slot, reserved or not.
+const minShare = 2
+
+// honours reports whether a request of tree r leaves the reserves free:
+// the tree has its fair share in flight already.
+func (a *admission) honours(r *root) bool { return r.inflight >= a.share }
+
 // pickSlot is the index of the replica w's request is charged to (the
 // one with the most room it may use), -1 when none can start it now.
-func pickSlot(slots []slot, w *waiter) int {
+func (a *admission) pickSlot(slots []slot, w *waiter) int {
 	best, bestFree := -1, 0
 	for i, s := range slots {
 		if slices.Contains(w.skip, s.rank) {
 			continue
 		}
 		free := s.cap - s.used
-		if w.root.inflight > 0 {
+		if a.honours(w.root) {
 			free -= s.reserve
 		}
 		if free > bestFree {
@@ -335,7 +352,7 @@ func pickSlot(slots []slot, w *waiter) int {
 func (a *admission) grant(w *waiter, slots []slot, i int) {
 	for _, s := range slots {
 		free := s.cap - s.used
-		if w.root.inflight > 0 {
+		if a.honours(w.root) {
 			free -= s.reserve
 		}
 		if free <= 0 {

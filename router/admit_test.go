@@ -11,11 +11,11 @@ import (
 	"github.com/lmwarden/warden/router/place"
 )
 
-// admitCore is a core with the admission queue over one replica of two
-// running slots.
-func admitCore(t *testing.T, maxWait time.Duration, maxLen int) *Core {
+// admitCore is a core with the admission queue over one replica of
+// seqs running slots.
+func admitCore(t *testing.T, seqs int, maxWait time.Duration, maxLen int) *Core {
 	return testCoreBackends(t, Config{FairShare: true, QueueMaxWait: maxWait, QueueMaxLen: maxLen},
-		[]Backend{{Rank: 0, URL: "http://127.0.0.1:9000", MaxNumSeqs: 2}})
+		[]Backend{{Rank: 0, URL: "http://127.0.0.1:9000", MaxNumSeqs: seqs}})
 }
 
 // placeAsync places req on c in the background.
@@ -35,25 +35,27 @@ func finish(t *testing.T, c *Core, pl Placement) {
 	c.Finish(&pl, Outcome{Status: http.StatusOK})
 }
 
-// A tree's parallel requests leave a slot free for another tree that was
+// A tree's parallel requests beyond its fair share (two of three slots
+// with two trees active) leave a slot free for another tree that was
 // active there: its next turn starts at once, and the tree's queued
 // request goes when a slot frees.
 func TestAdmissionLeavesAnActiveTreesNextTurnASlot(t *testing.T) {
-	c := admitCore(t, time.Minute, 16)
+	c := admitCore(t, 3, time.Minute, 16)
 	turn := place.Request{Key: "chat", Root: "chat"}
 	finish(t, c, c.Place(context.Background(), turn)) // the conversation is active, nothing in flight
 	flood := func(agent string) place.Request {
 		return place.Request{Key: "farm#agent:" + agent, Root: "farm", Subagent: true}
 	}
 	first := c.Place(context.Background(), flood("1"))
-	if first.Rank != 0 {
-		t.Fatalf("the flood's first request: %+v", first.Decision)
+	share := c.Place(context.Background(), flood("2"))
+	if first.Rank != 0 || share.Rank != 0 {
+		t.Fatalf("the flood's first two requests (its fair share): %+v, %+v", first.Decision, share.Decision)
 	}
-	second := placeAsync(c, flood("2"))
-	simproc.Poll(t, "the flood's second request queued (one slot is the conversation's)", func() bool { return queued(c) == 1 })
+	second := placeAsync(c, flood("3"))
+	simproc.Poll(t, "the flood's third request queued (one slot is the conversation's)", func() bool { return queued(c) == 1 })
 	st := c.Status().Admission
-	if st == nil || st.Queued != 1 || len(st.Trees) != 2 || st.Trees[0].Root != decision.Session("farm") || st.Trees[0].InFlight != 1 {
-		t.Errorf("status: %+v, want the farm's tree first (hashed), one in flight, one queued", st)
+	if st == nil || st.Queued != 1 || len(st.Trees) != 2 || st.Trees[0].Root != decision.Session("farm") || st.Trees[0].InFlight != 2 {
+		t.Errorf("status: %+v, want the farm's tree first (hashed), two in flight, one queued", st)
 	}
 	next := c.Place(context.Background(), turn)
 	if next.Rank != 0 {
@@ -66,13 +68,14 @@ func TestAdmissionLeavesAnActiveTreesNextTurnASlot(t *testing.T) {
 	}
 	finish(t, c, pl)
 	finish(t, c, next)
+	finish(t, c, share)
 }
 
 // The queue's order: a tree with nothing in flight goes before one with
 // requests in flight, whatever came first; a request marked background
 // goes after every unmarked one.
 func TestAdmissionOrder(t *testing.T) {
-	c := admitCore(t, time.Minute, 16)
+	c := admitCore(t, 2, time.Minute, 16)
 	a := c.Place(context.Background(), place.Request{Key: "farm#agent:1", Root: "farm"})
 	b := c.Place(context.Background(), place.Request{Key: "farm#agent:2", Root: "farm"})
 	third := placeAsync(c, place.Request{Key: "farm#agent:3", Root: "farm"})
@@ -100,7 +103,7 @@ func TestAdmissionOrder(t *testing.T) {
 // longer than QueueMaxWait, and the last in the order when the queue is
 // over QueueMaxLen; nothing waits for ever, nothing is dropped.
 func TestAdmissionBoundTellsTheClientToRetry(t *testing.T) {
-	c := admitCore(t, 50*time.Millisecond, 1)
+	c := admitCore(t, 2, 50*time.Millisecond, 1)
 	a := c.Place(context.Background(), place.Request{Key: "farm#agent:1", Root: "farm"})
 	b := c.Place(context.Background(), place.Request{Key: "farm#agent:2", Root: "farm"})
 	if pl := c.Place(context.Background(), place.Request{Key: "farm#agent:3", Root: "farm"}); pl.Rank >= 0 || pl.Reason != place.ReasonBusy {

@@ -1,22 +1,29 @@
 package serve
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lmwarden/warden/router/decision"
 )
 
 // TestFairShareFarm measures a farm's fair share (docs/routing.md, "A
 // farm's fair share"); it runs only with WARDEN_FAIR_SHARE_FARM=1, and
 // reports, it asserts nothing. `warden serve --engine sim --dp 4
-// --max-num-seqs 8 -- --max-model-len 16384 --sim-time-scale 10`, and
+// --max-num-seqs 4 -- --max-model-len 16384 --sim-time-scale 10`
+// (WARDEN_FARM_SEQS: another max_num_seqs), and
 // WARDEN_FARM_SESSIONS (default 20) Claude-Code-like conversations, each
 // with its own project prompt after a common one: a turn of 80 words, then
 // a tool's pause of 0.3-2 s (3-20 simulated seconds); a quarter of them
@@ -32,7 +39,10 @@ func TestFairShareFarm(t *testing.T) {
 		t.Skip("a measurement: WARDEN_FAIR_SHARE_FARM=1 runs it")
 	}
 	sessions, seconds := envInt("WARDEN_FARM_SESSIONS", 20), envInt("WARDEN_FARM_SECONDS", 60)
-	w := startServe(t, "--dp", "4", "--max-num-seqs", "8", "--", "--max-model-len", "16384", "--sim-time-scale", "10")
+	seqs := strconv.Itoa(envInt("WARDEN_FARM_SEQS", 4))
+	dlog := cmp.Or(os.Getenv("WARDEN_FARM_LOG"), filepath.Join(t.TempDir(), "decisions.jsonl"))
+	w := startServe(t, "--dp", "4", "--max-num-seqs", seqs, "--decision-log", dlog,
+		"--", "--max-model-len", "16384", "--sim-time-scale", "10")
 	url := w.url + "/v1/messages"
 	f := &farm{from: time.Now().Add(10 * time.Second), ttft: map[string][]float64{}}
 	ctx, cancel := context.WithDeadline(context.Background(), f.from.Add(time.Duration(seconds)*time.Second))
@@ -50,8 +60,37 @@ func TestFairShareFarm(t *testing.T) {
 	after := w.status(t).Totals
 	wg.Wait()
 	f.report(t, before.PromptTokens, after.PromptTokens, after.CachedTokens-before.CachedTokens,
-		after.CompletionTokens-before.CompletionTokens)
+		after.CompletionTokens-before.CompletionTokens, conversationHits(t, dlog, f.from))
 }
+
+// conversationHits is the cached share of the prompt tokens of every tree
+// but the flood's, from the decision log's lines that ended after from.
+func conversationHits(t *testing.T, path string, from time.Time) float64 {
+	time.Sleep(2 * time.Second) // the log's writer flushes on its own tick
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Logf("decision log: %v", err)
+		return 0
+	}
+	flood := decision.Session(floodSession)
+	var prompt, cached uint64
+	for line := range strings.Lines(string(b)) {
+		var l decision.Line
+		if json.Unmarshal([]byte(line), &l) != nil || l.Root == flood {
+			continue
+		}
+		if at, err := time.Parse(time.RFC3339Nano, l.Time); err != nil || at.Before(from) {
+			continue
+		}
+		prompt, cached = prompt+l.Prompt, cached+l.Cached
+	}
+	if prompt == 0 {
+		return 0
+	}
+	return float64(cached) / float64(prompt)
+}
+
+const floodSession = "f100d000-0000-4000-8000-000000000000"
 
 // farm is what the farm's clients measured: each tree's times to first
 // token (its root conversation's turns and its subagents'), the requests
@@ -119,7 +158,7 @@ func (f *farm) subagents(ctx context.Context, url, root, system string, i, turn,
 
 // flood is the flooding tree's subagent a: 2,500-word prompts without pause.
 func (f *farm) flood(ctx context.Context, url string, a int) {
-	c := newConversation("f100d000-0000-4000-8000-000000000000", fmt.Sprintf("f%015d", a), 100+a)
+	c := newConversation(floodSession, fmt.Sprintf("f%015d", a), 100+a)
 	for ctx.Err() == nil {
 		c.history = c.history[:0]
 		sent := time.Now()
@@ -133,7 +172,7 @@ func (f *farm) flood(ctx context.Context, url string, a int) {
 // median over the conversations' trees), Jain's fairness index over the
 // conversations' trees' TTFT p95, the flood's, the hits, output and the
 // requests told to retry.
-func (f *farm) report(t *testing.T, prompt0, prompt1, cached, completion uint64) {
+func (f *farm) report(t *testing.T, prompt0, prompt1, cached, completion uint64, convHits float64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var p95s []float64
@@ -158,9 +197,9 @@ func (f *farm) report(t *testing.T, prompt0, prompt1, cached, completion uint64)
 		hits = float64(cached) / float64(prompt1-prompt0)
 	}
 	t.Logf("fair_share=%s subagents=%s: trees' TTFT p95 median %.3fs, worst %.3fs, Jain %.3f over %d trees (%d turns); "+
-		"flood TTFT p95 %.3fs (%d requests); hits %.1f%%; output %d tokens; told to retry %d",
+		"flood TTFT p95 %.3fs (%d requests); hits %.1f%% (the conversations' trees %.1f%%); output %d tokens; told to retry %d",
 		os.Getenv("WARDEN_FAIR_SHARE"), os.Getenv("WARDEN_SUBAGENTS"), p95s[len(p95s)/2], p95s[len(p95s)-1], jain, len(p95s), turns,
-		p95(f.ttft["flood"]), len(f.ttft["flood"]), 100*hits, completion, f.told)
+		p95(f.ttft["flood"]), len(f.ttft["flood"]), 100*hits, 100*convHits, completion, f.told)
 }
 
 // envInt is the integer in the environment variable name, or def.
