@@ -316,6 +316,11 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	if err != nil {
 		return exit.New(2, "warden serve: "+err.Error())
 	}
+	if o.LogDir == "" { // this run's own folder, made now: two wardens started in the same second never share one
+		if cfg.LogDir, err = wardenproc.NewRunDir(time.Now()); err != nil {
+			return exit.New(1, "warden serve: the engine log folder: "+err.Error())
+		}
+	}
 	log := newLogger()
 	raiseFDLimit(log)
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)

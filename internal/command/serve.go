@@ -123,7 +123,7 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "reasoning", Value: engineplan.ToolsAuto, EnvVars: envVars("REASONING"),
 			Usage: "vLLM's --reasoning-parser: auto (the model's, when it thinks), off, or a parser name"},
 		&cli.StringFlag{Name: "log-dir", EnvVars: envVars("LOG_DIR"),
-			Usage: "`DIR` for per-rank engine logs (default: $XDG_STATE_HOME/warden/runs/<time>)"},
+			Usage: "`DIR` for per-rank engine logs (default: $XDG_STATE_HOME/warden/runs/<time>-<pid>)"},
 		&cli.DurationFlag{Name: "startup-timeout", Value: 20 * time.Minute, EnvVars: envVars("STARTUP_TIMEOUT"),
 			Usage: "give up when a replica is not healthy after this long (large models load for minutes)"},
 		&cli.DurationFlag{Name: "stop-grace", Value: 20 * time.Second, EnvVars: envVars("STOP_GRACE"),
