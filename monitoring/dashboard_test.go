@@ -38,13 +38,13 @@ func TestDashboardShape(t *testing.T) {
 			List []struct{ Name, Type string } `json:"list"`
 		} `json:"templating"`
 		Panels []struct {
-			ID      int    `json:"id"`
-			Type    string `json:"type"`
-			Title   string `json:"title"`
+			ID      int                      `json:"id"`
+			Type    string                   `json:"type"`
+			Title   string                   `json:"title"`
 			GridPos struct{ H, W, X, Y int } `json:"gridPos"`
 			Targets []struct {
-				RefID      string `json:"refId"`
-				Expr       string `json:"expr"`
+				RefID      string               `json:"refId"`
+				Expr       string               `json:"expr"`
 				Datasource struct{ UID string } `json:"datasource"`
 			} `json:"targets"`
 		} `json:"panels"`
