@@ -111,14 +111,19 @@ func TestDashboardQueriesAgainstPrometheus(t *testing.T) {
 	pport := simproc.FreePort(t)
 	promURL := "http://127.0.0.1:" + strconv.Itoa(pport)
 	cfg := filepath.Join(dir, "prometheus.yml")
+	rules, err := filepath.Abs("alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`global:
   scrape_interval: 1s
   evaluation_interval: 1s
+rule_files: [%q]
 scrape_configs:
   - job_name: warden
     static_configs:
       - targets: ["127.0.0.1:%d"]
-`, wport)), 0o644); err != nil {
+`, rules, wport)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, _, pexited := started(t, prom, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
@@ -169,6 +174,7 @@ scrape_configs:
 		}
 	}
 	t.Logf("%d of the dashboard's %d queries returned data", withData, len(qs))
+	checkRulesHealthy(t, promURL)
 	if withData*5 < len(qs)*4 {
 		t.Errorf("%d of %d queries returned data, want at least four in five", withData, len(qs))
 	}
@@ -199,4 +205,52 @@ func oneLine(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// checkRulesHealthy: the alert rules, loaded by the same Prometheus, have
+// all been evaluated against the warden's series without an error, and none
+// fires on a healthy warden that served a bench.
+func checkRulesHealthy(t *testing.T, promURL string) {
+	t.Helper()
+	var r struct {
+		Data struct {
+			Groups []struct {
+				Rules []struct {
+					Name, Health, State, LastError string
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"data"`
+	}
+	n := 0
+	waitFor(t, nil, "the alert rules evaluated", func() bool {
+		resp, err := http.Get(promURL + "/api/v1/rules")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		if json.NewDecoder(resp.Body).Decode(&r) != nil || len(r.Data.Groups) == 0 {
+			return false
+		}
+		n = 0
+		for _, g := range r.Data.Groups {
+			for _, rule := range g.Rules {
+				if rule.Health == "unknown" {
+					return false
+				}
+				n++
+			}
+		}
+		return true
+	})
+	for _, g := range r.Data.Groups {
+		for _, rule := range g.Rules {
+			if rule.Health != "ok" {
+				t.Errorf("alert %s: health %s: %s", rule.Name, rule.Health, rule.LastError)
+			}
+			if rule.State == "firing" {
+				t.Errorf("alert %s fires on a healthy warden", rule.Name)
+			}
+		}
+	}
+	t.Logf("%d alert rules evaluated without error", n)
 }
