@@ -57,7 +57,7 @@ func TestWriteSummaryPeakOvercommit(t *testing.T) {
 	want := "KV cache was overcommitted during the run (worst at 10:05:12): 26 active sessions x 58.1k " +
 		"tokens mean context = 1.51M tokens > 1.20M tokens of KV cache on all replicas; " +
 		"conversations evict each other's prefixes and are prefilled again. " +
-		"Run at most 20 concurrent sessions, or add replicas."
+		"Keep at most 20 conversations going at once, or add replicas."
 	if !strings.Contains(got, want) {
 		t.Errorf("summary lacks\n%s\nin\n%s", want, b.String())
 	}
