@@ -61,6 +61,11 @@ type Options struct {
 	// for their arguments (the command layer passes sim.FirstContact), told
 	// at start and in the status. Nil: nothing said.
 	SimFirstContact func(args []string) []string
+	// SimModelContext is the context the simulator serves a model at and
+	// where it learnt it, 0 when it knows nothing of the model (the command
+	// layer passes sim.ModelContext): a name it does not know is likely
+	// misspelt, and the warden says so at start. Nil: nothing said.
+	SimModelContext func(model string, getenv func(string) string) (int, string)
 	// Image is --image: every rank's vLLM runs in a container of this image
 	// (docs/container.md); "" a host vLLM. ContainerRuntime is
 	// --container-runtime: docker, podman (or a path to one), "" detected.
@@ -348,6 +353,9 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	setup.OffloadHint = engineplan.OffloadHint(plan, devices)
 	if cfg.Engine == "sim" && cfg.SimFirstContact != nil {
 		setup.Simulator = cfg.SimFirstContact(cfg.Extra)
+	}
+	if msg := simUnknownModel(cfg.Options); msg != "" {
+		log.Warn(msg)
 	}
 	specs, backends, err := engineSpecs(cfg.Options, devices, tools, fit, cont)
 	if err != nil {
