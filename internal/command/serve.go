@@ -255,7 +255,7 @@ func serveOptions(c *cli.Context) serve.Options {
 		LogDir: c.String("log-dir"), StartupTimeout: c.Duration("startup-timeout"), StopGrace: c.Duration("stop-grace"),
 		Extra: c.Args().Slice(), Router: routerOptions(c), SimKVCache: sim.KVCacheBytes, SimFirstContact: sim.FirstContact,
 		SimModelContext: sim.ModelContext,
-		Image: c.String("image"), ContainerRuntime: c.String("container-runtime"), VLLMDP: c.Bool("vllm-dp"),
+		Image:           c.String("image"), ContainerRuntime: c.String("container-runtime"), VLLMDP: c.Bool("vllm-dp"),
 	}
 }
 
