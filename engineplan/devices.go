@@ -2,6 +2,7 @@ package engineplan
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/lmwarden/warden/gpu"
 	"github.com/lmwarden/warden/hostcpu"
@@ -188,7 +189,7 @@ func FindDevices(ctx context.Context, cfg Request, facts Facts, log *slog.Logger
 	}
 	devs, err := gpu.Discover(ctx)
 	if err != nil {
-		return d, err
+		return d, noGPUWithImage(cfg, err)
 	}
 	shm, shmOK := ShmFree()
 	cuda, cudaSet := os.LookupEnv("CUDA_VISIBLE_DEVICES")
@@ -310,3 +311,26 @@ func ChooseFlags(cfg Request, facts Facts, log *slog.Logger) (ToolsChoice, Conte
 // simDefaultMaxNumSeqs is the reference rig's max_num_seqs, which the
 // simulator's default profile models.
 const simDefaultMaxNumSeqs = 32
+
+// noGPUWithImage rewords "no GPU" for --image, which the simulator refuses:
+// the way to run an image without GPUs is vLLM's CPU build (--device cpu
+// with a CPU image), not the --engine sim that gpu.ErrNoGPU names for host
+// runs. errors.Is(err, gpu.ErrNoGPU) still holds.
+func noGPUWithImage(cfg Request, err error) error {
+	if cfg.Image == "" || !errors.Is(err, gpu.ErrNoGPU) {
+		return err
+	}
+	return imageNoGPU{image: cfg.Image, err: err}
+}
+
+type imageNoGPU struct {
+	image string
+	err   error
+}
+
+func (e imageNoGPU) Error() string {
+	return "no NVIDIA GPU found for --image " + e.image + " (no NVIDIA driver, NVML or nvidia-smi); without GPUs " +
+		"run vLLM's CPU image with --device cpu (docs/container.md), or drop --image to use --engine sim"
+}
+
+func (e imageNoGPU) Unwrap() error { return e.err }
