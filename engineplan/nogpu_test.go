@@ -13,7 +13,7 @@ import (
 // --image refuses (issue 45); a host run keeps gpu.ErrNoGPU's words.
 func TestNoGPUWithImageSuggestsDeviceCPU(t *testing.T) {
 	err := noGPUWithImage(Request{Image: "vllm/vllm-openai:v0.32.0"}, fmt.Errorf("discover: %w", gpu.ErrNoGPU))
-	if !errors.Is(err, gpu.ErrNoGPU) || !strings.Contains(err.Error(), "--device cpu") || strings.Contains(err.Error(), "use --engine sim") {
+	if !errors.Is(err, gpu.ErrNoGPU) || !strings.Contains(err.Error(), "--device cpu") || strings.Contains(err.Error(), "to run without GPUs use --engine sim") {
 		t.Errorf("--image: %v", err)
 	}
 	host := fmt.Errorf("discover: %w", gpu.ErrNoGPU)
