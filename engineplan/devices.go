@@ -252,7 +252,10 @@ func cpuDevices(cfg Request, d Devices, log *slog.Logger) (Devices, error) {
 type Facts struct {
 	Files   modelinfo.Files
 	Version string
-	Runtime string // with an Image: the container runtime's executable
+	// VersionFrom says where Version was read (with an Image: its label,
+	// the package metadata in it, or its tag).
+	VersionFrom string
+	Runtime     string // with an Image: the container runtime's executable
 }
 
 // ReadFacts reads the model's files (modelinfo.Find) and the engines' vLLM
@@ -273,9 +276,8 @@ func ReadFacts(ctx context.Context, cfg Request, log *slog.Logger) (Facts, error
 		if err := CheckImage(ctx, f.Runtime, cfg.Image, log); err != nil {
 			return f, err
 		}
-		var from string
-		if f.Version, from = ImageVersion(ctx, f.Runtime, cfg.Image); f.Version != "" {
-			log.Info("engine image", "image", cfg.Image, "runtime", f.Runtime, "vllm_version", f.Version, "read_from", from)
+		if f.Version, f.VersionFrom = ImageVersion(ctx, f.Runtime, cfg.Image); f.Version != "" {
+			log.Info("engine image", "image", cfg.Image, "runtime", f.Runtime, "vllm_version", f.Version, "read_from", f.VersionFrom)
 		} else {
 			log.Warn("engine image: its vLLM version could not be read (no "+LabelVLLMVersion+" label, no python3 "+
 				"with vllm in it, no version tag); the per-version rules take it as unknown", "image", cfg.Image)

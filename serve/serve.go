@@ -407,7 +407,11 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	px.Core().CheckNow(ctx)
 	px.Core().SetStarting(false)
 	if cfg.Engine == "vllm" {
-		log.Info("engines ready", "vllm_version", engineplan.Version(ctx, backends[0].URL))
+		running := engineplan.Version(ctx, backends[0].URL)
+		log.Info("engines ready", "vllm_version", running)
+		if msg := versionDisagrees(cfg.Image, facts, running); msg != "" {
+			log.Warn(msg)
+		}
 	}
 	printServeReady(stdout, cfg, px.Core().Status().Policy, setup.Simulator)
 
