@@ -521,8 +521,10 @@ func (x *exchange) moved(served string) {
 	primary := x.pl.Replica
 	core.Finish(&x.pl, router.Outcome{Retry: true})
 	x.placed = false
-	primary.Refused(fmt.Errorf("the gateway served the request on %s instead", served))
-	core.Retrying(primary, "gateway", fmt.Errorf("served on %s", served))
+	// Name the box that failed first: the one that served is fine.
+	dead := primary.URL().Host
+	primary.Refused(fmt.Errorf("%s did not answer: the gateway served the request on %s instead", dead, served))
+	core.Retrying(primary, "gateway", fmt.Errorf("%s did not answer; the gateway served the request on %s", dead, served))
 	skip := x.outside([]string{served})
 	if len(skip) == len(core.Replicas()) {
 		x.s.log.Warn("the gateway served a request on an endpoint that is not a replica: it is not accounted", "endpoint", served)
