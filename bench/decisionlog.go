@@ -165,8 +165,8 @@ func writeTurnDecisions(w io.Writer, res *Results, got map[string]decision.Line)
 		} else {
 			matched++
 			ttfb := -1.0
-			if d.TTFBS >= 0 {
-				ttfb = d.TTFBS * scale
+			if d.TTFTS >= 0 {
+				ttfb = d.TTFTS * scale
 			}
 			row = append(row, "true", d.Policy, d.Route, strconv.Itoa(d.Replica), fsec(d.WaitS*scale), fsec(ttfb),
 				fsec(d.DurationS*scale), strconv.Itoa(d.Status), d.Source)

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/lmwarden/warden/gpu"
+	"github.com/lmwarden/warden/router/engine"
 )
 
 // Engine describes the program that serves one rank.
@@ -117,14 +118,14 @@ const gib = 1 << 30
 
 // DefaultMaxNumSeqs is vLLM's own default for max_num_seqs of an API server
 // on devs: 1024 when every GPU has at least 70 GiB and none is an A100, else
-// 256 (also for no GPUs, e.g. the simulator).
+// engine.VLLMMaxNumSeqs (also for no GPUs, e.g. the simulator).
 func DefaultMaxNumSeqs(devs []gpu.Device) int {
 	if len(devs) == 0 {
-		return 256
+		return engine.VLLMMaxNumSeqs
 	}
 	for _, d := range devs {
 		if d.MemTotal < 70*gib || strings.Contains(strings.ToUpper(d.Name), "A100") {
-			return 256
+			return engine.VLLMMaxNumSeqs
 		}
 	}
 	return 1024

@@ -5,8 +5,9 @@
 //
 // Per HTTP request the gateway opens one ext_proc stream. The picker
 // buffers the request body, identifies the conversation and places it
-// through the router core exactly as `warden serve` does (router.Core's
-// Identify, PlaceRequest, Place), hands the body back unchanged, and names
+// through the router core exactly as `warden serve` does (the core's
+// Identify and Place, through the Core view), hands the body back (its model
+// name mapped to the served one), and names
 // the endpoint in the x-gateway-destination-endpoint header and the
 // envoy.lb dynamic metadata (equal values, fallbacks after the first). It
 // then reads the answer as the gateway streams it through (status, the
@@ -41,10 +42,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/lmwarden/warden/internal/apierr"
-	"github.com/lmwarden/warden/proxy/compat"
 	"github.com/lmwarden/warden/router"
-	"github.com/lmwarden/warden/router/decision"
 	"github.com/lmwarden/warden/router/identity"
+	"github.com/lmwarden/warden/router/modelname"
 	"github.com/lmwarden/warden/router/place"
 	"github.com/lmwarden/warden/router/tap"
 )
@@ -69,57 +69,60 @@ const (
 	ServiceName = "envoy.service.ext_proc.v3.ExternalProcessor"
 )
 
-// Defaults of Config's fields.
 const (
+	// DefaultFallbacks is the fallbacks `warden epp` asks for (--fallbacks).
 	DefaultFallbacks = 2
 	// bodyChunk is the size of the body pieces handed back to the gateway
 	// (well under gRPC's 4 MiB message limit).
 	bodyChunk = 64 << 10
 )
 
-// Config configures a Server.
+// Config configures a Server: the picker's own settings (the body limit is
+// the core's, router.Config.MaxBodyBytes).
 type Config struct {
-	// MaxBodyBytes bounds the request body the picker buffers to identify
-	// a conversation; a larger one is answered 413. 0 = router.DefaultMaxBodyBytes.
-	MaxBodyBytes int64
 	// Fallbacks is how many endpoints follow the pick, for the gateway to
-	// retry on; 0 = DefaultFallbacks, < 0 = none.
+	// retry on; 0 = none.
 	Fallbacks int
+}
+
+// Core is the view of the router core the endpoint picker needs:
+// identifying, placing and finishing a request, the replicas it names to
+// the gateway, and readiness (router.Core has it; epp_test.go asserts so).
+type Core interface {
+	Config() router.Config
+	Logger() *slog.Logger
+	Now() time.Time
+	Ready() bool
+	Replicas() []*router.Replica
+	Identify(h http.Header, path string, body []byte) (router.Request, error)
+	RewriteModel(body []byte) []byte
+	Place(ctx context.Context, req place.Request) router.Placement
+	Finish(pl *router.Placement, o router.Outcome) router.Placement
 }
 
 // Server is the endpoint picker over a router core: the ext_proc service
 // and the gRPC health services. Create it with New.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
-	core    *router.Core
+	core    Core
 	cfg     Config
+	maxBody int64 // the core's MaxBodyBytes
 	log     *slog.Logger
 	health  *health.Server
-	clients *compat.Clients // the model name mapped to the served one, as `warden serve` maps it
 }
 
 // New returns a picker over core. Every replica's URL must name its host
 // by IP address: the gateway is told endpoints as ip:port.
-func New(core *router.Core, cfg Config) (*Server, error) {
-	if cfg.MaxBodyBytes < 0 {
-		return nil, fmt.Errorf("--max-body-bytes must be >= 0, got %d", cfg.MaxBodyBytes)
-	}
-	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = router.DefaultMaxBodyBytes
-	}
-	switch {
-	case cfg.Fallbacks == 0:
-		cfg.Fallbacks = DefaultFallbacks
-	case cfg.Fallbacks < 0:
-		cfg.Fallbacks = 0
+func New(core Core, cfg Config) (*Server, error) {
+	if cfg.Fallbacks < 0 {
+		return nil, fmt.Errorf("--fallbacks must be >= 0, got %d", cfg.Fallbacks)
 	}
 	for _, r := range core.Replicas() {
 		if err := CheckEndpoint(r.URL().Host); err != nil {
 			return nil, fmt.Errorf("replica %d (%s): %w", r.Rank(), r.URL(), err)
 		}
 	}
-	s := &Server{core: core, cfg: cfg, log: core.Logger(), health: health.NewServer(),
-		clients: compat.New(core.Config().ServedModel, false, core.Logger())}
+	s := &Server{core: core, cfg: cfg, maxBody: core.Config().MaxBodyBytes, log: core.Logger(), health: health.NewServer()}
 	s.updateHealth()
 	return s, nil
 }
@@ -214,6 +217,7 @@ type exchange struct {
 	reqDuplex, respDuplex bool
 
 	key     identity.SessionKey
+	id      string // the client's X-Request-Id, for the decision log
 	kind    tap.Kind
 	stream  bool
 	pr      place.Request
@@ -248,9 +252,9 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) ([]*extprocv3.Proces
 		if x.decided {
 			return nil, nil // a body after an immediate answer: nothing to do
 		}
-		if int64(len(x.body)+len(v.RequestBody.Body)) > x.s.cfg.MaxBodyBytes {
+		if int64(len(x.body)+len(v.RequestBody.Body)) > x.s.maxBody {
 			return x.refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf(
-				"request body exceeds the endpoint picker's limit of %d bytes (warden epp --max-body-bytes)", x.s.cfg.MaxBodyBytes))
+				"request body exceeds the endpoint picker's limit of %d bytes (warden epp --max-body-bytes)", x.s.maxBody))
 		}
 		x.body = append(x.body, v.RequestBody.Body...)
 		if v.RequestBody.EndOfStream {
@@ -338,23 +342,22 @@ func subsetHint(md *corev3.Metadata) []string {
 func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 	x.decided = true
 	core := x.s.core
-	f := identity.Scan(x.body)
-	if x.kind = tap.KindOf(x.path); x.kind != tap.None {
-		x.stream = f.Stream.Bool()
-	}
-	rewritten := false
-	if x.s.clients.ResolveModel(f.Model) == compat.ModelRewrite {
-		// Every requested name is served by the one model, as `warden serve`
-		// does: a client's own names (Claude Code's) reach the engines.
-		f.Model = x.s.clients.ServedModel() // identity sees the served name on every turn
-		x.body, rewritten = x.s.clients.RewriteModel(x.body), true
-	}
-	x.key = core.Identify(x.header, f)
-	pin, pinned, err := identity.ParsePin(x.header)
+	req, err := core.Identify(x.header, x.path, x.body)
 	if err != nil {
 		return x.refuse(http.StatusBadRequest, err.Error())
 	}
-	x.pr = core.PlaceRequest(x.key, pinned, pin, len(x.body))
+	if req.Model == modelname.Refuse {
+		return x.refuse(http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist. This warden serves `%s`.",
+			req.Fields.Model.Str, core.Config().ServedModel))
+	}
+	x.kind, x.stream, x.key, x.id, x.pr = req.Kind, req.Stream, req.Key, req.ID, req.Place
+	rewritten := req.Model == modelname.Rewrite
+	if rewritten {
+		// Every requested name is served by the one model, as `warden serve`
+		// does: a client's own names (Claude Code's) reach the engines.
+		x.body = core.RewriteModel(x.body)
+		x.pr.BodyBytes = len(x.body)
+	}
 	if x.subset != nil {
 		x.pr.Skip = x.outside(x.subset)
 		if len(x.pr.Skip) == len(core.Replicas()) {
@@ -368,8 +371,8 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 			return nil, status.Error(codes.Canceled, "the request ended while held")
 		}
 		msg := "no endpoint is ready"
-		if pinned {
-			msg = fmt.Sprintf("replica %d (%s) does not exist or is not available", pin, identity.PinHeader)
+		if x.pr.Pinned {
+			msg = fmt.Sprintf("replica %d (%s) does not exist or is not available", x.pr.Pin, identity.PinHeader)
 		}
 		return x.refuse(http.StatusServiceUnavailable, msg)
 	}
@@ -416,7 +419,8 @@ func pickMetadata(eps string) *structpb.Struct {
 	}}
 }
 
-// bodyBack hands the buffered body back to the gateway unchanged, in
+// bodyBack hands the buffered body back to the gateway (its model name
+// mapped, nothing else changed), in
 // pieces, the last one ending the stream (full-duplex mode forwards only
 // what the picker sends back). A request without a body gets none.
 func bodyBack(body []byte) []*extprocv3.ProcessingResponse {
@@ -513,45 +517,12 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders, md *corev3.Metadata
 }
 
 // moved accounts a request the gateway served elsewhere than the pick (it
-// retried on a fallback): the pick never reached its engine, which leaves
-// the rotation until a health check succeeds; the request is placed again
-// on the endpoint that served, as the proxy does on a refused connection.
+// retried on a fallback): the core ends the pick, which never reached its
+// engine, and places the request on the endpoint that served, in one call
+// (router.ServedElsewhere).
 func (x *exchange) moved(served string) {
-	core := x.s.core
-	primary := x.pl.Replica
-	core.Finish(&x.pl, router.Outcome{Retry: true})
-	x.placed = false
-	// Name the box that failed first: the one that served is fine.
-	dead := primary.URL().Host
-	primary.Refused(fmt.Errorf("%s did not answer: the gateway served the request on %s instead", dead, served))
-	core.Retrying(primary, "gateway", fmt.Errorf("%s did not answer; the gateway served the request on %s", dead, served))
-	skip := x.outside([]string{served})
-	if len(skip) == len(core.Replicas()) {
-		x.s.log.Warn("the gateway served a request on an endpoint that is not a replica: it is not accounted", "endpoint", served)
-		return
-	}
-	x.pr.Skip = skip
-	// The answer is already on its way: decide now, never hold (a done
-	// context makes Place return at once when the policy would wait); the
-	// served endpoint, pinned, when the policy will not take it.
-	now, cancel := context.WithCancel(x.ctx)
-	cancel()
-	pl := core.Place(now, x.pr)
-	if pl.Rank < 0 {
-		pinned := x.pr
-		pinned.Pinned = true
-		for _, r := range core.Replicas() {
-			if r.URL().Host == served {
-				pinned.Pin = r.Rank()
-			}
-		}
-		pl = core.Place(now, pinned)
-	}
-	if pl.Rank >= 0 {
-		x.pl, x.placed = pl, true
-		return
-	}
-	x.s.log.Warn("the gateway served a request on a replica out of rotation: it is not accounted", "endpoint", served)
+	pl := x.s.core.Finish(&x.pl, router.Outcome{Retry: router.ServedElsewhere, ServedOn: served, Request: x.pr})
+	x.pl, x.placed = pl, pl.Rank >= 0
 }
 
 // end accounts the request once, when its answer ended or its stream did
@@ -561,11 +532,7 @@ func (x *exchange) end(err error) {
 		return
 	}
 	x.finish = true
-	o := router.Outcome{Status: x.status, Start: x.start, Key: x.key}
-	if x.s.core.LogsDecisions() {
-		id := x.header.Get(decision.RequestIDHeader)
-		o.RequestID = id[:min(len(id), decision.MaxRequestID)]
-	}
+	o := router.Outcome{Status: x.status, Start: x.start, Key: x.key, RequestID: x.id}
 	switch {
 	case err == nil:
 	case !x.replied:

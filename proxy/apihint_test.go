@@ -13,7 +13,7 @@ import (
 // keep the plain 404 (issue 45).
 func TestAPIPathWithoutV1NamesTheRightPath(t *testing.T) {
 	e := newFakeEngine(t)
-	_, front := testProxy(t, Config{}, e)
+	_, front := testProxy(t, testConfig{}, e)
 	for _, tc := range []struct{ path, want, msgAt string }{
 		{"/chat/completions", "use /v1/chat/completions", "error.message"},
 		{"/messages", "use /v1/messages", "error.message"},

@@ -168,7 +168,7 @@ func (c *Core) AddReplica(b Backend) (ReplicaInfo, error) {
 }
 
 // RemoveReplica takes the replica with the given URL (or, when url is "",
-// rank) out of the proxy at run time; a URL without #dp_rank= takes every
+// rank) out of the core at run time; a URL without #dp_rank= takes every
 // replica at that URL (all engines of a data-parallel server). Requests in
 // flight on it finish; the session table is kept, and sessions homed on it
 // fail over on their next turn (or come back if it is added again). The
@@ -307,22 +307,17 @@ func maxNumSeqsFrom(body []byte, field string) int {
 
 // FallbackMaxNumSeqs is the max_num_seqs assumed for a replica added over
 // HTTP until (unless) the server says its own: the largest of the current
-// replicas' fallbacks, else DefaultMaxNumSeqs.
+// replicas' fallbacks, else vLLM's default (engine.VLLMMaxNumSeqs).
 func (c *Core) FallbackMaxNumSeqs() int {
 	n := 0
 	for _, r := range c.Replicas() {
 		n = max(n, r.fallbackSeqs)
 	}
 	if n == 0 {
-		n = DefaultMaxNumSeqs
+		n = engine.VLLMMaxNumSeqs
 	}
 	return n
 }
-
-// DefaultMaxNumSeqs is vLLM's default max_num_seqs on most GPUs (1024 only
-// on large non-A100 cards), assumed for a probed replica when neither the
-// server nor the user says otherwise.
-const DefaultMaxNumSeqs = 256
 
 // CheckReplica polls the replica with rank once (its server's health and
 // metrics), so that one just added enters the rotation as soon as it

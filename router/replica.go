@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/router/engine"
-	"github.com/lmwarden/warden/router/panel"
 	"github.com/lmwarden/warden/router/place"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // Backend is one engine replica the core routes to.
@@ -104,7 +104,7 @@ type Replica struct {
 
 	mu        sync.Mutex
 	restarts  int
-	lastCrash *panel.Crash // the launcher's last report of a crash; nil = none
+	lastCrash *schema.Crash // the launcher's last report of a crash; nil = none
 	eng       engine.Scraped
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/lmwarden/warden/internal/wardenproc"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // EPPOptions are `warden epp`'s flags as given; Config checks them.
@@ -51,17 +52,14 @@ type EPPConfig struct {
 // Config validates the options (reading the endpoints file).
 func (o EPPOptions) Config() (EPPConfig, error) {
 	cfg := EPPConfig{EndpointsFile: o.EndpointsFile, DrainTimeout: o.Router.DrainTimeout}
-	pc, addr, err := o.Router.proxyConfig(o.ServedName)
+	cc, pc, addr, err := o.Router.configs(o.ServedName)
 	if err != nil {
 		return cfg, err
 	}
-	cfg.HTTPAddr, cfg.Core, cfg.AdminToken = addr, pc.Config, pc.AdminToken
-	cfg.EPP = epp.Config{MaxBodyBytes: pc.MaxBodyBytes, Fallbacks: o.Fallbacks}
+	cfg.HTTPAddr, cfg.Core, cfg.AdminToken = addr, cc, pc.AdminToken
+	cfg.EPP = epp.Config{Fallbacks: o.Fallbacks}
 	if o.Fallbacks < 0 {
 		return cfg, fmt.Errorf("--fallbacks must be >= 0, got %d", o.Fallbacks)
-	}
-	if o.Fallbacks == 0 {
-		cfg.EPP.Fallbacks = -1 // none asked for
 	}
 	if o.GRPCPort < 1 || o.GRPCPort > 65535 || o.GRPCPort == o.Router.Port {
 		return cfg, fmt.Errorf("--grpc-port %d is not a TCP port apart from --port", o.GRPCPort)
@@ -255,7 +253,7 @@ func watchEndpointsFile(ctx context.Context, cfg EPPConfig, core *router.Core, l
 }
 
 // printEPPReady prints the one line that says the picker is serving.
-func printEPPReady(w io.Writer, cfg EPPConfig, st panel.Status) {
+func printEPPReady(w io.Writer, cfg EPPConfig, st schema.Status) {
 	up := replicasUp(st)
 	host, port, _ := net.SplitHostPort(cfg.HTTPAddr)
 	url := wardenproc.URL(host, port)

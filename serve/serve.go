@@ -28,10 +28,11 @@ import (
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // Options are `warden serve`'s flags as given (the command layer,
-// internal/command, fills them from the flags and their WARDEN_*
+// command, fills them from the flags and their WARDEN_*
 // variables); Config checks them.
 type Options struct {
 	Model, ServedName string
@@ -87,8 +88,8 @@ func (o Options) plan() engineplan.Request {
 
 // engineSetup is what the status reports of the engines' tool-calling
 // flags: the warden's choice, or what was given after --.
-func engineSetup(extra []string, c engineplan.ToolsChoice) *panel.EngineSetup {
-	setup := &panel.EngineSetup{ToolCallParser: c.ToolParser, AutoToolChoice: c.ToolParser != "",
+func engineSetup(extra []string, c engineplan.ToolsChoice) *schema.EngineSetup {
+	setup := &schema.EngineSetup{ToolCallParser: c.ToolParser, AutoToolChoice: c.ToolParser != "",
 		ReasoningParser: c.ReasoningParser, Tools: c.Info, ToolsFix: c.Fix}
 	if c.FromExtra {
 		setup.ToolCallParser, _ = argv.Value(extra, "--tool-call-parser")
@@ -104,8 +105,9 @@ func engineSetup(extra []string, c engineplan.ToolsChoice) *panel.EngineSetup {
 // with their defaults filled in, the listen address and the proxy's config.
 type Config struct {
 	Options
-	Addr  string // host:port to listen on
-	Proxy proxy.Config
+	Addr  string        // host:port to listen on
+	Core  router.Config // the router core's settings
+	Proxy proxy.Config  // the HTTP data plane's
 }
 
 // Config validates the options into a Config.
@@ -169,7 +171,7 @@ func (o Options) Config() (Config, error) {
 		return cfg, err
 	}
 	var err error
-	if cfg.Proxy, cfg.Addr, err = cfg.Router.proxyConfig(cfg.ServedName); err != nil {
+	if cfg.Core, cfg.Proxy, cfg.Addr, err = cfg.Router.configs(cfg.ServedName); err != nil {
 		return cfg, err
 	}
 	if cfg.LogDir == "" {
@@ -332,15 +334,7 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	defer stopSignals()
 
 	plan := cfg.plan()
-	facts, err := engineplan.ReadFacts(ctx, plan, log)
-	if err != nil {
-		return exit.New(1, "warden serve: "+err.Error())
-	}
-	devices, err := engineplan.FindDevices(ctx, plan, facts, log)
-	if err != nil {
-		return exit.New(1, "warden serve: "+err.Error())
-	}
-	cont, err := engineContainer(ctx, cfg.Options, facts, log)
+	facts, devices, cont, err := engineFacts(ctx, cfg.Options, plan, log)
 	if err != nil {
 		return exit.New(1, "warden serve: "+err.Error())
 	}
@@ -362,37 +356,30 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 		ln.Close()
 		return exit.New(1, "warden serve: "+err.Error())
 	}
-	replicasOf := func(rank int) []int { return []int{rank} } // an engine server's replicas
-	if cfg.VLLMDP {
-		all := make([]int, len(backends))
-		for i, b := range backends {
-			all[i] = b.Rank
-		}
-		replicasOf = func(int) []int { return all }
-	}
-	cfg.Proxy.Registry, cfg.Proxy.Logger, cfg.Proxy.Engines = newRegistry(), log, setup
-	px, err := proxy.New(cfg.Proxy, backends)
+	replicasOf := serverReplicas(cfg.VLLMDP, backends)
+	cfg.Core.Registry, cfg.Core.Logger, cfg.Core.Engines = newRegistry(), log, setup
+	core, px, err := newHTTP(cfg.Core, cfg.Proxy, backends)
 	if err != nil {
 		ln.Close()
 		return exit.New(1, "warden serve: "+err.Error())
 	}
 	for _, b := range backends {
-		px.Core().SetReplicaState(b.Rank, false, "starting", "engine loading")
+		core.SetReplicaState(b.Rank, false, "starting", "engine loading")
 	}
-	px.Core().SetStarting(true)
+	core.SetStarting(true)
 	srv, served := startHTTP(ln, px.Handler(), log)
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
-	go px.Core().Run(runCtx)
+	go core.Run(runCtx)
 
 	log.Info("starting engines", "engine", cfg.Engine, "image", cfg.Image, "device", cfg.Device, "model", cfg.Model, "dp", cfg.DP, "tp", cfg.TP,
 		"max_num_seqs", devices.Seqs, "log_dir", cfg.LogDir)
 	group, err := launch.Start(ctx, specs, launch.Options{
 		StartupTimeout: cfg.StartupTimeout, StopGrace: cfg.StopGrace, Logger: log,
-		Progress: os.Stderr, OnState: onEngineState(px, replicasOf),
+		Progress: os.Stderr, OnState: onEngineState(core, replicasOf),
 		OnCrash: func(rank int, c launch.Crash) {
 			for _, r := range replicasOf(rank) {
-				px.Core().SetReplicaCrash(r, panel.Crash{At: c.At, Cause: c.Cause, Fix: c.Fix, Failures: c.Failures,
+				core.SetReplicaCrash(r, schema.Crash{At: c.At, Cause: c.Cause, Fix: c.Fix, Failures: c.Failures,
 					CrashLoop: c.Loop, RestartsTried: c.Restarts, RetrySeconds: c.Delay.Seconds()})
 			}
 		},
@@ -404,8 +391,8 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 		}
 		return exit.New(1, "warden serve: "+err.Error())
 	}
-	px.Core().CheckNow(ctx)
-	px.Core().SetStarting(false)
+	core.CheckNow(ctx)
+	core.SetStarting(false)
 	if cfg.Engine == "vllm" {
 		running := engineplan.Version(ctx, backends[0].URL)
 		log.Info("engines ready", "vllm_version", running)
@@ -413,13 +400,43 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 			log.Warn(msg)
 		}
 	}
-	printServeReady(stdout, cfg, px.Core().Status().Policy, setup.Simulator)
+	printServeReady(stdout, cfg, core.Status().Policy, setup.Simulator)
 
-	final := drain(ctx, stopSignals, srv, served, px, cfg.Router.DrainTimeout, log)
+	final := drain(ctx, stopSignals, srv, served, core, cfg.Router.DrainTimeout, log)
 	stopRun()
 	stopEngines(group, cfg.StopGrace, log)
 	panel.WriteSummary(os.Stderr, final)
 	return nil
+}
+
+// engineFacts reads what the engines' plan needs of the host: the facts
+// (vLLM's version, the model's files), the devices, and the container
+// (nil without --image).
+func engineFacts(ctx context.Context, cfg Options, plan engineplan.Request, log *slog.Logger) (
+	engineplan.Facts, engineplan.Devices, *engineplan.Container, error) {
+	facts, err := engineplan.ReadFacts(ctx, plan, log)
+	if err != nil {
+		return facts, engineplan.Devices{}, nil, err
+	}
+	devices, err := engineplan.FindDevices(ctx, plan, facts, log)
+	if err != nil {
+		return facts, devices, nil, err
+	}
+	cont, err := engineContainer(ctx, cfg, facts, log)
+	return facts, devices, cont, err
+}
+
+// serverReplicas is the replicas of an engine server, by its rank: the
+// rank's own, or with --vllm-dp every replica (one server holds them all).
+func serverReplicas(vllmDP bool, backends []router.Backend) func(rank int) []int {
+	if !vllmDP {
+		return func(rank int) []int { return []int{rank} }
+	}
+	all := make([]int, len(backends))
+	for i, b := range backends {
+		all[i] = b.Rank
+	}
+	return func(int) []int { return all }
 }
 
 // engineContainer is how the engines run from --image (nil without one):
@@ -453,7 +470,7 @@ func stopEngines(g *launch.Group, grace time.Duration, log *slog.Logger) {
 // onEngineState feeds the launcher's view of each rank to the proxy: a rank
 // is routable only while Ready; a Ready after Down is a restart, whose engine
 // counters start from zero again.
-func onEngineState(px *proxy.Proxy, replicasOf func(rank int) []int) func(rank int, s launch.State, reason string) {
+func onEngineState(core *router.Core, replicasOf func(rank int) []int) func(rank int, s launch.State, reason string) {
 	var mu sync.Mutex
 	wasDown := map[int]bool{}
 	return func(rank int, s launch.State, reason string) {
@@ -467,9 +484,9 @@ func onEngineState(px *proxy.Proxy, replicasOf func(rank int) []int) func(rank i
 		mu.Unlock()
 		for _, r := range replicasOf(rank) {
 			if restarted {
-				px.Core().NoteRestart(r)
+				core.NoteRestart(r)
 			}
-			px.Core().SetReplicaState(r, s == launch.Ready, s.String(), reason)
+			core.SetReplicaState(r, s == launch.Ready, s.String(), reason)
 		}
 	}
 }

@@ -3,7 +3,7 @@
 // body fields, a fingerprint of the conversation's start), and the
 // client's pin to a replica. It reads the request's headers and one pass
 // over the body's top-level JSON keys (Scan), never unmarshalling a large
-// agent body; the proxy shares that scan with its request rewrites. It owns
+// agent body; the data planes share that scan with their request rewrites. It owns
 // no state and imports nothing of the project; docs/clients.md says what
 // each agent sends.
 package identity
@@ -96,7 +96,7 @@ func Extract(h http.Header, body []byte, extraHeaders []string) SessionKey {
 	return withBodyAgent(h, fromFields(Scan(body)))
 }
 
-// ExtractFrom is Extract over a body already scanned (the proxy's request
+// ExtractFrom is Extract over a body already scanned (the core's request
 // path scans once and may have mapped the model name in f first).
 func ExtractFrom(h http.Header, f Fields, extraHeaders []string) SessionKey {
 	if k, ok := fromHeaders(h, extraHeaders); ok {
@@ -210,7 +210,7 @@ func bytesView(b []byte) string {
 }
 
 // Fields are the top-level body values session identity reads, and those
-// the proxy's rewrites need (Stream, StreamOptions, Tools). They point into
+// the data planes' rewrites need (Stream, StreamOptions, Tools). They point into
 // the body they were scanned from: valid while it is unchanged, never
 // longer than the request.
 type Fields struct {

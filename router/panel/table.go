@@ -2,6 +2,7 @@ package panel
 
 import (
 	"fmt"
+	"github.com/lmwarden/warden/router/schema"
 	"io"
 	"net"
 	"net/url"
@@ -40,7 +41,7 @@ const offloadLegend = "host = host KV tier (vLLM KV offloading), h.hit = tokens 
 
 // columnsFor is the table's header row for s: "port" becomes "endpoint"
 // when a replica is on another host (its cell then has the host too).
-func columnsFor(s Status) table.Row {
+func columnsFor(s schema.Status) table.Row {
 	cols := tableColumns
 	if anyRemote(s.Replicas) {
 		cols = append(table.Row{}, tableColumns...)
@@ -54,7 +55,7 @@ func columnsFor(s Status) table.Row {
 
 // anyRemote reports whether a replica's URL names a host other than the
 // loopback: boxes of a farm behind `warden route` or `warden epp`.
-func anyRemote(rs []Replica) bool {
+func anyRemote(rs []schema.Replica) bool {
 	for _, r := range rs {
 		if remoteHost(r) != "" {
 			return true
@@ -65,7 +66,7 @@ func anyRemote(rs []Replica) bool {
 
 // remoteHost is the host of r's URL when it is not a loopback address;
 // "" for an engine on this machine, or a URL that does not parse.
-func remoteHost(r Replica) string {
+func remoteHost(r schema.Replica) string {
 	u, err := url.Parse(r.URL)
 	if err != nil {
 		return ""
@@ -79,7 +80,7 @@ func remoteHost(r Replica) string {
 
 // endpointCell is the port column's cell: the port, with the host in front
 // for a replica on another host (two boxes often share a port).
-func endpointCell(r Replica) any {
+func endpointCell(r schema.Replica) any {
 	if h := remoteHost(r); h != "" {
 		return net.JoinHostPort(h, strconv.Itoa(r.Port))
 	}
@@ -97,7 +98,7 @@ func withOffload(row, cells table.Row) table.Row {
 // the replica table with a totals row, the since-when line and any
 // warnings. It is what `warden status` prints; it does not end with a clear
 // screen or colour codes, so it can go to a file or a pipe.
-func formatStatusTable(w io.Writer, s Status) {
+func formatStatusTable(w io.Writer, s schema.Status) {
 	for _, l := range badgeLines(s) {
 		fmt.Fprintln(w, l)
 	}
@@ -120,8 +121,8 @@ func formatStatusTable(w io.Writer, s Status) {
 	}
 	foot := totalsRow(s)
 	if tier {
-		tot := TotalsOf(s.Replicas)
-		foot = withOffload(foot, table.Row{fmtOffloadSize(Replica{OffloadBackend: "any", OffloadBytes: tot.OffloadBytes}),
+		tot := schema.TotalsOf(s.Replicas)
+		foot = withOffload(foot, table.Row{fmtOffloadSize(schema.Replica{OffloadBackend: "any", OffloadBytes: tot.OffloadBytes}),
 			fmtPct(tot.OffloadHitRate)})
 	}
 	t.AppendFooter(foot)
@@ -145,7 +146,7 @@ func formatStatusTable(w io.Writer, s Status) {
 		writeWrapped(w, "! "+m, 100)
 	}
 	if _, over := Overcommit(s); s.PeakOvercommit != nil && !over {
-		writeWrapped(w, "! "+s.PeakOvercommit.peakLine(), 100)
+		writeWrapped(w, "! "+peakLine(*s.PeakOvercommit), 100)
 	}
 }
 
@@ -164,7 +165,7 @@ func columnConfigs(cols table.Row) []table.ColumnConfig {
 
 // badgeLines renders the panel's badges: what is served and how it is
 // routed, then the live routing numbers.
-func badgeLines(s Status) []string {
+func badgeLines(s schema.Status) []string {
 	first := "warden"
 	if s.Model != "" {
 		first += " serving " + s.Model
@@ -184,7 +185,7 @@ func badgeLines(s Status) []string {
 }
 
 // badgeLine renders the routing badges on one line.
-func badgeLine(s Status) string {
+func badgeLine(s schema.Status) string {
 	parts := []string{
 		"policy " + s.Policy,
 		"affinity " + fmtOnOff(s.Affinity),
@@ -200,7 +201,7 @@ func badgeLine(s Status) string {
 }
 
 // replicaRow is one table row, in tableColumns order.
-func replicaRow(r Replica) table.Row {
+func replicaRow(r schema.Replica) table.Row {
 	return table.Row{
 		r.Rank, fmtDevices(r), endpointCell(r), fmtUp(r), r.InFlight, r.Sticky, r.SpilledIn, r.Pinned,
 		fmtNum(r.Running), fmtNum(r.Waiting), fmtPct(r.KVUsed), fmtTokens(float64(r.KVCapacityTokens)),
@@ -210,7 +211,7 @@ func replicaRow(r Replica) table.Row {
 
 // totalsRow sums the rows; kv is the capacity-weighted mean fill and hit
 // the hit rate over all replicas' counters.
-func totalsRow(s Status) table.Row {
+func totalsRow(s schema.Status) table.Row {
 	var inflight, up, sess, sub, rst int
 	var sticky, spill, pinned uint64
 	var run, wait, used, q, h float64
@@ -266,7 +267,7 @@ func fmtSessions(active, subagents int) string {
 
 // fmtActiveSessions is the sessions badge: the active sessions (the
 // table's total), and how many more the warden remembers when it does.
-func fmtActiveSessions(s Status) string {
+func fmtActiveSessions(s schema.Status) string {
 	n := s.ActiveSessionCount()
 	if s.Sessions != n {
 		return fmt.Sprintf("%d (%d remembered)", n, s.Sessions)

@@ -282,10 +282,10 @@ func (p *Placer[R]) commit(req Request, d Decision, s *Session, snap []ReplicaVi
 
 // End records the end of a placed request (or of an attempt that never
 // reached its engine): turn says it was served (it counts in the sticky
-// share), u is what the engine reported (zero when nothing), ttfb the
-// seconds to its first byte (< 0 none). It wakes the held requests. The
+// share), u is what the engine reported (zero when nothing), ttft the
+// seconds to its first answer content (< 0 none). It wakes the held requests. The
 // caller takes the request off the replica's in-flight count afterwards.
-func (p *Placer[R]) End(pl *Placement[R], turn bool, u Report, ttfb float64) {
+func (p *Placer[R]) End(pl *Placement[R], turn bool, u Report, ttft float64) {
 	if pl.ticket == nil {
 		return
 	}
@@ -302,7 +302,7 @@ func (p *Placer[R]) End(pl *Placement[R], turn bool, u Report, ttfb float64) {
 			p.sessions.AddUsage(s, u.Prompt, min(u.Cached, u.Prompt), u.Completion)
 		}
 	}
-	p.mem.End(pl.ticket, u, ttfb, p.clock())
+	p.mem.End(pl.ticket, u, ttft, p.clock())
 	if p.held > 0 {
 		close(p.wake)
 		p.wake = make(chan struct{})

@@ -125,14 +125,9 @@ func NewEngine(cfg EngineConfig, prof Profile, sched *Scheduler, log *slog.Logge
 // SimNow is the simulated time in seconds since the engine was built.
 func (e *Engine) SimNow() float64 { return time.Since(e.wallStart).Seconds() * e.cfg.TimeScale }
 
-// Submit queues a request for prompt; maxTokens is how many tokens it will
-// generate, stopReason the finish reason it will report.
-func (e *Engine) Submit(prompt []uint32, maxTokens int, stopReason string) (*Request, error) {
-	return e.SubmitForced(prompt, maxTokens, stopReason, nil, nil)
-}
-
-// SubmitForced is Submit with the output given: token i of it is ids[i]
-// with text pieces[i] (len(ids) >= maxTokens).
+// SubmitForced queues a request for prompt; maxTokens is how many tokens it
+// will generate, stopReason the finish reason it will report, and token i
+// of its output is ids[i] with text pieces[i] (len(ids) >= maxTokens).
 func (e *Engine) SubmitForced(prompt []uint32, maxTokens int, stopReason string, ids []uint32, pieces []string) (*Request, error) {
 	e.idMu.Lock()
 	e.nextID++

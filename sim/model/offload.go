@@ -423,12 +423,11 @@ func (s *Scheduler) admitTier(items []Scheduled, budget int) []Scheduled {
 			wm = s.cfg.WatermarkBlocks
 		}
 		if r.Computed > 0 { // back from a load: no lookup
-			n := min(len(r.Tokens)-r.Computed, budget)
-			if !s.alloc(r, n, nil, s.cfg.ReserveFullISL, wm) {
+			n, ok := s.resumeLoaded(r, budget, wm)
+			if !ok {
 				break
 			}
 			*q = (*q)[1:]
-			s.running = append(s.running, r)
 			items = append(items, s.schedule(r, n))
 			budget -= n
 			continue
@@ -455,10 +454,7 @@ func (s *Scheduler) admitTier(items []Scheduled, budget int) []Scheduled {
 		if s.cfg.PrefixStats == StatsAdmission && r.Preemptions == 0 {
 			s.countQuery(r, hitTok)
 		}
-		if r.Preemptions == 0 && len(r.Tokens) != hitTok {
-			s.Counters.ExternalQueries += int64(len(r.Tokens) - hitTok)
-			s.Counters.ExternalHits += int64(ext)
-		}
+		s.countExternal(r, hitTok, ext)
 		*q = (*q)[1:]
 		r.numCached = len(hits)
 		if r.CachedTokens < 0 {
@@ -478,6 +474,26 @@ func (s *Scheduler) admitTier(items []Scheduled, budget int) []Scheduled {
 	s.holding = append(skipHold, s.holding...)
 	s.waiting = append(skipWait, s.waiting...)
 	return items
+}
+
+// resumeLoaded schedules a request back from a load (its tokens beyond the
+// loaded ones, within budget) and runs it; false when its blocks do not fit.
+func (s *Scheduler) resumeLoaded(r *Seq, budget, watermark int) (int, bool) {
+	n := min(len(r.Tokens)-r.Computed, budget)
+	if !s.alloc(r, n, nil, s.cfg.ReserveFullISL, watermark) {
+		return 0, false
+	}
+	s.running = append(s.running, r)
+	return n, true
+}
+
+// countExternal counts a first admission's lookup in the host tier: the
+// tokens the GPU cache missed and those the tier had (ext).
+func (s *Scheduler) countExternal(r *Seq, hitTok, ext int) {
+	if r.Preemptions == 0 && len(r.Tokens) != hitTok {
+		s.Counters.ExternalQueries += int64(len(r.Tokens) - hitTok)
+		s.Counters.ExternalHits += int64(ext)
+	}
 }
 
 // planStores is the connector's build_connector_meta: the scheduled

@@ -1,4 +1,4 @@
-package proxy
+package router_test
 
 import (
 	"fmt"
@@ -13,18 +13,6 @@ import (
 )
 
 // fakeClock is a settable clock for Config.Clock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // heldEngines returns n fake engines that hold every completion until the
 // returned release function is called.
 func heldEngines(t *testing.T, n int) ([]*fakeEngine, func()) {
@@ -41,11 +29,11 @@ func heldEngines(t *testing.T, n int) ([]*fakeEngine, func()) {
 	return es, release
 }
 
-// sendHeld sends one request in the background, waits until the proxy has
+// sendHeld sends one request in the background, waits until the warden has
 // it in flight, and returns a function that waits for its route.
-func sendHeld(t *testing.T, p *Proxy, url, body string, kv ...string) func() (string, string) {
+func sendHeld(t *testing.T, p *warden, url, body string, kv ...string) func() (string, string) {
 	t.Helper()
-	before := p.core.Status().InFlight
+	before := coreOf(p).Status().InFlight
 	var rank, route string
 	done := make(chan struct{})
 	go func() {
@@ -53,13 +41,13 @@ func sendHeld(t *testing.T, p *Proxy, url, body string, kv ...string) func() (st
 		resp, _ := post(t, url+"/v1/chat/completions", body, kv...)
 		rank, route = resp.Header.Get(identity.PinHeader), resp.Header.Get(routeHeader)
 	}()
-	simproc.Poll(t, "request in flight", func() bool { return p.core.Status().InFlight == before+1 })
+	simproc.Poll(t, "request in flight", func() bool { return coreOf(p).Status().InFlight == before+1 })
 	return func() (string, string) { <-done; return rank, route }
 }
 
 func TestSpillAboveTheThresholdAndNotBelow(t *testing.T) {
 	es, release := heldEngines(t, 2)
-	p, front := testProxy(t, Config{Config: router.Config{SpillThreshold: 2}}, es...)
+	p, front := testProxy(t, testConfig{Config: router.Config{SpillThreshold: 2}}, es...)
 	var results []func() (string, string)
 	for range 5 {
 		results = append(results, sendHeld(t, p, front.URL, chatBody("one-conversation", false, "")))
@@ -84,7 +72,7 @@ func TestSpillAboveTheThresholdAndNotBelow(t *testing.T) {
 		t.Errorf("routes %v, want %s", got, want)
 	}
 	settled(t, p)
-	if st := p.core.Status(); st.Totals.SpilledIn != 2 || st.Sessions != 1 {
+	if st := coreOf(p).Status(); st.Totals.SpilledIn != 2 || st.Sessions != 1 {
 		t.Errorf("spilled %d sessions %d", st.Totals.SpilledIn, st.Sessions)
 	}
 }
@@ -92,7 +80,7 @@ func TestSpillAboveTheThresholdAndNotBelow(t *testing.T) {
 func TestOffSpreadsByQueueLikeVLLM(t *testing.T) {
 	es, release := heldEngines(t, 4)
 	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
-	p, front := testProxy(t, Config{Config: router.Config{Policy: place.PolicyOff, Clock: clk.now}}, es...)
+	p, front := testProxy(t, testConfig{Config: router.Config{Policy: place.PolicyOff, Clock: clk.now}}, es...)
 	var results []func() (string, string)
 	// Within one stats period, each request sent counts as waiting (score
 	// +4) on its engine: the same conversation goes round the replicas.
@@ -115,7 +103,7 @@ func TestOffSpreadsByQueueLikeVLLM(t *testing.T) {
 
 func TestLeastInFlightAndHashPolicies(t *testing.T) {
 	es, release := heldEngines(t, 2)
-	p, front := testProxy(t, Config{Config: router.Config{Policy: place.PolicyLeastInFlight}}, es...)
+	p, front := testProxy(t, testConfig{Config: router.Config{Policy: place.PolicyLeastInFlight}}, es...)
 	a := sendHeld(t, p, front.URL, chatBody("x", false, ""))
 	b := sendHeld(t, p, front.URL, chatBody("x", false, ""))
 	release()
@@ -124,7 +112,7 @@ func TestLeastInFlightAndHashPolicies(t *testing.T) {
 	if ra == rb {
 		t.Errorf("least-inflight put two concurrent requests on replica %s", ra)
 	}
-	if _, err := p.core.SetPolicy(place.PolicyHash); err != nil {
+	if _, err := coreOf(p).SetPolicy(place.PolicyHash); err != nil {
 		t.Fatal(err)
 	}
 	first, _ := post(t, front.URL+"/v1/chat/completions", chatBody("h", false, ""))
@@ -139,7 +127,7 @@ func TestLeastInFlightAndHashPolicies(t *testing.T) {
 func TestSessionTTLOnTheInjectedClock(t *testing.T) {
 	e0, e1 := newFakeEngine(t), newFakeEngine(t)
 	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
-	p, front := testProxy(t, Config{Config: router.Config{Clock: clk.now, SessionTTL: time.Minute}}, e0, e1)
+	p, front := testProxy(t, testConfig{Config: router.Config{Clock: clk.now, SessionTTL: time.Minute}}, e0, e1)
 	post(t, front.URL+"/v1/chat/completions", chatBody("ttl", false, ""))
 	clk.add(59 * time.Second)
 	resp, _ := post(t, front.URL+"/v1/chat/completions", chatBody("ttl", false, ""))
@@ -147,7 +135,7 @@ func TestSessionTTLOnTheInjectedClock(t *testing.T) {
 		t.Errorf("within the TTL: route %s", resp.Header.Get(routeHeader))
 	}
 	clk.add(61 * time.Second)
-	if n := p.core.Status().Sessions; n != 0 {
+	if n := coreOf(p).Status().Sessions; n != 0 {
 		t.Errorf("sessions after the TTL = %d, want 0", n)
 	}
 	resp, _ = post(t, front.URL+"/v1/chat/completions", chatBody("ttl", false, ""))

@@ -1,13 +1,10 @@
-package proxy
+package router_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,7 +48,7 @@ func TestDecisionLogLines(t *testing.T) {
 	e0, e1 := newFakeEngine(t), newFakeEngine(t)
 	clk := &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 600, time.UTC)}
 	path := filepath.Join(t.TempDir(), "logs", "decisions.jsonl") // the folder is made
-	p, front := testProxy(t, Config{Config: router.Config{Policy: place.PolicySticky, Clock: clk.now, DecisionLog: path}}, e0, e1)
+	p, front := testProxy(t, testConfig{Config: router.Config{Policy: place.PolicySticky, Clock: clk.now, DecisionLog: path}}, e0, e1)
 	const secret = "alice@example.com" // a person's id as session key
 	url := front.URL + "/v1/chat/completions"
 	if resp, _ := post(t, url, chatBody(secret, false, ""), "X-Request-Id", "t-1"); resp.StatusCode != 200 {
@@ -71,7 +68,7 @@ func TestDecisionLogLines(t *testing.T) {
 		t.Fatalf("subagent: %d", resp.StatusCode)
 	}
 	settled(t, p)
-	if err := p.core.CloseDecisionLog(); err != nil {
+	if err := coreOf(p).CloseDecisionLog(); err != nil {
 		t.Fatal(err)
 	}
 	raw, _ := os.ReadFile(path)
@@ -92,15 +89,15 @@ func TestDecisionLogLines(t *testing.T) {
 			l.Prompt != 100 || l.Cached != 64 || l.Completion != 3 || l.WaitS != 0 {
 			t.Errorf("line %+v", l)
 		}
-		if l.TTFBS < 0 || l.DurationS < l.TTFBS {
-			t.Errorf("%q: ttfb %v, duration %v", l.RequestID, l.TTFBS, l.DurationS)
+		if l.TTFTS < 0 || l.DurationS < l.TTFTS {
+			t.Errorf("%q: ttfb %v, duration %v", l.RequestID, l.TTFTS, l.DurationS)
 		}
 	}
 	if first.Session != decision.Session(secret) || second.Session != first.Session || len(first.Session) != 12 || none.Session == first.Session {
 		t.Errorf("session hashes %q %q %q", first.Session, second.Session, none.Session)
 	}
 	if at, err := time.Parse(time.RFC3339Nano, first.Time); err != nil || !at.Equal(time.Date(2030, 1, 2, 3, 4, 5, 600, time.UTC)) {
-		t.Errorf("time %q (%v), want the proxy's clock", first.Time, err)
+		t.Errorf("time %q (%v), want the core's clock", first.Time, err)
 	}
 	if at, _ := time.Parse(time.RFC3339Nano, second.Time); !at.Equal(time.Date(2030, 1, 2, 3, 4, 6, 600, time.UTC)) {
 		t.Errorf("second time %q, want a second later", second.Time)
@@ -119,8 +116,8 @@ func TestDecisionLogRecordsWait(t *testing.T) {
 	e.hold = make(chan struct{})
 	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	p, front := testProxy(t, Config{Config: router.Config{Clock: clk.now, AdmitWait: time.Hour, DecisionLog: path}}, e)
-	p.core.CheckNow(context.Background())
+	p, front := testProxy(t, testConfig{Config: router.Config{Clock: clk.now, AdmitWait: time.Hour, DecisionLog: path}}, e)
+	coreOf(p).CheckNow(context.Background())
 	send := func(id, key string, n int, done chan<- int) {
 		req, _ := httpRequest(context.Background(), front.URL+"/v1/chat/completions", bigChat(key, n))
 		req.Header.Set("X-Request-Id", id)
@@ -136,14 +133,14 @@ func TestDecisionLogRecordsWait(t *testing.T) {
 	go send("a", "a", 120_000, doneA)
 	<-e.arrived
 	go send("b", "b", 80_000, doneB)
-	simproc.Poll(t, "b held at the proxy", func() bool { return held(p) == 1 })
+	simproc.Poll(t, "b held at the warden", func() bool { return held(p) == 1 })
 	clk.add(2500 * time.Millisecond)
 	close(e.hold)
 	if a, b := <-doneA, <-doneB; a != 200 || b != 200 {
 		t.Fatalf("status a %d, b %d", a, b)
 	}
 	settled(t, p)
-	if err := p.core.CloseDecisionLog(); err != nil {
+	if err := coreOf(p).CloseDecisionLog(); err != nil {
 		t.Fatal(err)
 	}
 	lines := byRequestID(t, readDecisions(t, path))
@@ -166,72 +163,21 @@ func get(t *testing.T, url string) (*http.Response, string) {
 // TestDecisionLogConfig: a negative size is refused; a path that cannot be
 // a file fails New at once; off, nothing is opened or registered.
 func TestDecisionLogConfig(t *testing.T) {
-	if err := (Config{Config: router.Config{DecisionLogMaxMB: -1}}).Validate(); err == nil || !strings.Contains(err.Error(), "--decision-log-max-mb") {
+	if err := (testConfig{Config: router.Config{DecisionLogMaxMB: -1}}).Validate(); err == nil || !strings.Contains(err.Error(), "--decision-log-max-mb") {
 		t.Errorf("Validate: %v", err)
 	}
 	e := newFakeEngine(t)
 	file := filepath.Join(t.TempDir(), "file")
 	os.WriteFile(file, nil, 0o644)
-	if _, err := New(Config{Config: router.Config{DecisionLog: filepath.Join(file, "decisions.jsonl")}}, []router.Backend{{Rank: 0, URL: e.srv.URL}}); err == nil ||
+	if _, err := newProxy(testConfig{Config: router.Config{DecisionLog: filepath.Join(file, "decisions.jsonl")}}, []router.Backend{{Rank: 0, URL: e.srv.URL}}); err == nil ||
 		!strings.Contains(err.Error(), "--decision-log") {
 		t.Errorf("New with a path under a file: %v", err)
 	}
-	p, front := testProxy(t, Config{}, e)
-	if p.core.LogsDecisions() || p.core.CloseDecisionLog() != nil {
+	p, front := testProxy(t, testConfig{}, e)
+	if coreOf(p).LogsDecisions() || coreOf(p).CloseDecisionLog() != nil {
 		t.Error("decision log on without --decision-log")
 	}
 	if _, m := get(t, front.URL+"/metrics"); strings.Contains(m, "warden_decision_log") {
 		t.Error("decision log metric registered while off")
-	}
-}
-
-// BenchmarkOverheadDecisionLog compares the warden with the decision log on
-// and off over the same engine, side by side: each iteration sends one
-// request through each, in alternating order (as warden-vs-bare in
-// BenchmarkOverhead), so the machine's drift falls on both alike. ns/op is
-// the pair; log/nolog is the ratio of their total times.
-func BenchmarkOverheadDecisionLog(b *testing.B) {
-	e := newFakeEngine(b)
-	logged, front := testProxy(b, Config{Config: router.Config{DecisionLog: filepath.Join(b.TempDir(), "decisions.jsonl")}}, e)
-	_, plain := testProxy(b, Config{}, e)
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
-	once := func(b *testing.B, srv *httptest.Server, body string) (ttfb, total time.Duration) {
-		start := time.Now()
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Request-Id", "bench-1")
-		resp, err := client.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		br := bufio.NewReader(resp.Body)
-		if _, err := br.ReadByte(); err != nil {
-			b.Fatal(err)
-		}
-		ttfb = time.Since(start)
-		io.Copy(io.Discard, br)
-		resp.Body.Close()
-		return ttfb, time.Since(start)
-	}
-	for _, stream := range []bool{false, true} {
-		body := chatBody("bench", stream, "")
-		b.Run(fmt.Sprintf("stream=%v/log-vs-nolog", stream), func(b *testing.B) {
-			offTTFB, offT, onTTFB, onT := sideBySide(b, func(first bool) (time.Duration, time.Duration) {
-				if first {
-					return once(b, plain, body)
-				}
-				return once(b, front, body)
-			})
-			b.ReportMetric(float64(onT)/float64(offT), "log/nolog")
-			b.ReportMetric(float64(onTTFB)/float64(offTTFB), "ttfb-log/nolog")
-			b.ReportMetric(float64(onT.Nanoseconds())/float64(b.N), "log-ns/req")
-			b.ReportMetric(float64(offT.Nanoseconds())/float64(b.N), "nolog-ns/req")
-		})
-	}
-	if err := logged.core.CloseDecisionLog(); err != nil {
-		b.Fatal(err)
-	}
-	if n, _ := metric(b, logged.core.Registry(), "warden_decision_log_dropped_total"); n > 0 {
-		b.Logf("%v lines dropped", n)
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package router_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/lmwarden/warden/internal/simproc"
+	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/identity"
 	"github.com/lmwarden/warden/router/place"
@@ -91,7 +92,7 @@ func homes(t *testing.T, front string, sessions []string) (map[string]string, ma
 
 func TestReplicasAddedAndRemovedAtRunTimeKeepTheSessionTable(t *testing.T) {
 	e0, e1, e2 := newFakeEngine(t), newFakeEngine(t), newFakeEngine(t)
-	p, front := testProxy(t, Config{Config: router.Config{Policy: place.PolicySticky}}, e0, e1)
+	p, front := testProxy(t, testConfig{Config: router.Config{Policy: place.PolicySticky}}, e0, e1)
 	sessions := []string{"a", "b", "c", "d", "e", "f"}
 	home, _ := homes(t, front.URL, sessions)
 
@@ -99,7 +100,7 @@ func TestReplicasAddedAndRemovedAtRunTimeKeepTheSessionTable(t *testing.T) {
 	if code != http.StatusCreated || added["rank"] != 2.0 || added["max_num_seqs"] != 12.0 {
 		t.Fatalf("add: %d %v", code, added)
 	}
-	simproc.Poll(t, "the added replica in rotation", func() bool { r := p.core.Lookup(2); return r != nil && r.Healthy() })
+	simproc.Poll(t, "the added replica in rotation", func() bool { r := coreOf(p).Lookup(2); return r != nil && r.Healthy() })
 	if code, _ := adminCall(t, http.MethodPost, front.URL+"/warden/replicas", `{"url":"`+e2.srv.URL+`/"}`); code != http.StatusConflict {
 		t.Errorf("adding the same URL again: %d, want 409", code)
 	}
@@ -117,7 +118,7 @@ func TestReplicasAddedAndRemovedAtRunTimeKeepTheSessionTable(t *testing.T) {
 	if code != http.StatusOK || removed["rank"] != 0.0 || removed["sessions"] != float64(onZero) {
 		t.Fatalf("remove: %d %v (want rank 0 with %d sessions)", code, removed, onZero)
 	}
-	if n := p.core.Status().Sessions; n != len(sessions) {
+	if n := coreOf(p).Status().Sessions; n != len(sessions) {
 		t.Errorf("sessions after removal = %d, want %d (table kept)", n, len(sessions))
 	}
 	rank, route := homes(t, front.URL, sessions)
@@ -141,7 +142,7 @@ func TestReplicasAddedAndRemovedAtRunTimeKeepTheSessionTable(t *testing.T) {
 
 func TestReplicaAdminNeedsLoopbackOrTokenAndGoodInput(t *testing.T) {
 	e0 := newFakeEngine(t)
-	p, front := testProxy(t, Config{AdminToken: "sesame"}, e0)
+	p, front := testProxy(t, testConfig{Proxy: proxy.Config{AdminToken: "sesame"}}, e0)
 	for _, tc := range []struct {
 		method, body, remote, token string
 		want                        int
@@ -185,16 +186,16 @@ func closedURL(t *testing.T) string {
 
 func TestProbedReplicaEntersRotationOnlyOnceItAnswers(t *testing.T) {
 	e0 := newFakeEngine(t)
-	p, front := testProxyBackends(t, Config{Config: router.Config{Policy: place.PolicySticky}}, []router.Backend{
+	p, front := testProxyBackends(t, testConfig{Config: router.Config{Policy: place.PolicySticky}}, []router.Backend{
 		{Rank: 0, URL: e0.srv.URL, Probe: true, FallbackMaxNumSeqs: 32},
 		{Rank: 1, URL: closedURL(t), Probe: true, FallbackMaxNumSeqs: 32},
 	})
 	if resp, body := post(t, front.URL+"/v1/chat/completions", chatBody("x", false, "")); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("before any health check: %d %s, want 503 (no replica known to be up)", resp.StatusCode, body)
 	}
-	p.core.CheckNow(context.Background())
+	coreOf(p).CheckNow(context.Background())
 	up := map[int]bool{}
-	for _, r := range p.core.Status().Replicas {
+	for _, r := range coreOf(p).Status().Replicas {
 		up[r.Rank] = r.Up
 	}
 	if diff := cmp.Diff(map[int]bool{0: true, 1: false}, up); diff != "" {
@@ -237,10 +238,10 @@ func TestMaxNumSeqsLearnedFromTheServerElseTheFallback(t *testing.T) {
 		{Rank: 3, URL: urls[3], Probe: true, FallbackMaxNumSeqs: 20},
 		{Rank: 4, URL: urls[4], Probe: true, FallbackMaxNumSeqs: 20, MaxNumSeqs: 12}, // the user said: no asking
 	}
-	p, _ := testProxyBackends(t, Config{}, bs)
-	p.core.CheckNow(context.Background())
+	p, _ := testProxyBackends(t, testConfig{}, bs)
+	coreOf(p).CheckNow(context.Background())
 	var got []int
-	for _, r := range p.core.Status().Replicas {
+	for _, r := range coreOf(p).Status().Replicas {
 		got = append(got, r.MaxNumSeqs)
 	}
 	if diff := cmp.Diff([]int{48, 96, 128, 20, 12}, got); diff != "" {
@@ -265,7 +266,7 @@ func TestSpillUsesEachReplicasOwnCapacity(t *testing.T) {
 
 func TestReplicaChangesDuringTrafficLoseNoRequest(t *testing.T) {
 	e0, e1, e2 := newFakeEngine(t), newFakeEngine(t), newFakeEngine(t)
-	p, front := testProxy(t, Config{Config: router.Config{Policy: place.PolicySticky}}, e0, e1, e2)
+	p, front := testProxy(t, testConfig{Config: router.Config{Policy: place.PolicySticky}}, e0, e1, e2)
 	stop := make(chan struct{})
 	errs := make(chan string, 100)
 	var wg sync.WaitGroup
@@ -294,14 +295,14 @@ func TestReplicaChangesDuringTrafficLoseNoRequest(t *testing.T) {
 			}
 		}()
 	}
-	served := func() uint64 { return p.core.Status().Totals.Requests }
+	served := func() uint64 { return coreOf(p).Status().Totals.Requests }
 	for range 30 { // replica 2 leaves and comes back while turns flow
 		before := served()
-		if _, err := p.core.RemoveReplica(e2.srv.URL, -1); err != nil {
+		if _, err := coreOf(p).RemoveReplica(e2.srv.URL, -1); err != nil {
 			t.Fatal(err)
 		}
 		simproc.Poll(t, "turns served while a replica is out", func() bool { return served() > before+2 })
-		if _, err := p.core.AddReplica(router.Backend{URL: e2.srv.URL, MaxNumSeqs: 32}); err != nil {
+		if _, err := coreOf(p).AddReplica(router.Backend{URL: e2.srv.URL, MaxNumSeqs: 32}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -312,8 +313,8 @@ func TestReplicaChangesDuringTrafficLoseNoRequest(t *testing.T) {
 		t.Errorf("a request failed during replica changes: %s", e)
 	}
 	settled(t, p)
-	if n := len(p.core.Replicas()); n != 3 || p.core.Lookup(2) == nil {
-		t.Errorf("after the changes: %d replicas, rank 2 present %v", n, p.core.Lookup(2) != nil)
+	if n := len(coreOf(p).Replicas()); n != 3 || coreOf(p).Lookup(2) == nil {
+		t.Errorf("after the changes: %d replicas, rank 2 present %v", n, coreOf(p).Lookup(2) != nil)
 	}
 }
 
@@ -321,14 +322,14 @@ func TestAWardenAsAReplicaReportsItsEnginesSummed(t *testing.T) {
 	e0, e1 := newFakeEngine(t), newFakeEngine(t)
 	e0.metrics.Store(metricsText(3, 1, 0.5, 100, 50))
 	e1.metrics.Store(metricsText(1, 0, 0.25, 300, 30))
-	inner, innerFront := testProxy(t, Config{}, e0, e1) // each max_num_seqs 32, KV 40,000 tokens
-	inner.core.CheckNow(context.Background())
-	outer, _ := testProxyBackends(t, Config{}, []router.Backend{{Rank: 0, URL: innerFront.URL, Probe: true, FallbackMaxNumSeqs: 256}})
-	outer.core.CheckNow(context.Background())
+	inner, innerFront := testProxy(t, testConfig{}, e0, e1) // each max_num_seqs 32, KV 40,000 tokens
+	coreOf(inner).CheckNow(context.Background())
+	outer, _ := testProxyBackends(t, testConfig{}, []router.Backend{{Rank: 0, URL: innerFront.URL, Probe: true, FallbackMaxNumSeqs: 256}})
+	coreOf(outer).CheckNow(context.Background())
 	e0.metrics.Store(metricsText(3, 1, 0.5, 180, 110)) // +80 queries, +60 hits
-	inner.core.CheckNow(context.Background())
-	outer.core.CheckNow(context.Background())
-	r := outer.core.Status().Replicas[0]
+	coreOf(inner).CheckNow(context.Background())
+	coreOf(outer).CheckNow(context.Background())
+	r := coreOf(outer).Status().Replicas[0]
 	got := []float64{float64(r.MaxNumSeqs), r.Running, r.Waiting, r.KVUsed, float64(r.KVCapacityTokens), r.PrefixQueries, r.PrefixHits}
 	if diff := cmp.Diff([]float64{64, 4, 1, 0.375, 80000, 80, 60}, got); diff != "" || !r.Up {
 		t.Errorf("a warden seen as one replica: up %v; max_num_seqs, running, waiting, KV used, KV capacity, prefix queries, hits (-want +got):\n%s", r.Up, diff)

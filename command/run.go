@@ -5,14 +5,14 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 	"github.com/lmwarden/warden/run"
 )
 
 // runFlags are every `warden run <agent>`'s flags.
 func runFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "url", Value: panel.DefaultURL, EnvVars: []string{"WARDEN_URL"},
+		&cli.StringFlag{Name: "url", Value: schema.DefaultURL, EnvVars: []string{"WARDEN_URL"},
 			Usage: "base `URL` of the warden the agent uses, with or without /v1 (the default of status and wait too)"},
 		&cli.StringFlag{Name: "api-key", EnvVars: envVars("API_KEY"),
 			Usage: "`KEY` the agent sends: the warden's --api-key, which it reads from WARDEN_SERVER_API_KEY " +
@@ -62,7 +62,7 @@ func runCommand() *cli.Command {
 			"   warden run claude -- -p 'fix the failing test'\n" +
 			"   warden run codex --url http://gpu-box:8000 -- exec 'add a --verbose flag'\n" +
 			"   warden run opencode --serve \"--model Qwen/Qwen3-Coder-30B-A3B-Instruct --dp 2\"",
-		Description: "Finds the warden at --url (WARDEN_URL; default " + panel.DefaultURL + "), checks that it is ready, reads the\n" +
+		Description: "Finds the warden at --url (WARDEN_URL; default " + schema.DefaultURL + "), checks that it is ready, reads the\n" +
 			"served model and the engines' max_model_len (GET /warden/status, /v1/models), and runs the agent in the\n" +
 			"foreground with the base URL, a key, the model and the limits set through the agent's own environment\n" +
 			"variables or command-line overrides; your config files are not touched. It prints to stderr which limits\n" +

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 func TestStatusCommandBadArguments(t *testing.T) {
@@ -25,15 +26,15 @@ func TestStatusCommandBadArguments(t *testing.T) {
 
 // TestStatusURLFromTheEnvironment: WARDEN_URL is --url, host:port too.
 func TestStatusURLFromTheEnvironment(t *testing.T) {
-	s := panel.Status{Model: "m", Policy: "adaptive", Replicas: []panel.Replica{{Rank: 0, URL: "http://127.0.0.1:1", Up: true}}}
-	srv := httptest.NewServer(panel.JSONHandler(func() panel.Status { return s }))
+	s := schema.Status{Model: "m", Policy: "adaptive", Replicas: []schema.Replica{{Rank: 0, URL: "http://127.0.0.1:1", Up: true}}}
+	srv := httptest.NewServer(panel.JSONHandler(func() schema.Status { return s }))
 	defer srv.Close()
 	t.Setenv("WARDEN_URL", strings.TrimPrefix(srv.URL, "http://"))
 	out, _, err := runWarden(t, "status", "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got panel.Status
+	var got schema.Status
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, out)
 	}
@@ -45,16 +46,16 @@ func TestStatusURLFromTheEnvironment(t *testing.T) {
 // TestStatusTakesTheAgentsBaseURL: --url as agents take it (ending in /v1)
 // names the same warden.
 func TestStatusTakesTheAgentsBaseURL(t *testing.T) {
-	s := panel.Status{Model: "m", Policy: "adaptive", Replicas: []panel.Replica{{Rank: 0, URL: "http://127.0.0.1:1", Up: true}}}
+	s := schema.Status{Model: "m", Policy: "adaptive", Replicas: []schema.Replica{{Rank: 0, URL: "http://127.0.0.1:1", Up: true}}}
 	mux := http.NewServeMux()
-	mux.Handle("GET /warden/status", panel.JSONHandler(func() panel.Status { return s }))
+	mux.Handle("GET /warden/status", panel.JSONHandler(func() schema.Status { return s }))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	out, _, err := runWarden(t, "status", "--json", "--url", srv.URL+"/v1")
 	if err != nil {
 		t.Fatalf("warden status --url %s/v1: %v", srv.URL, err)
 	}
-	var got panel.Status
+	var got schema.Status
 	if err := json.Unmarshal([]byte(out), &got); err != nil || got.Model != "m" {
 		t.Errorf("--json output: %v\n%s", err, out)
 	}

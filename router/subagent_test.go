@@ -1,4 +1,4 @@
-package proxy
+package router_test
 
 import (
 	"fmt"
@@ -37,7 +37,7 @@ func TestSubagentsPlacedOnTheirOwnMerits(t *testing.T) {
 		for _, withParent := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/with-parent=%v", tc.name, withParent), func(t *testing.T) {
 				engines := []*fakeEngine{newFakeEngine(t), newFakeEngine(t), newFakeEngine(t), newFakeEngine(t)}
-				p, front := testProxy(t, Config{Config: router.Config{Policy: "sticky", SubagentsWithParent: withParent, Seed: 3}}, engines...)
+				p, front := testProxy(t, testConfig{Config: router.Config{Policy: "sticky", SubagentsWithParent: withParent, Seed: 3}}, engines...)
 				turn := func(h []string) int {
 					t.Helper()
 					resp, body := post(t, front.URL+"/v1/chat/completions", chatBody("", false, ""), h...)
@@ -70,7 +70,7 @@ func TestSubagentsPlacedOnTheirOwnMerits(t *testing.T) {
 				if again := turn(tc.headers("")); again != home {
 					t.Errorf("the parent moved from %d to %d", home, again)
 				}
-				st := p.core.Status()
+				st := coreOf(p).Status()
 				want := len(tc.agents)
 				if withParent {
 					want = 0

@@ -9,8 +9,10 @@ import (
 
 	"github.com/lmwarden/warden/engineplan"
 	"github.com/lmwarden/warden/hostcpu"
+	"github.com/lmwarden/warden/launch"
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/router/engine"
 	"github.com/lmwarden/warden/router/place"
 	"github.com/lmwarden/warden/serve"
 	"github.com/lmwarden/warden/sim"
@@ -124,9 +126,9 @@ func serveFlags() []cli.Flag {
 			Usage: "vLLM's --reasoning-parser: auto (the model's, when it thinks), off, or a parser name"},
 		&cli.StringFlag{Name: "log-dir", EnvVars: envVars("LOG_DIR"),
 			Usage: "`DIR` for per-rank engine logs (default: $XDG_STATE_HOME/warden/runs/<time>-<pid>)"},
-		&cli.DurationFlag{Name: "startup-timeout", Value: 20 * time.Minute, EnvVars: envVars("STARTUP_TIMEOUT"),
+		&cli.DurationFlag{Name: "startup-timeout", Value: launch.DefaultStartupTimeout, EnvVars: envVars("STARTUP_TIMEOUT"),
 			Usage: "give up when a replica is not healthy after this long (large models load for minutes)"},
-		&cli.DurationFlag{Name: "stop-grace", Value: 20 * time.Second, EnvVars: envVars("STOP_GRACE"),
+		&cli.DurationFlag{Name: "stop-grace", Value: launch.DefaultStopGrace, EnvVars: envVars("STOP_GRACE"),
 			Usage: "after SIGTERM to an engine's process group, how long before SIGKILL"},
 	)
 	devices := inCategory(catDevices,
@@ -176,7 +178,7 @@ func routeFlags() []cli.Flag {
 		&cli.IntFlag{Name: "dp-ranks", EnvVars: envVars("DP_RANKS"),
 			Usage: "`N` vLLM data-parallel engines behind each replica URL, each routed as a replica and pinned with " +
 				"X-data-parallel-rank (0: learn them from each server's /metrics; 1: route each server as one)"},
-		&cli.IntFlag{Name: "max-num-seqs", Value: router.DefaultMaxNumSeqs, EnvVars: envVars("MAX_NUM_SEQS"),
+		&cli.IntFlag{Name: "max-num-seqs", Value: engine.VLLMMaxNumSeqs, EnvVars: envVars("MAX_NUM_SEQS"),
 			Usage: "max_num_seqs of a replica that does not say its own; the spill threshold derives from it"},
 		&cli.StringFlag{Name: "served-model-name", EnvVars: envVars("SERVED_MODEL_NAME"),
 			Usage: "the model `NAME` clients use (default: what the replicas answer on /v1/models at start)"},

@@ -1,4 +1,4 @@
-package proxy
+package router_test
 
 import (
 	"context"
@@ -17,14 +17,14 @@ func bigChat(key string, n int) string {
 }
 
 // TestHoldForRoom: on one replica with 40k tokens of KV, a conversation of
-// ~26k tokens is in flight; a new one of ~18k does not fit, so the proxy
+// ~26k tokens is in flight; a new one of ~18k does not fit, so the warden
 // holds it (it never reaches the engine) until the first ends, then places
 // it.
 func TestHoldForRoom(t *testing.T) {
 	e := newFakeEngine(t)
 	e.hold = make(chan struct{})
-	p, front := testProxy(t, Config{}, e)
-	p.core.CheckNow(context.Background()) // learn the KV capacity (2500 blocks x 16)
+	p, front := testProxy(t, testConfig{}, e)
+	coreOf(p).CheckNow(context.Background()) // learn the KV capacity (2500 blocks x 16)
 	doneA := make(chan string, 1)
 	send := func(key string, n int, done chan<- string) {
 		req, _ := httpRequest(context.Background(), front.URL+"/v1/chat/completions", bigChat(key, n))
@@ -40,7 +40,7 @@ func TestHoldForRoom(t *testing.T) {
 	<-e.arrived
 	doneB := make(chan string, 1)
 	go send("b", 80_000, doneB)
-	simproc.Poll(t, "b held at the proxy", func() bool { return held(p) == 1 })
+	simproc.Poll(t, "b held at the warden", func() bool { return held(p) == 1 })
 	e.mu.Lock()
 	n := len(e.bodies)
 	e.mu.Unlock()
@@ -65,8 +65,8 @@ func TestHeldClientGoesAway(t *testing.T) {
 	e := newFakeEngine(t)
 	e.hold = make(chan struct{})
 	defer close(e.hold)
-	p, front := testProxy(t, Config{}, e)
-	p.core.CheckNow(context.Background())
+	p, front := testProxy(t, testConfig{}, e)
+	coreOf(p).CheckNow(context.Background())
 	go func() {
 		req, _ := httpRequest(context.Background(), front.URL+"/v1/chat/completions", bigChat("a", 120_000))
 		if resp, err := front.Client().Do(req); err == nil {
@@ -93,7 +93,7 @@ func TestHeldClientGoesAway(t *testing.T) {
 }
 
 // held is the number of requests the Placer holds for room now.
-func held(p *Proxy) int { return p.core.Placer().Counts(p.core.Now(), nil).Held }
+func held(p *warden) int { return coreOf(p).Placer().Counts(coreOf(p).Now(), nil).Held }
 
 func httpRequest(ctx context.Context, url, body string) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))

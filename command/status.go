@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // statusCommand is `warden status [--url URL] [--watch [interval]] [--json]`:
@@ -17,7 +18,7 @@ func statusCommand() *cli.Command {
 		Usage:     "show the routing panel of a running warden (replicas, stickiness, cache hits)",
 		ArgsUsage: "[interval]   (with --watch: redraw period, e.g. 5s)",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "url", Value: panel.DefaultURL, EnvVars: []string{"WARDEN_URL"},
+			&cli.StringFlag{Name: "url", Value: schema.DefaultURL, EnvVars: []string{"WARDEN_URL"},
 				Usage: "base `URL` of the warden (its public port; a base URL ending in /v1, as agents take it, too)"},
 			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, EnvVars: []string{"WARDEN_STATUS_WATCH"},
 				Usage: "redraw every interval until interrupted (in place on a terminal)"},

@@ -11,6 +11,7 @@ import (
 	"github.com/lmwarden/warden/internal/exit"
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/router/engine"
 	"github.com/lmwarden/warden/router/place"
 	"github.com/lmwarden/warden/serve"
 )
@@ -51,7 +52,7 @@ func eppFlags() []cli.Flag {
 			Usage: "port of the status page, /metrics, /warden/status and the admin endpoints (on --host)"},
 		&cli.IntFlag{Name: "fallbacks", Value: epp.DefaultFallbacks, EnvVars: envVars("FALLBACKS"),
 			Usage: "endpoints named after the pick, least loaded first, for the gateway to retry on"},
-		&cli.IntFlag{Name: "max-num-seqs", Value: router.DefaultMaxNumSeqs, EnvVars: envVars("MAX_NUM_SEQS"),
+		&cli.IntFlag{Name: "max-num-seqs", Value: engine.VLLMMaxNumSeqs, EnvVars: envVars("MAX_NUM_SEQS"),
 			Usage: "max_num_seqs assumed for an engine that does not say its own; the spill threshold derives from it"},
 		&cli.StringFlag{Name: "served-model-name", EnvVars: envVars("SERVED_MODEL_NAME"),
 			Usage: "the model name shown in the status (default: what the engines answer on /v1/models)"},

@@ -1,4 +1,4 @@
-package proxy
+package router_test
 
 import (
 	"encoding/json"
@@ -17,7 +17,7 @@ import (
 func TestSessionTableSurvivesARestartKeyedByURL(t *testing.T) {
 	e0, e1, e2 := newFakeEngine(t), newFakeEngine(t), newFakeEngine(t)
 	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
-	p, front := testProxy(t, Config{Config: router.Config{Policy: place.PolicySticky, Clock: clk.now, SessionTTL: time.Hour}}, e0, e1, e2)
+	p, front := testProxy(t, testConfig{Config: router.Config{Policy: place.PolicySticky, Clock: clk.now, SessionTTL: time.Hour}}, e0, e1, e2)
 	sessions := []string{"a", "b", "c", "d", "e", "f", "old"}
 	home, _ := homes(t, front.URL, sessions[len(sessions)-1:])
 	clk.add(50 * time.Minute) // "old" is 50 minutes idle at save time
@@ -26,7 +26,7 @@ func TestSessionTableSurvivesARestartKeyedByURL(t *testing.T) {
 	}
 	urlOf := map[string]string{"0": e0.srv.URL, "1": e1.srv.URL, "2": e2.srv.URL}
 	path := filepath.Join(t.TempDir(), "state", "sessions.json")
-	n, err := p.core.SaveSessions(path)
+	n, err := coreOf(p).SaveSessions(path)
 	if err != nil || n != len(sessions) {
 		t.Fatalf("SaveSessions = %d, %v; want %d", n, err, len(sessions))
 	}
@@ -38,8 +38,8 @@ func TestSessionTableSurvivesARestartKeyedByURL(t *testing.T) {
 	// ranks), has lost e2, and starts 20 minutes later: "old" is then past
 	// its TTL.
 	clk.add(20 * time.Minute)
-	q, front2 := testProxy(t, Config{Config: router.Config{Policy: place.PolicySticky, Clock: clk.now, SessionTTL: time.Hour}}, e1, e0)
-	res, err := q.core.LoadSessions(path)
+	q, front2 := testProxy(t, testConfig{Config: router.Config{Policy: place.PolicySticky, Clock: clk.now, SessionTTL: time.Hour}}, e1, e0)
+	res, err := coreOf(q).LoadSessions(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestSessionTableSurvivesARestartKeyedByURL(t *testing.T) {
 	if diff := cmp.Diff(want, res); diff != "" {
 		t.Errorf("LoadResult (-want +got):\n%s", diff)
 	}
-	if st := q.core.Status(); st.Sessions != want.Restored || st.SessionsSeen != 0 {
+	if st := coreOf(q).Status(); st.Sessions != want.Restored || st.SessionsSeen != 0 {
 		t.Errorf("after load: %d sessions, %d seen; want %d restored and none seen in this run", st.Sessions, st.SessionsSeen, want.Restored)
 	}
 	newURL := map[string]string{"0": e1.srv.URL, "1": e0.srv.URL}
@@ -74,14 +74,14 @@ func must[A, B any](a A, _ B) A { return a }
 func TestSavedSessionsKeepOrderContextAndUsage(t *testing.T) {
 	e0 := newFakeEngine(t)
 	clk := &fakeClock{t: time.Unix(2_000_000, 0)}
-	p, front := testProxy(t, Config{Config: router.Config{Policy: place.PolicySticky, Clock: clk.now}}, e0)
+	p, front := testProxy(t, testConfig{Config: router.Config{Policy: place.PolicySticky, Clock: clk.now}}, e0)
 	for _, s := range []string{"first", "second", "third"} {
 		post(t, front.URL+"/v1/chat/completions", chatBody(s, false, ""))
 		clk.add(time.Second)
 	}
 	settled(t, p)
 	path := filepath.Join(t.TempDir(), "s.json")
-	if _, err := p.core.SaveSessions(path); err != nil {
+	if _, err := coreOf(p).SaveSessions(path); err != nil {
 		t.Fatal(err)
 	}
 	var st struct { // the state file's schema (router/persist.go)
@@ -98,7 +98,7 @@ func TestSavedSessionsKeepOrderContextAndUsage(t *testing.T) {
 	var keys []string
 	for _, s := range st.Sessions {
 		keys = append(keys, s.Key)
-		if s.Replica != p.core.Lookup(0).URL().String() || s.Context != 103 || s.Prompt != 100 || s.Cached != 64 {
+		if s.Replica != coreOf(p).Lookup(0).URL().String() || s.Context != 103 || s.Prompt != 100 || s.Cached != 64 {
 			t.Errorf("saved %+v, want replica %s, context 103, prompt 100, cached 64", s, e0.srv.URL)
 		}
 	}
@@ -106,25 +106,25 @@ func TestSavedSessionsKeepOrderContextAndUsage(t *testing.T) {
 		t.Errorf("saved order %v, want least recently used first", keys)
 	}
 
-	q, _ := testProxy(t, Config{Config: router.Config{Policy: place.PolicySticky, Clock: clk.now, MaxSessions: 2}}, e0)
-	if _, err := q.core.LoadSessions(path); err != nil {
+	q, _ := testProxy(t, testConfig{Config: router.Config{Policy: place.PolicySticky, Clock: clk.now, MaxSessions: 2}}, e0)
+	if _, err := coreOf(q).LoadSessions(path); err != nil {
 		t.Fatal(err)
 	}
 	var firstKept bool
 	var ctxSum uint64
-	q.core.Placer().Sessions(func(tab *place.Table) {
+	coreOf(q).Placer().Sessions(func(tab *place.Table) {
 		firstKept = tab.Peek(keys[0]) != nil
 		ctxSum, _ = tab.Contexts()
 	})
-	if firstKept || q.core.Status().Sessions != 2 || ctxSum != 2*103 {
-		t.Errorf("into a table of 2: first kept %v, %d sessions, context sum %d; want the 2 most recent, 206", firstKept, q.core.Status().Sessions, ctxSum)
+	if firstKept || coreOf(q).Status().Sessions != 2 || ctxSum != 2*103 {
+		t.Errorf("into a table of 2: first kept %v, %d sessions, context sum %d; want the 2 most recent, 206", firstKept, coreOf(q).Status().Sessions, ctxSum)
 	}
 }
 
 func TestLoadSessionsMissingOrDamagedFile(t *testing.T) {
-	p, _ := testProxy(t, Config{}, newFakeEngine(t))
+	p, _ := testProxy(t, testConfig{}, newFakeEngine(t))
 	dir := t.TempDir()
-	if res, err := p.core.LoadSessions(filepath.Join(dir, "none.json")); err != nil || res != (router.LoadResult{}) {
+	if res, err := coreOf(p).LoadSessions(filepath.Join(dir, "none.json")); err != nil || res != (router.LoadResult{}) {
 		t.Errorf("missing file: %+v %v, want nothing and no error", res, err)
 	}
 	for name, body := range map[string]string{
@@ -133,11 +133,11 @@ func TestLoadSessionsMissingOrDamagedFile(t *testing.T) {
 	} {
 		path := filepath.Join(dir, name+".json")
 		os.WriteFile(path, []byte(body), 0o600)
-		if _, err := p.core.LoadSessions(path); err == nil || !strings.Contains(err.Error(), path) {
+		if _, err := coreOf(p).LoadSessions(path); err == nil || !strings.Contains(err.Error(), path) {
 			t.Errorf("%s file: error %v, want one naming %s", name, err, path)
 		}
 	}
-	if _, err := p.core.SaveSessions(filepath.Join(dir, "damaged.json", "under-a-file")); err == nil {
+	if _, err := coreOf(p).SaveSessions(filepath.Join(dir, "damaged.json", "under-a-file")); err == nil {
 		t.Error("saving under a regular file succeeded")
 	}
 }

@@ -1,9 +1,16 @@
-package panel
+// Package schema is the warden's status as JSON at GET /warden/status
+// (Path): the Status snapshot and its parts, what is computed from them
+// alone (totals, overcommit), and Fetch, which reads it from a running
+// warden, with the URL rules of `warden status`. No rendering: the tools
+// that read a warden's status (bench, run, sweep) import it without the
+// page (router/panel renders it: HTML, the terminal table, the exit
+// summary, the collector).
+package schema
 
 import "time"
 
 // Status is the snapshot served as JSON at GET /warden/status. It is the one
-// contract between the running proxy (which fills it), the HTML page, the
+// contract between the router core (which fills it), the HTML page, the
 // `warden status` terminal table, the exit summary, the Prometheus collector
 // and `warden bench` (which reads the engines' counters through it).
 //
@@ -40,11 +47,11 @@ type Status struct {
 	ActiveContextTokens   uint64 `json:"active_context_tokens"`
 	ActiveContextSessions int    `json:"active_context_sessions"`
 	// ConcurrentSessions counts the sessions that had a turn recently (the
-	// proxy chooses the window, e.g. 5 minutes), as opposed to Sessions,
+	// core chooses the window, e.g. 5 minutes), as opposed to Sessions,
 	// which keeps idle ones until their TTL. Overcommit uses it when > 0,
 	// else Sessions; ActiveContext* should then cover the same sessions.
 	ConcurrentSessions int `json:"concurrent_sessions,omitempty"`
-	// ActiveWindowSeconds is the proxy's window: a session with a request
+	// ActiveWindowSeconds is the core's window: a session with a request
 	// within it is active (twice the 90th percentile of the gaps seen
 	// between a session's requests, at least 30 s).
 	ActiveWindowSeconds float64 `json:"active_window_seconds,omitempty"`
@@ -56,7 +63,7 @@ type Status struct {
 	SubagentsSeen    uint64 `json:"subagents_seen,omitempty"`
 	// PeakOvercommit is the worst moment of the run at which active sessions
 	// x mean context exceeded the total KV capacity; nil if that never
-	// happened. The proxy keeps it with UpdatePeak on every snapshot.
+	// happened. The core keeps it with panel.UpdatePeak on every snapshot.
 	PeakOvercommit *OvercommitPeak `json:"peak_overcommit,omitempty"`
 
 	// MaxModelLen is the smallest context of the replicas that are up

@@ -52,23 +52,23 @@ func TestRouteConfig(t *testing.T) {
 	if wantState := filepath.Join(dir, "warden", "route-9100.sessions.json"); cfg.StateFile != wantState || cfg.Addr != "127.0.0.1:9100" {
 		t.Errorf("state file %s addr %s, want %s 127.0.0.1:9100", cfg.StateFile, cfg.Addr, wantState)
 	}
-	if cfg.Proxy.BalancerInterval != 100*time.Millisecond || cfg.Proxy.Policy != place.PolicyAdaptive {
-		t.Errorf("defaults: balancer interval %v policy %s, want 100ms adaptive", cfg.Proxy.BalancerInterval, cfg.Proxy.Policy)
+	if cfg.Core.BalancerInterval != 100*time.Millisecond || cfg.Core.Policy != place.PolicyAdaptive {
+		t.Errorf("defaults: balancer interval %v policy %s, want 100ms adaptive", cfg.Core.BalancerInterval, cfg.Core.Policy)
 	}
-	if cfg, _ := parseRoute(t, "--replica", "http://h:1", "--balancer-interval", "1s", "--affinity=false"); cfg.Proxy.BalancerInterval != time.Second || cfg.Proxy.Policy != place.PolicyOff {
-		t.Errorf("--balancer-interval 1s --affinity=false: %v %s", cfg.Proxy.BalancerInterval, cfg.Proxy.Policy)
+	if cfg, _ := parseRoute(t, "--replica", "http://h:1", "--balancer-interval", "1s", "--affinity=false"); cfg.Core.BalancerInterval != time.Second || cfg.Core.Policy != place.PolicyOff {
+		t.Errorf("--balancer-interval 1s --affinity=false: %v %s", cfg.Core.BalancerInterval, cfg.Core.Policy)
 	}
-	if cfg.Proxy.AdmitWait != 0 || cfg.Proxy.MoveCooldown != 0 || cfg.Proxy.KVFill != 0 {
-		t.Errorf("adaptive knobs default to auto (0), got %v %d %v", cfg.Proxy.AdmitWait, cfg.Proxy.MoveCooldown, cfg.Proxy.KVFill)
+	if cfg.Core.AdmitWait != 0 || cfg.Core.MoveCooldown != 0 || cfg.Core.KVFill != 0 {
+		t.Errorf("adaptive knobs default to auto (0), got %v %d %v", cfg.Core.AdmitWait, cfg.Core.MoveCooldown, cfg.Core.KVFill)
 	}
 	t.Setenv("WARDEN_KV_FILL", "0.9")
 	if cfg, err := parseRoute(t, "--replica", "http://h:1", "--admit-wait", "-1s", "--move-cooldown", "5"); err != nil ||
-		cfg.Proxy.AdmitWait != -time.Second || cfg.Proxy.MoveCooldown != 5 || cfg.Proxy.KVFill != 0.9 {
-		t.Errorf("--admit-wait -1s --move-cooldown 5 WARDEN_KV_FILL=0.9: %v %d %v (%v)", cfg.Proxy.AdmitWait, cfg.Proxy.MoveCooldown, cfg.Proxy.KVFill, err)
+		cfg.Core.AdmitWait != -time.Second || cfg.Core.MoveCooldown != 5 || cfg.Core.KVFill != 0.9 {
+		t.Errorf("--admit-wait -1s --move-cooldown 5 WARDEN_KV_FILL=0.9: %v %d %v (%v)", cfg.Core.AdmitWait, cfg.Core.MoveCooldown, cfg.Core.KVFill, err)
 	}
 	t.Setenv("WARDEN_KV_FILL", "")
-	if cfg, err := parseRoute(t, "--replica", "http://h:1", "--max-body-bytes", "1MiB"); err != nil || cfg.Proxy.MaxBodyBytes != 1<<20 {
-		t.Errorf("--max-body-bytes 1MiB: %d (%v)", cfg.Proxy.MaxBodyBytes, err)
+	if cfg, err := parseRoute(t, "--replica", "http://h:1", "--max-body-bytes", "1MiB"); err != nil || cfg.Core.MaxBodyBytes != 1<<20 {
+		t.Errorf("--max-body-bytes 1MiB: %d (%v)", cfg.Core.MaxBodyBytes, err)
 	}
 	if cfg, _ := parseRoute(t, "--replica", "http://h:1", "--state-file", "none"); cfg.StateFile != "" {
 		t.Errorf("--state-file none: %q, want no state file", cfg.StateFile)

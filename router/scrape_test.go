@@ -1,4 +1,4 @@
-package proxy
+package router_test
 
 import (
 	"context"
@@ -14,11 +14,11 @@ import (
 
 func TestCheckScrapesAndMarksDown(t *testing.T) {
 	e := newFakeEngine(t)
-	p, _ := testProxy(t, Config{}, e)
-	p.core.CheckNow(context.Background())
+	p, _ := testProxy(t, testConfig{}, e)
+	coreOf(p).CheckNow(context.Background())
 	e.metrics.Store(metricsText(2, 1, 0.4, 300, 200))
-	p.core.CheckNow(context.Background())
-	r := p.core.Status().Replicas[0]
+	coreOf(p).CheckNow(context.Background())
+	r := coreOf(p).Status().Replicas[0]
 	want := struct{ Running, Waiting, KV, Q, H float64 }{2, 1, 0.4, 200, 150}
 	got := struct{ Running, Waiting, KV, Q, H float64 }{r.Running, r.Waiting, r.KVUsed, r.PrefixQueries, r.PrefixHits}
 	if diff := cmp.Diff(want, got); diff != "" || r.KVCapacityTokens != 40000 || r.HitRate != 0.75 {
@@ -26,24 +26,24 @@ func TestCheckScrapesAndMarksDown(t *testing.T) {
 	}
 	e.srv.Close()
 	for range engine.CheckFailsDown - 1 {
-		p.core.CheckNow(context.Background())
+		coreOf(p).CheckNow(context.Background())
 	}
-	if !p.core.Status().Replicas[0].Up {
+	if !coreOf(p).Status().Replicas[0].Up {
 		t.Error("down before the failure limit")
 	}
-	p.core.CheckNow(context.Background())
-	if r := p.core.Status().Replicas[0]; r.Up || r.ScrapeError == "" {
+	coreOf(p).CheckNow(context.Background())
+	if r := coreOf(p).Status().Replicas[0]; r.Up || r.ScrapeError == "" {
 		t.Errorf("still up after %d failed checks (error %q)", engine.CheckFailsDown, r.ScrapeError)
 	}
 }
 
 func TestRunStopsWithItsContext(t *testing.T) {
 	e := newFakeEngine(t)
-	p, _ := testProxy(t, Config{Config: router.Config{ScrapeInterval: time.Millisecond}}, e)
+	p, _ := testProxy(t, testConfig{Config: router.Config{ScrapeInterval: time.Millisecond}}, e)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { p.core.Run(ctx); close(done) }()
-	simproc.Poll(t, "a scrape", func() bool { return !p.core.Status().Replicas[0].ScrapedAt.IsZero() })
+	go func() { coreOf(p).Run(ctx); close(done) }()
+	simproc.Poll(t, "a scrape", func() bool { return !coreOf(p).Status().Replicas[0].ScrapedAt.IsZero() })
 	cancel()
 	<-done
 }

@@ -1,28 +1,30 @@
-package proxy
+package admin_test
+
+// The admin endpoints as clients reach them: over real HTTP, mounted by
+// the HTTP data plane in front of a router core and fake engines
+// (http_fixture_test.go).
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/tidwall/gjson"
 
+	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/place"
 )
 
 func TestPolicyEndpoint(t *testing.T) {
 	e := newFakeEngine(t)
-	p, front := testProxy(t, Config{}, e)
+	p, front := testProxy(t, testConfig{}, e)
 	post(t, front.URL+"/v1/chat/completions", chatBody("kept", false, ""))
 	resp, body := post(t, front.URL+"/warden/policy", `{"policy":"off"}`)
 	if resp.StatusCode != 200 || !strings.Contains(body, `"previous": "adaptive"`) {
@@ -35,10 +37,10 @@ func TestPolicyEndpoint(t *testing.T) {
 	var got struct{ Policy string }
 	json.NewDecoder(g.Body).Decode(&got)
 	g.Body.Close()
-	if got.Policy != "off" || p.core.Status().Policy != "off" || p.core.Status().Affinity {
-		t.Errorf("GET policy = %q, status %q", got.Policy, p.core.Status().Policy)
+	if got.Policy != "off" || coreOf(p).Status().Policy != "off" || coreOf(p).Status().Affinity {
+		t.Errorf("GET policy = %q, status %q", got.Policy, coreOf(p).Status().Policy)
 	}
-	if p.core.Status().Sessions != 1 {
+	if coreOf(p).Status().Sessions != 1 {
 		t.Error("switching dropped the session table")
 	}
 	resp, body = post(t, front.URL+"/warden/policy", `{"policy":"fastest"}`)
@@ -53,7 +55,7 @@ func TestPolicyEndpoint(t *testing.T) {
 
 func TestResetPrefixCacheReachesEveryReplica(t *testing.T) {
 	e0, e1 := newFakeEngine(t), newFakeEngine(t)
-	_, front := testProxy(t, Config{}, e0, e1)
+	_, front := testProxy(t, testConfig{}, e0, e1)
 	resp, body := post(t, front.URL+"/warden/reset_prefix_cache", "")
 	if resp.StatusCode != 200 || e0.resets != 1 || e1.resets != 1 {
 		t.Errorf("status %d resets %d %d: %s", resp.StatusCode, e0.resets, e1.resets, body)
@@ -67,7 +69,7 @@ func TestResetPrefixCacheReachesEveryReplica(t *testing.T) {
 
 func TestOwnEndpoints(t *testing.T) {
 	e := newFakeEngine(t)
-	p, front := testProxy(t, Config{Config: router.Config{ServedModel: "qwen"}}, e)
+	p, front := testProxy(t, testConfig{Config: router.Config{ServedModel: "qwen"}}, e)
 	get := func(path string) (int, string) {
 		resp, err := http.Get(front.URL + path)
 		if err != nil {
@@ -83,18 +85,18 @@ func TestOwnEndpoints(t *testing.T) {
 	if code, _ := get("/health"); code != 200 {
 		t.Errorf("/health with a healthy replica: %d", code)
 	}
-	p.core.SetStarting(true) // warden serve: the other engines still load
+	coreOf(p).SetStarting(true) // warden serve: the other engines still load
 	if code, body := get("/health"); code != 503 || !strings.Contains(body, "starting") {
 		t.Errorf("/health while the engines start: %d %s, want 503", code, body)
 	}
-	p.core.SetStarting(false)
+	coreOf(p).SetStarting(false)
 	if code, body := get("/warden/status"); code != 200 || !strings.Contains(body, `"policy": "adaptive"`) {
 		t.Errorf("/warden/status: %d %s", code, body)
 	}
 	if code, body := get("/"); code != 200 || !strings.Contains(body, "<html") {
 		t.Errorf("/: %d %.200s", code, body)
 	}
-	p.core.SetReplicaState(0, false, "restarting", "exited 1")
+	coreOf(p).SetReplicaState(0, false, "restarting", "exited 1")
 	if code, _ := get("/health"); code != 503 {
 		t.Errorf("/health with no healthy replica: %d", code)
 	}
@@ -107,7 +109,7 @@ func TestOwnEndpoints(t *testing.T) {
 func TestMetricsAreLintCleanAndCount(t *testing.T) {
 	e := newFakeEngine(t)
 	reg := prometheus.NewPedanticRegistry()
-	p, front := testProxy(t, Config{Config: router.Config{Registry: reg}}, e)
+	p, front := testProxy(t, testConfig{Config: router.Config{Registry: reg}}, e)
 	post(t, front.URL+"/v1/chat/completions", chatBody("s", true, ""))
 	post(t, front.URL+"/v1/chat/completions", chatBody("s", true, ""))
 	settled(t, p)
@@ -133,8 +135,8 @@ func TestMetricsAreLintCleanAndCount(t *testing.T) {
 // shown on GET /warden/policy; out-of-range values are refused by New.
 func TestAdaptiveKnobs(t *testing.T) {
 	e := newFakeEngine(t)
-	p, front := testProxy(t, Config{Config: router.Config{AdmitWait: -time.Second, MoveCooldown: 5, KVFill: 0.8}}, e)
-	pc := p.core.Placer().Config()
+	p, front := testProxy(t, testConfig{Config: router.Config{AdmitWait: -time.Second, MoveCooldown: 5, KVFill: 0.8}}, e)
+	pc := coreOf(p).Placer().Config()
 	if pc.AdmitWait >= 0 || pc.MoveCooldown != 5 || pc.Fill != 0.8 || pc.Policy != place.PolicyAdaptive {
 		t.Errorf("placeConfig = %+v, want never-wait, cooldown 5, fill 0.8, adaptive", pc)
 	}
@@ -154,7 +156,7 @@ func TestAdaptiveKnobs(t *testing.T) {
 		t.Errorf("GET /warden/policy knobs = %+v", got)
 	}
 
-	_, auto := testProxy(t, Config{Config: router.Config{AdmitWait: 90 * time.Second}}, newFakeEngine(t))
+	_, auto := testProxy(t, testConfig{Config: router.Config{AdmitWait: 90 * time.Second}}, newFakeEngine(t))
 	g, err = http.Get(auto.URL + "/warden/policy")
 	if err != nil {
 		t.Fatal(err)
@@ -165,113 +167,51 @@ func TestAdaptiveKnobs(t *testing.T) {
 		t.Errorf("defaults with a 90 s admit wait: %+v", got)
 	}
 
-	for _, cfg := range []Config{{Config: router.Config{MoveCooldown: -1}}, {Config: router.Config{KVFill: 4.5}}, {Config: router.Config{KVFill: -0.1}}} {
-		if _, err := New(cfg, []router.Backend{{Rank: 0, URL: e.srv.URL, MaxNumSeqs: 32}}); err == nil {
+	for _, cfg := range []testConfig{{Config: router.Config{MoveCooldown: -1}}, {Config: router.Config{KVFill: 4.5}}, {Config: router.Config{KVFill: -0.1}}} {
+		if _, err := newProxy(cfg, []router.Backend{{Rank: 0, URL: e.srv.URL, MaxNumSeqs: 32}}); err == nil {
 			t.Errorf("New(%+v) accepted", cfg)
 		}
-	}
-}
-
-// vllmModels is vLLM 0.32.0's GET /v1/models (CPU build, the tiny test
-// model served as "tiny"), trimmed of its permission list.
-const vllmModels = `{"object":"list","data":[{"id":"tiny","object":"model","created":1796128289,"owned_by":"vllm",` +
-	`"root":"/work/.vllm-cpu/tiny","parent":null,"max_model_len":4096,"permission":[]}]}`
-
-func TestModelsServeWhatTheEngineSays(t *testing.T) {
-	engine := func(body string) *httptest.Server {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/v1/models" {
-				io.WriteString(w, body)
-			}
-		}))
-		t.Cleanup(srv.Close)
-		return srv
-	}
-	for _, tc := range []struct{ name, served, engine, wantID string }{
-		{"the engine's entry, max_model_len and root kept", "tiny", vllmModels, "tiny"},
-		{"the id becomes the served name", "qwen", vllmModels, "qwen"},
-		{"an adapter beside the base model stays", "qwen",
-			`{"object":"list","data":[{"id":"base","parent":null,"max_model_len":4096},{"id":"lora1","parent":"base"}]}`, "qwen"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, front := testProxyBackends(t, Config{Config: router.Config{ServedModel: tc.served}}, []router.Backend{{Rank: 0, URL: engine(tc.engine).URL, MaxNumSeqs: 8}})
-			resp, err := http.Get(front.URL + "/v1/models")
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			m := gjson.GetBytes(b, "data.0")
-			if m.Get("id").Str != tc.wantID || m.Get("max_model_len").Int() != 4096 || !m.Get("parent").Exists() {
-				t.Errorf("/v1/models: %s", b)
-			}
-			if n := len(gjson.GetBytes(b, "data").Array()); n != len(gjson.Get(tc.engine, "data").Array()) {
-				t.Errorf("%d entries, want the engine's %d: %s", n, len(gjson.Get(tc.engine, "data").Array()), b)
-			}
-		})
-	}
-	// No engine answers: the served name alone.
-	_, front := testProxyBackends(t, Config{Config: router.Config{ServedModel: "qwen"}}, []router.Backend{{Rank: 0, URL: engine(`nope`).URL, MaxNumSeqs: 8}})
-	resp, err := http.Get(front.URL + "/v1/models")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if got := gjson.GetBytes(b, "data.#.id").Raw; got != `["qwen"]` {
-		t.Errorf("without an engine answer: %s", b)
 	}
 }
 
 func TestResetWithoutDevModeSaysHowToEnableIt(t *testing.T) {
 	e := httptest.NewServer(http.NotFoundHandler()) // vLLM outside dev mode: no /reset_prefix_cache
 	defer e.Close()
-	_, front := testProxyBackends(t, Config{}, []router.Backend{{Rank: 0, URL: e.URL, MaxNumSeqs: 8}})
+	_, front := testProxyBackends(t, testConfig{}, []router.Backend{{Rank: 0, URL: e.URL, MaxNumSeqs: 8}})
 	resp, body := post(t, front.URL+"/warden/reset_prefix_cache", "")
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "VLLM_SERVER_DEV_MODE=1") {
 		t.Errorf("reset on an engine without the route: %d %s", resp.StatusCode, body)
 	}
 }
 
-// TestModelsReportTheSmallestContext: ranks that fit different contexts
-// (cards of different sizes, --max-model-len auto) are reported at the
-// smallest, in /v1/models and the status, and a restart learns it again.
-func TestModelsReportTheSmallestContext(t *testing.T) {
-	var lens [2]atomic.Int64
-	engine := func(i int) *httptest.Server {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			switch r.URL.Path {
-			case "/metrics":
-				io.WriteString(w, metricsText(0, 0, 0, 0, 0))
-			case "/v1/models":
-				fmt.Fprintf(w, `{"object":"list","data":[{"id":"tiny","parent":null,"max_model_len":%d}]}`, lens[i].Load())
-			}
-		}))
-		t.Cleanup(srv.Close)
-		return srv
+func TestAdminNeedsLoopbackOrTheToken(t *testing.T) {
+	p, err := newProxy(testConfig{Config: router.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, Proxy: proxy.Config{AdminToken: "adm1n"}},
+		[]router.Backend{{Rank: 0, URL: "http://127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	lens[0].Store(40960)
-	lens[1].Store(38000)
-	p, front := testProxyBackends(t, Config{Config: router.Config{ServedModel: "qwen"}}, []router.Backend{
-		{Rank: 0, URL: engine(0).URL, MaxNumSeqs: 8}, {Rank: 1, URL: engine(1).URL, MaxNumSeqs: 8}})
-	p.core.CheckNow(context.Background())
-	models := func() int64 {
-		resp, err := http.Get(front.URL + "/v1/models")
-		if err != nil {
-			t.Fatal(err)
+	for _, c := range []struct {
+		remote, auth string
+		want         int
+	}{
+		{"127.0.0.1:5000", "", 200},
+		{"[::1]:5000", "", 200},
+		{"192.0.2.7:5000", "", 403},
+		{"192.0.2.7:5000", "Bearer wrong", 403},
+		{"192.0.2.7:5000", "Bearer adm1n", 200},
+		{"127.0.0.1:5000", "Bearer wrong", 403}, // a wrong token is refused even from loopback
+		{"[2001:db8::1]:5000", "", 403},
+		{"garbage", "", 403},
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/warden/policy", strings.NewReader(`{"policy":"sticky"}`))
+		req.RemoteAddr = c.remote
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return gjson.GetBytes(b, "data.0.max_model_len").Int()
-	}
-	st := p.core.Status()
-	if got := models(); got != 38000 || st.MaxModelLen != 38000 || st.Replicas[0].MaxModelLen != 40960 {
-		t.Errorf("/v1/models max_model_len %d, status %d (replica 0 %d), want the smallest 38000 (and 40960)", got, st.MaxModelLen, st.Replicas[0].MaxModelLen)
-	}
-	lens[1].Store(50000) // rank 1 restarts with a larger context
-	p.core.NoteRestart(1)
-	p.core.CheckNow(context.Background())
-	if got := models(); got != 40960 || p.core.Status().MaxModelLen != 40960 {
-		t.Errorf("after rank 1's restart: /v1/models %d, status %d, want 40960", got, p.core.Status().MaxModelLen)
+		w := httptest.NewRecorder()
+		p.Handler().ServeHTTP(w, req)
+		if w.Code != c.want {
+			t.Errorf("from %s with %q: status %d, want %d: %s", c.remote, c.auth, w.Code, c.want, w.Body)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package router_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 // residentOn is where the adaptive memory believes key's prefix is (-1
 // nowhere), on a snapshot taken as a decision takes it.
-func residentOn(p *Proxy, key string) int { return p.core.Placer().ResidentOn(key) }
+func residentOn(p *warden, key string) int { return coreOf(p).Placer().ResidentOn(key) }
 
 // TestCacheWipesForgotten: after the engine's prefix cache is emptied — a
 // restart the launcher reports, counters that went down (a restart nobody
@@ -24,17 +24,17 @@ func residentOn(p *Proxy, key string) int { return p.core.Placer().ResidentOn(ke
 func TestCacheWipesForgotten(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		wipe func(t *testing.T, p *Proxy, front string, e *fakeEngine, rank int)
+		wipe func(t *testing.T, p *warden, front string, e *fakeEngine, rank int)
 	}{
-		{"launcher restart", func(t *testing.T, p *Proxy, _ string, _ *fakeEngine, rank int) { p.core.NoteRestart(rank) }},
-		{"counters went down", func(t *testing.T, p *Proxy, _ string, e *fakeEngine, rank int) {
-			r := p.core.Lookup(rank)
+		{"launcher restart", func(t *testing.T, p *warden, _ string, _ *fakeEngine, rank int) { coreOf(p).NoteRestart(rank) }},
+		{"counters went down", func(t *testing.T, p *warden, _ string, e *fakeEngine, rank int) {
+			r := coreOf(p).Lookup(rank)
 			e.metrics.Store(metricsText(0, 0, 0.1, 5000, 4000))
-			p.core.CheckReplica(context.Background(), r.Rank()) // the baseline
+			coreOf(p).CheckReplica(context.Background(), r.Rank()) // the baseline
 			e.metrics.Store(metricsText(0, 0, 0.1, 10, 0))
-			p.core.CheckReplica(context.Background(), r.Rank()) // lower: the engine restarted
+			coreOf(p).CheckReplica(context.Background(), r.Rank()) // lower: the engine restarted
 		}},
-		{"reset_prefix_cache", func(t *testing.T, _ *Proxy, front string, _ *fakeEngine, _ int) {
+		{"reset_prefix_cache", func(t *testing.T, _ *warden, front string, _ *fakeEngine, _ int) {
 			if resp, body := post(t, front+"/warden/reset_prefix_cache", ""); resp.StatusCode != 200 {
 				t.Fatalf("reset: %d %s", resp.StatusCode, body)
 			}
@@ -43,9 +43,9 @@ func TestCacheWipesForgotten(t *testing.T) {
 		for _, policy := range []string{"sticky", "adaptive"} {
 			t.Run(tc.name+"/"+policy, func(t *testing.T) {
 				engines := []*fakeEngine{newFakeEngine(t), newFakeEngine(t)}
-				p, front := testProxy(t, Config{Config: router.Config{Policy: policy}}, engines...)
-				for _, r := range p.core.Replicas() {
-					p.core.CheckReplica(context.Background(), r.Rank()) // KV capacities known
+				p, front := testProxy(t, testConfig{Config: router.Config{Policy: policy}}, engines...)
+				for _, r := range coreOf(p).Replicas() {
+					coreOf(p).CheckReplica(context.Background(), r.Rank()) // KV capacities known
 				}
 				turn := func() (rank, route string) {
 					t.Helper()
@@ -94,9 +94,9 @@ func TestActiveMeansActive(t *testing.T) {
 	for _, e := range engines {
 		e.metrics.Store(small)
 	}
-	p, front := testProxy(t, Config{Config: router.Config{Policy: "sticky", Clock: clk.now}}, engines...)
-	for _, r := range p.core.Replicas() {
-		p.core.CheckReplica(context.Background(), r.Rank())
+	p, front := testProxy(t, testConfig{Config: router.Config{Policy: "sticky", Clock: clk.now}}, engines...)
+	for _, r := range coreOf(p).Replicas() {
+		coreOf(p).CheckReplica(context.Background(), r.Rank())
 	}
 	for g := 0; g < 51; g += 4 { // groups of 4 concurrent conversations, 3 turns 20 s apart
 		for turn := range 3 {
@@ -112,7 +112,7 @@ func TestActiveMeansActive(t *testing.T) {
 		}
 		clk.add(time.Second)
 	}
-	st := p.core.Status()
+	st := coreOf(p).Status()
 	if st.Sessions != 51 {
 		t.Fatalf("table holds %d sessions, want 51", st.Sessions)
 	}
@@ -130,7 +130,7 @@ func TestActiveMeansActive(t *testing.T) {
 		}
 	}
 	clk.add(time.Hour / 2)
-	if st = p.core.Status(); st.ConcurrentSessions != 0 || st.Sessions != 51 {
+	if st = coreOf(p).Status(); st.ConcurrentSessions != 0 || st.Sessions != 51 {
 		t.Errorf("half an hour later: %d active of %d, want 0 of 51", st.ConcurrentSessions, st.Sessions)
 	}
 }
@@ -142,7 +142,7 @@ func TestReturningReplicaRampsUp(t *testing.T) {
 	run := func(t *testing.T, ramp time.Duration, seed uint64) (during, after int) {
 		clk := &fakeClock{t: time.Unix(1_000_000, 0)}
 		engines := []*fakeEngine{newFakeEngine(t), newFakeEngine(t), newFakeEngine(t)}
-		p, front := testProxy(t, Config{Config: router.Config{Policy: "sticky", Clock: clk.now, RampUp: ramp, Seed: seed}}, engines...)
+		p, front := testProxy(t, testConfig{Config: router.Config{Policy: "sticky", Clock: clk.now, RampUp: ramp, Seed: seed}}, engines...)
 		onZero := func(prefix string, n int) (k int) {
 			for i := range n {
 				resp, body := post(t, front.URL+"/v1/chat/completions", chatBody(fmt.Sprint(prefix, i), false, ""))
@@ -156,12 +156,12 @@ func TestReturningReplicaRampsUp(t *testing.T) {
 			settled(t, p)
 			return k
 		}
-		p.core.SetReplicaState(0, false, "loading", "restart")
+		coreOf(p).SetReplicaState(0, false, "loading", "restart")
 		if k := onZero("old-", 12); k != 0 {
 			t.Fatalf("%d conversations went to the replica that is down", k)
 		}
-		p.core.NoteRestart(0)
-		p.core.SetReplicaState(0, true, "healthy", "")
+		coreOf(p).NoteRestart(0)
+		coreOf(p).SetReplicaState(0, true, "healthy", "")
 		during = onZero("new-", 6)
 		clk.add(ramp + time.Second)
 		after = onZero("later-", 3)
