@@ -1,11 +1,24 @@
 package serve
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/lmwarden/warden/engineplan"
 )
+
+// logEngineVersion logs the running engine's vLLM version (GET /version at
+// url) once the engines are ready, and warns when an --image's version
+// read before the start disagrees with it.
+func logEngineVersion(ctx context.Context, image string, facts engineplan.Facts, url string, log *slog.Logger) {
+	running := engineplan.Version(ctx, url)
+	log.Info("engines ready", "vllm_version", running)
+	if msg := versionDisagrees(image, facts, running); msg != "" {
+		log.Warn(msg)
+	}
+}
 
 // versionDisagrees is the warning for an --image whose vLLM version, as the
 // warden read it before the start (a label, the package metadata, a tag),

@@ -319,14 +319,9 @@ func dpSpec(cfg Options, d engineplan.Devices, eng engineplan.Engine, port int, 
 // the engines (SIGTERM to each process group, SIGKILL after --stop-grace),
 // then print the summary.
 func Main(ctx context.Context, o Options, stdout io.Writer) error {
-	cfg, err := o.Config()
+	cfg, err := serveConfig(o)
 	if err != nil {
-		return exit.New(2, "warden serve: "+err.Error())
-	}
-	if o.LogDir == "" { // this run's own folder, made now: two wardens started in the same second never share one
-		if cfg.LogDir, err = wardenproc.NewRunDir(time.Now()); err != nil {
-			return exit.New(1, "warden serve: the engine log folder: "+err.Error())
-		}
+		return err
 	}
 	log := newLogger()
 	raiseFDLimit(log)
@@ -345,12 +340,7 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	tools, fit := engineplan.ChooseFlags(plan, facts, log)
 	setup := engineSetup(cfg.Extra, tools)
 	setup.OffloadHint = engineplan.OffloadHint(plan, devices)
-	if cfg.Engine == "sim" && cfg.SimFirstContact != nil {
-		setup.Simulator = cfg.SimFirstContact(cfg.Extra)
-	}
-	if msg := simUnknownModel(cfg.Options); msg != "" {
-		log.Warn(msg)
-	}
+	setup.Simulator = simNotes(cfg.Options, log)
 	specs, backends, err := engineSpecs(cfg.Options, devices, tools, fit, cont)
 	if err != nil {
 		ln.Close()
@@ -394,11 +384,7 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	core.CheckNow(ctx)
 	core.SetStarting(false)
 	if cfg.Engine == "vllm" {
-		running := engineplan.Version(ctx, backends[0].URL)
-		log.Info("engines ready", "vllm_version", running)
-		if msg := versionDisagrees(cfg.Image, facts, running); msg != "" {
-			log.Warn(msg)
-		}
+		logEngineVersion(ctx, cfg.Image, facts, backends[0].URL, log)
 	}
 	printServeReady(stdout, cfg, core.Status().Policy, setup.Simulator)
 
@@ -407,6 +393,23 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	stopEngines(group, cfg.StopGrace, log)
 	panel.WriteSummary(os.Stderr, final)
 	return nil
+}
+
+// serveConfig is o's Config with the engine log folder made: --log-dir, or
+// this run's own folder under the state directory, made now so that two
+// wardens started in the same second never share one. Its errors are exit
+// errors (2 for bad options).
+func serveConfig(o Options) (Config, error) {
+	cfg, err := o.Config()
+	if err != nil {
+		return cfg, exit.New(2, "warden serve: "+err.Error())
+	}
+	if o.LogDir == "" {
+		if cfg.LogDir, err = wardenproc.NewRunDir(time.Now()); err != nil {
+			return cfg, exit.New(1, "warden serve: the engine log folder: "+err.Error())
+		}
+	}
+	return cfg, nil
 }
 
 // engineFacts reads what the engines' plan needs of the host: the facts

@@ -2,8 +2,25 @@ package serve
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 )
+
+// simNotes is what a user meeting the simulator must know (SimFirstContact's
+// lines, for the status and the ready lines); it also warns of a --model
+// the simulator knows nothing of. Nil for vLLM.
+func simNotes(o Options, log *slog.Logger) []string {
+	if o.Engine != "sim" {
+		return nil
+	}
+	if msg := simUnknownModel(o); msg != "" {
+		log.Warn(msg)
+	}
+	if o.SimFirstContact == nil {
+		return nil
+	}
+	return o.SimFirstContact(o.Extra)
+}
 
 // simUnknownModel is the warning for a --model the simulator knows nothing
 // of (no files on this machine, not in its table): usually a misspelt name,
