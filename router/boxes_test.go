@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/lmwarden/warden/router/place"
 )
 
 // syncBuffer is a log destination safe for the core's goroutines.
@@ -73,5 +75,26 @@ func TestScrapeNamesAWardenAsAWarden(t *testing.T) {
 	}
 	if out := logs.String(); !strings.Contains(out, "the server is a warden") || strings.Contains(out, "the engine does not answer") {
 		t.Errorf("log:\n%s", out)
+	}
+}
+
+// When the gateway served a request elsewhere, the log names the box that
+// did not answer before the one that served (issue 45: only the endpoint
+// that served was named).
+func TestServedElsewhereNamesTheBoxThatDied(t *testing.T) {
+	var logs syncBuffer
+	c := testCoreBackends(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, []Backend{
+		{Rank: 0, URL: "http://10.0.0.5:8000", MaxNumSeqs: 32}, {Rank: 1, URL: "http://10.0.0.6:8000", MaxNumSeqs: 32}})
+	req := place.Request{Key: "s", Skip: []int{1}}
+	pl := c.Place(context.Background(), req)
+	if pl.Rank != 0 {
+		t.Fatalf("placed on %d, want 0", pl.Rank)
+	}
+	served := c.Finish(&pl, Outcome{Retry: ServedElsewhere, ServedOn: "10.0.0.6:8000", Request: place.Request{Key: "s"}})
+	if served.Rank != 1 {
+		t.Errorf("re-placed on %d, want the box that served (1)", served.Rank)
+	}
+	if want := "10.0.0.5:8000 did not answer; the gateway served the request on 10.0.0.6:8000"; !strings.Contains(logs.String(), want) {
+		t.Errorf("log lacks %q:\n%s", want, logs.String())
 	}
 }
