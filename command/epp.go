@@ -29,6 +29,7 @@ func eppEndpointFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringSliceFlag{Name: "replica", EnvVars: envVars("REPLICA"),
 			Usage: "an engine (vLLM or a warden) by IP address: http://IP:PORT[#max_num_seqs=N]; repeat or separate with commas"},
+		kvEventsEndpointFlag(), kvEventsReplayFlag(),
 		&cli.StringFlag{Name: "endpoints-file", EnvVars: envVars("ENDPOINTS_FILE"),
 			Usage: "engines listed in llm-d's file-discovery schema (endpoints: [{name, address, port}]); watched"},
 	}
@@ -80,6 +81,7 @@ func eppOptions(c *cli.Context) serve.EPPOptions {
 	r.ResponseHeaderTimeout = proxy.DefaultResponseHeaderTimeout // not a picker's: the gateway times the engines
 	return serve.EPPOptions{
 		Replicas: c.StringSlice("replica"), EndpointsFile: c.String("endpoints-file"), MaxNumSeqs: c.Int("max-num-seqs"),
+		KVEvents:   kvEventsOptions(c),
 		ServedName: c.String("served-model-name"), GRPCPort: c.Int("grpc-port"), Fallbacks: c.Int("fallbacks"), Router: r,
 	}
 }

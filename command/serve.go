@@ -114,6 +114,9 @@ func serveFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "vllm-dp", EnvVars: envVars("VLLM_DP"),
 			Usage: "start one vllm serve --data-parallel-size DP (vLLM's own data parallelism) instead of one server " +
 				"per rank; each rank is one of its engines, pinned with X-data-parallel-rank (docs/vllm-dp.md)"},
+		&cli.BoolFlag{Name: "kv-events", Value: true, EnvVars: envVars("KV_EVENTS"),
+			Usage: "the engines publish their KV-cache events to the router, which then places by what each engine " +
+				"holds instead of an estimate (docs/kv-events.md); --kv-events=false: the estimate alone"},
 		&cli.StringFlag{Name: "image", EnvVars: envVars("IMAGE"),
 			Usage: "run each rank's vLLM in a container of this `IMAGE` instead of a host install (docs/container.md)"},
 		&cli.StringFlag{Name: "container-runtime", EnvVars: envVars("CONTAINER_RUNTIME"), DefaultText: "docker, else podman",
@@ -173,6 +176,7 @@ func routeFlags() []cli.Flag {
 	return append(inCategory(catReplicas,
 		&cli.StringSliceFlag{Name: "replica", EnvVars: envVars("REPLICA"),
 			Usage: "a running vLLM (or warden) `URL`[#max_num_seqs=N][&dp=N] to route to; repeat or separate with commas"},
+		kvEventsEndpointFlag(), kvEventsReplayFlag(),
 		&cli.StringFlag{Name: "replicas-file", EnvVars: envVars("REPLICAS_FILE"),
 			Usage: "`FILE` of replicas, one URL[#max_num_seqs=N][&dp=N] per line (# comments); re-read on SIGHUP"},
 		&cli.IntFlag{Name: "dp-ranks", EnvVars: envVars("DP_RANKS"),
@@ -258,6 +262,7 @@ func serveOptions(c *cli.Context) serve.Options {
 		Extra: c.Args().Slice(), Router: routerOptions(c), SimKVCache: sim.KVCacheBytes, SimFirstContact: sim.FirstContact,
 		SimModelContext: sim.ModelContext,
 		Image:           c.String("image"), ContainerRuntime: c.String("container-runtime"), VLLMDP: c.Bool("vllm-dp"),
+		KVEvents: c.Bool("kv-events"),
 	}
 }
 
@@ -265,7 +270,28 @@ func serveOptions(c *cli.Context) serve.Options {
 func routeOptions(c *cli.Context) serve.RouteOptions {
 	return serve.RouteOptions{
 		Replicas: c.StringSlice("replica"), ReplicasFile: c.String("replicas-file"), MaxNumSeqs: c.Int("max-num-seqs"),
-		DPRanks: c.Int("dp-ranks"), ServedName: c.String("served-model-name"), StateFile: c.String("state-file"),
+		KVEvents: kvEventsOptions(c),
+		DPRanks:  c.Int("dp-ranks"), ServedName: c.String("served-model-name"), StateFile: c.String("state-file"),
 		StateInterval: c.Duration("state-interval"), Router: routerOptions(c),
 	}
+}
+
+// kvEventsEndpointFlag and kvEventsReplayFlag name where engines the
+// warden did not start publish their KV-cache events (route, epp).
+func kvEventsEndpointFlag() cli.Flag {
+	return &cli.StringFlag{Name: "kv-events-endpoint", EnvVars: envVars("KV_EVENTS_ENDPOINT"),
+		Usage: "where each replica's vLLM publishes its KV-cache events (its --kv-events-config endpoint), as a " +
+			"`TEMPLATE` with {host} the replica's host, e.g. tcp://{host}:5557; a replica's own URL#kv=ENDPOINT wins; " +
+			"none: placement estimates what each engine holds (docs/kv-events.md)"}
+}
+
+func kvEventsReplayFlag() cli.Flag {
+	return &cli.StringFlag{Name: "kv-events-replay", EnvVars: envVars("KV_EVENTS_REPLAY"),
+		Usage: "each replica's KV-event replay endpoint (its replay_endpoint), a `TEMPLATE` as --kv-events-endpoint's, " +
+			"e.g. tcp://{host}:5558: a router that starts late or loses events catches up from it; URL#kv_replay= wins"}
+}
+
+// kvEventsOptions reads the two flags above.
+func kvEventsOptions(c *cli.Context) serve.KVEventsOptions {
+	return serve.KVEventsOptions{Endpoint: c.String("kv-events-endpoint"), Replay: c.String("kv-events-replay")}
 }

@@ -34,6 +34,9 @@ type Engine struct {
 	// MaxModelLen is --max-model-len for every engine ("auto": vLLM fits
 	// the longest context its KV cache holds; ContextFlag); omitted when "".
 	MaxModelLen string
+	// KVEvents: the engine publishes its KV-cache events there
+	// (--kv-events-config, unless Extra gives its own); zero: not asked.
+	KVEvents KVEvents
 	// Host is the engine's --host: 127.0.0.1 when empty. An engine in a
 	// container listens on all of the container's addresses (0.0.0.0),
 	// reached through a port published on the host's loopback only.
@@ -106,6 +109,9 @@ func (e Engine) ServeArgs(port int) []string {
 	}
 	if e.MaxModelLen != "" {
 		argv = append(argv, "--max-model-len", e.MaxModelLen)
+	}
+	if e.KVEvents.On() && !e.ownKVEvents() {
+		argv = append(argv, KVEventsFlag, e.KVEvents.Config(port))
 	}
 	argv = append(argv, e.ToolFlags...)
 	if e.Kind == "sim" {

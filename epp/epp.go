@@ -98,6 +98,7 @@ type Core interface {
 	RewriteModel(body []byte) []byte
 	Place(ctx context.Context, req place.Request) router.Placement
 	Finish(pl *router.Placement, o router.Outcome) router.Placement
+	ForEngine(pl *router.Placement, kind tap.Kind, sessionField bool, body []byte) ([]byte, string)
 }
 
 // Server is the endpoint picker over a router core: the ext_proc service
@@ -351,6 +352,7 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 			req.Fields.Model.Str, core.Config().ServedModel))
 	}
 	x.kind, x.stream, x.key, x.id, x.pr = req.Kind, req.Stream, req.Key, req.ID, req.Place
+	sessionField := req.Fields.SessionID.Exists() // read before the body is edited
 	rewritten := req.Model == modelname.Rewrite
 	if rewritten {
 		// Every requested name is served by the one model, as `warden serve`
@@ -377,6 +379,10 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 		return x.refuse(http.StatusServiceUnavailable, msg)
 	}
 	x.pl, x.placed = pl, true
+	body, label := core.ForEngine(&pl, x.kind, sessionField, x.body)
+	if len(body) > 0 && len(x.body) > 0 && &body[0] != &x.body[0] { // ForEngine edited a copy
+		x.body, rewritten = body, true
+	}
 	eps := strings.Join(append([]string{pl.Replica.URL().Host}, x.fallbacks(pl.Replica)...), ",")
 	cr := &extprocv3.CommonResponse{
 		ClearRouteCache: true,
@@ -388,6 +394,7 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 			RemoveHeaders: []string{strings.ToLower(identity.PinHeader)},
 		},
 	}
+	labelHeader(cr.HeaderMutation, label)
 	if !x.reqDuplex && x.body != nil { // a buffered body: the pick comes with the body's answer
 		if rewritten {
 			cr.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: x.body}}
@@ -408,6 +415,18 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 		DynamicMetadata: pickMetadata(eps),
 	}}
 	return append(out, bodyBack(x.body)...), nil
+}
+
+// labelHeader sets the conversation's label for the engines' KV events
+// (router.SessionIDHeader), or removes a client's own value without one.
+func labelHeader(m *extprocv3.HeaderMutation, label string) {
+	name := strings.ToLower(router.SessionIDHeader)
+	if label == "" {
+		m.RemoveHeaders = append(m.RemoveHeaders, name)
+		return
+	}
+	m.SetHeaders = append(m.SetHeaders, &corev3.HeaderValueOption{
+		Header: &corev3.HeaderValue{Key: name, RawValue: []byte(label)}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
 }
 
 // pickMetadata is the pick as envoy.lb dynamic metadata.

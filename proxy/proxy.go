@@ -14,6 +14,7 @@ import (
 	"github.com/lmwarden/warden/proxy/compat"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/place"
+	"github.com/lmwarden/warden/router/tap"
 )
 
 // The defaults of the HTTP data plane's settings, stated once (the command
@@ -79,6 +80,7 @@ type Core interface {
 	RewriteModel(body []byte) []byte
 	Place(ctx context.Context, req place.Request) router.Placement
 	Finish(pl *router.Placement, o router.Outcome) router.Placement
+	ForEngine(pl *router.Placement, kind tap.Kind, sessionField bool, body []byte) ([]byte, string)
 }
 
 // Proxy is the HTTP data plane over a router core: it reads a client's

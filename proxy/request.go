@@ -158,6 +158,7 @@ type request struct {
 	strip  bool   // the warden asked for the usage chunk: drop it from the stream
 	refuse string // a model name refused in strict mode: answer 404
 	id     string // the client's X-Request-Id, for the decision log
+	sessID bool   // the body has a top-level session_id (the engine's label replaces it)
 }
 
 // prepare identifies the request (router.Core.Identify: its API, model
@@ -172,7 +173,8 @@ func (p *Proxy) prepare(r *http.Request, body []byte) (*request, error) {
 		return nil, err
 	}
 	f := &id.Fields
-	req := &request{body: body, kind: id.Kind, stream: id.Stream, key: id.Key, place: id.Place, id: id.ID}
+	req := &request{body: body, kind: id.Kind, stream: id.Stream, key: id.Key, place: id.Place, id: id.ID,
+		sessID: id.Fields.SessionID.Exists()}
 	if id.Model == modelname.Refuse {
 		req.refuse = strings.Clone(f.Model.Str)
 		return req, nil
@@ -214,6 +216,7 @@ type attempt struct {
 	timer      *time.Timer // the response-header timeout; stopped when headers arrive
 	cause      string      // why the attempt failed, for the failure streak
 	body       bodyReader  // the body sent (in the attempt: no allocation of its own)
+	label      []string    // the conversation's label for the engine (router.SessionIDHeader); nil none
 }
 
 // bodyReader is the request body of one attempt.
@@ -258,10 +261,14 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 	// A shallow copy: the ReverseProxy clones it, header included, for the
 	// engine, and Rewrite edits that clone, so r stays as the client sent
 	// it for a retry.
-	out := r.WithContext(compat.WithRequest(context.WithValue(ctx, attemptKey{}, at), req.body, req.kind))
-	at.body.Reset(req.body)
+	body, label := p.core.ForEngine(pl, req.kind, req.sessID, req.body)
+	if label != "" {
+		at.label = []string{label}
+	}
+	out := r.WithContext(compat.WithRequest(context.WithValue(ctx, attemptKey{}, at), body, req.kind))
+	at.body.Reset(body)
 	out.Body = &at.body
-	out.ContentLength = int64(len(req.body))
+	out.ContentLength = int64(len(body))
 	out.GetBody = nil
 	h := w.Header()
 	h[identity.PinHeader] = rep.RankValue() // shared, never changed: Set would allocate per request
@@ -284,11 +291,17 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 func (p *Proxy) reverseProxy(tr http.RoundTripper) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			rep := pr.In.Context().Value(attemptKey{}).(*attempt).rep
+			at := pr.In.Context().Value(attemptKey{}).(*attempt)
+			rep := at.rep
 			pr.SetURL(rep.URL())
 			pr.SetXForwarded()
 			h := pr.Out.Header
 			h.Del(identity.PinHeader)
+			if at.label != nil { // the warden's label, never the client's own value (the engine publishes it)
+				h[router.SessionIDHeader] = at.label
+			} else {
+				h.Del(router.SessionIDHeader)
+			}
 			if dp := rep.DPRank(); dp != nil { // one engine of a vLLM data-parallel server
 				h[router.DPRankHeader] = dp
 				if strings.HasPrefix(pr.In.URL.Path, "/v1/responses") {

@@ -215,21 +215,23 @@ const checkTimeout = 2 * time.Second
 // never the other way round. engine.Health has its own lock, taken under
 // any of them and taking none; peak.mu and series.mu take none either.
 type Core struct {
-	cfg       Config
-	log       *slog.Logger
-	clock     func() time.Time
-	since     time.Time
-	starting  atomic.Bool                // engines still starting (SetStarting)
-	set       atomic.Pointer[replicaSet] // the replicas, read without a lock (membership.go)
-	dyn       dynState                   // adding and removing replicas (membership.go)
-	placer    *place.Placer[*Replica]    // placement: decisions, sessions, held requests
-	client    *http.Client               // health, scrape and the engines' admin endpoints
-	metrics   *metrics
-	series    *series
-	peak      peakState      // the worst KV overcommit (status.go)
-	names     *modelname.Map // the model names requests give, mapped to ServedModel
-	decisions *decisionLog   // --decision-log; nil = off
-	timeScale atomic.Uint64  // the engines' time scale as float64 bits (noteTimeScale); 0 = not said
+	cfg          Config
+	log          *slog.Logger
+	clock        func() time.Time
+	since        time.Time
+	starting     atomic.Bool                // engines still starting (SetStarting)
+	set          atomic.Pointer[replicaSet] // the replicas, read without a lock (membership.go)
+	dyn          dynState                   // adding and removing replicas (membership.go)
+	placer       *place.Placer[*Replica]    // placement: decisions, sessions, held requests
+	client       *http.Client               // health, scrape and the engines' admin endpoints
+	metrics      *metrics
+	series       *series
+	peak         peakState      // the worst KV overcommit (status.go)
+	names        *modelname.Map // the model names requests give, mapped to ServedModel
+	decisions    *decisionLog   // --decision-log; nil = off
+	feeds        feeds          // the engines' KV-event subscribers (truth.go)
+	truthMetrics *truthMetrics
+	timeScale    atomic.Uint64 // the engines' time scale as float64 bits (noteTimeScale); 0 = not said
 }
 
 // Placement is one decision of the Core's Placer.
@@ -270,6 +272,9 @@ func New(cfg Config, backends []Backend) (*Core, error) {
 		return nil, fmt.Errorf("router: metrics: %w", err)
 	}
 	c.metrics = m
+	if c.truthMetrics, err = newTruthMetrics(cfg.Registry); err != nil {
+		return nil, fmt.Errorf("router: metrics: %w", err)
+	}
 	if err := cfg.Registry.Register(panel.NewCollector(c.Status)); err != nil {
 		return nil, fmt.Errorf("router: panel collector: %w", err)
 	}
@@ -352,6 +357,7 @@ func (c *Core) NoteRestart(rank int) {
 	r.eng.Restarted()
 	r.mu.Unlock()
 	r.maxModelLen.Store(0) // learned again: the new engine may fit another context
+	r.kv.ledger.Reset(false, r.kv.ledger.Live())
 	c.cacheWiped(rank, "the engine restarted")
 }
 

@@ -98,6 +98,10 @@ func ParseReplica(spec string) (Backend, error) {
 				return Backend{}, fmt.Errorf("replica %q: dp (the server's data-parallel engines) must be a positive integer, not %q", spec, v)
 			}
 			b.DP = n
+		case "kv", "kv_events":
+			b.KVEvents.Endpoint = v
+		case "kv_replay":
+			b.KVEvents.Replay = v
 		case "dp_rank":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
@@ -105,8 +109,11 @@ func ParseReplica(spec string) (Backend, error) {
 			}
 			b.DPPinned, b.DPRank = true, n
 		default:
-			return Backend{}, fmt.Errorf("replica %q: unknown setting %q after # (known: max_num_seqs=N, dp=N, dp_rank=R)", spec, k)
+			return Backend{}, fmt.Errorf("replica %q: unknown setting %q after # (known: max_num_seqs=N, dp=N, dp_rank=R, kv=ENDPOINT, kv_replay=ENDPOINT)", spec, k)
 		}
+	}
+	if err := b.KVEvents.check(spec); err != nil {
+		return Backend{}, err
 	}
 	if b.DPPinned && b.DP > 0 && b.DPRank >= b.DP {
 		return Backend{}, fmt.Errorf("replica %q: dp_rank %d is not one of the server's %d engines (0..%d)", spec, b.DPRank, b.DP, b.DP-1)
@@ -364,6 +371,7 @@ func (c *Core) expandDP(lead *Replica, ids []string) []*Replica {
 		}
 		b := lead.spec
 		b.DPPinned, b.DPRank, b.DP, b.LearnDP = true, dp, len(ids), false
+		b.KVEvents = lead.spec.KVEvents.ForRank(dp)
 		rank, seen := c.dyn.rankOf[b.Key()]
 		switch {
 		case seen && !used[rank]:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lmwarden/warden/router/decision"
 	"github.com/lmwarden/warden/router/identity"
+	"github.com/lmwarden/warden/router/ledger"
 	"github.com/lmwarden/warden/router/modelname"
 	"github.com/lmwarden/warden/router/place"
 	"github.com/lmwarden/warden/router/tap"
@@ -88,9 +89,12 @@ func (c *Core) RewriteModel(body []byte) []byte { return c.names.Rewrite(body) }
 // until Finish; Rank < 0 has nowhere to go (Reason says why: ReasonWait
 // when ctx ended while held).
 func (c *Core) Place(ctx context.Context, req place.Request) Placement {
+	label := ledger.Label(req.Key)
+	req.Resident = c.residency(label)
 	pl := c.placer.Place(ctx, req)
 	if pl.Rank >= 0 {
 		c.metrics.inFlight.Inc()
+		c.noteTruth(&pl, label)
 	}
 	return pl
 }
@@ -266,7 +270,11 @@ func (c *Core) account(pl *Placement, o Outcome) {
 		c.metrics.completion.WithLabelValues(rank).Add(float64(u.Completion))
 		c.series.add(c.clock(), u)
 	}
-	c.logDecision(pl, o, u)
+	var m missed
+	if u.Known {
+		m = c.accountMiss(pl, u)
+	}
+	c.logDecision(pl, o, u, m)
 	if c.log.Enabled(context.Background(), slog.LevelDebug) { // the arguments would allocate when it is off
 		c.log.Debug("routed", "replica", rep.rank, "route", pl.Reason, "session_source", o.Key.Source,
 			"status", o.Status, "prompt_tokens", u.Prompt, "cached_tokens", u.Cached)
@@ -305,14 +313,15 @@ func (c *Core) othersUp(r *Replica) bool {
 
 // logDecision hands one accounted request to the decision log (nothing
 // when the log is off).
-func (c *Core) logDecision(pl *Placement, o Outcome, u tap.Usage) {
+func (c *Core) logDecision(pl *Placement, o Outcome, u tap.Usage, m missed) {
 	if c.decisions == nil {
 		return
 	}
 	now := c.clock()
 	d := decision.Record{At: now, RequestID: o.RequestID, Source: o.Key.Source, Key: o.Key.Key, Subagent: o.Key.Subagent,
 		Policy: pl.Policy, Route: string(pl.Reason), Replica: pl.Replica.rank, Wait: pl.Waited,
-		Prompt: u.Prompt, Cached: u.Cached, Completion: u.Completion, TTFT: -1, Duration: now.Sub(o.Start), Status: o.Status}
+		Prompt: u.Prompt, Cached: u.Cached, Completion: u.Completion, TTFT: -1, Duration: now.Sub(o.Start), Status: o.Status,
+		Predicted: m.predicted, PredictedFrom: m.source, MissReason: m.reason}
 	if !o.FirstToken.IsZero() {
 		d.TTFT = o.FirstToken.Sub(o.Start)
 	}

@@ -34,7 +34,8 @@ type EPPOptions struct {
 	ServedName    string   // reported in the status; "": what the replicas answer
 	GRPCPort      int      // the ext_proc and health services, on Router.Host
 	Fallbacks     int      // endpoints after the pick for the gateway's retries
-	Router        Router   // placement, the HTTP port of the panel and metrics, the admin token
+	KVEvents      KVEventsOptions
+	Router        Router // placement, the HTTP port of the panel and metrics, the admin token
 }
 
 // EPPConfig is everything `warden epp` needs, validated once.
@@ -73,6 +74,9 @@ func (o EPPOptions) Config() (EPPConfig, error) {
 		return cfg, err
 	}
 	if cfg.Replicas, err = parseReplicas(specs, o.MaxNumSeqs, -1); err != nil {
+		return cfg, err
+	}
+	if err := o.KVEvents.apply(cfg.Replicas); err != nil {
 		return cfg, err
 	}
 	for _, b := range cfg.Replicas {

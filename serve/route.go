@@ -3,11 +3,13 @@ package serve
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -36,7 +38,43 @@ type RouteOptions struct {
 	ServedName    string   // "": what the replicas answer on /v1/models
 	StateFile     string   // "": the default path; "none": not saved
 	StateInterval time.Duration
+	KVEvents      KVEventsOptions
 	Router        Router
+}
+
+// KVEventsOptions are where the engines a router did not start publish
+// their KV-cache events (vLLM's --kv-events-config), for every replica
+// without its own URL#kv=: templates in which {host} is the replica URL's
+// host; "" none (placement uses the estimate).
+type KVEventsOptions struct {
+	Endpoint string // --kv-events-endpoint, e.g. tcp://{host}:5557
+	Replay   string // --kv-events-replay, e.g. tcp://{host}:5558
+}
+
+// apply gives each replica without its own settings the templates' (a
+// data-parallel engine's ports offset by its rank, as vLLM does).
+func (k KVEventsOptions) apply(bs []router.Backend) error {
+	if k.Endpoint == "" {
+		if k.Replay != "" {
+			return errors.New("--kv-events-replay without --kv-events-endpoint")
+		}
+		return nil
+	}
+	for i := range bs {
+		if bs[i].KVEvents.On() {
+			continue
+		}
+		u, err := url.Parse(bs[i].URL)
+		if err != nil {
+			return err
+		}
+		kv := router.KVEvents{Endpoint: k.Endpoint, Replay: k.Replay}.Template(u.Hostname())
+		if bs[i].DPPinned {
+			kv = kv.ForRank(bs[i].DPRank)
+		}
+		bs[i].KVEvents = kv
+	}
+	return nil
 }
 
 // RouteConfig is everything `warden route` needs, validated once.
@@ -76,6 +114,9 @@ func (o RouteOptions) Config() (RouteConfig, error) {
 		return cfg, fmt.Errorf("--dp-ranks must be 0 (learn each server's engines from its metrics) or more (got %d)", o.DPRanks)
 	}
 	if cfg.Replicas, err = parseReplicas(specs, o.MaxNumSeqs, o.DPRanks); err != nil {
+		return cfg, err
+	}
+	if err := o.KVEvents.apply(cfg.Replicas); err != nil {
 		return cfg, err
 	}
 	switch cfg.StateFile = o.StateFile; cfg.StateFile {

@@ -24,6 +24,7 @@ import (
 	"github.com/lmwarden/warden/internal/exit"
 	"github.com/lmwarden/warden/internal/ports"
 	"github.com/lmwarden/warden/internal/wardenproc"
+	"github.com/lmwarden/warden/kvevents"
 	"github.com/lmwarden/warden/launch"
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
@@ -76,6 +77,11 @@ type Options struct {
 	// each rank is one of its engines, pinned with X-data-parallel-rank
 	// (docs/vllm-dp.md).
 	VLLMDP bool
+	// KVEvents is --kv-events: the engines publish their KV-cache events
+	// to the router's ledger (engineplan.KVEvents; not with --image).
+	// KVEventsDir is the private folder of their sockets, made by serve.
+	KVEvents    bool
+	KVEventsDir string
 }
 
 // plan is what the engines are planned from.
@@ -242,9 +248,17 @@ func engineSpecs(cfg Options, d engineplan.Devices, tools engineplan.ToolsChoice
 			eng.Model, cont.ModelDir = dir, dir
 		}
 	}
+	kv, err := kvEventsPlan(cfg, cont)
+	if err != nil {
+		return nil, nil, err
+	}
+	eng.KVEvents = kv
 	if cfg.VLLMDP {
 		eng.DP = cfg.DP
 		spec, backends := dpSpec(cfg, d, eng, free[0], cont)
+		for i := range backends {
+			backends[i].KVEvents = kvEndpoints(cfg, kv, free[0], i)
+		}
 		return []launch.Spec{spec}, backends, nil
 	}
 	specs := make([]launch.Spec, cfg.DP)
@@ -253,7 +267,7 @@ func engineSpecs(cfg Options, d engineplan.Devices, tools engineplan.ToolsChoice
 		specs[i] = launch.Spec{Rank: i, Argv: eng.Argv(free[i]), Port: free[i], GPUs: d.GPUs[i],
 			LogPath: filepath.Join(cfg.LogDir, "rank-"+strconv.Itoa(i)+".log")}
 		backends[i] = router.Backend{Rank: i, URL: "http://127.0.0.1:" + strconv.Itoa(free[i]),
-			GPUs: d.GPUs[i], MaxNumSeqs: d.Seqs}
+			GPUs: d.GPUs[i], MaxNumSeqs: d.Seqs, KVEvents: kvEndpoints(cfg, kv, free[i], 0)}
 		if i < len(d.CPUs) {
 			specs[i].Env = d.CPUs[i].Env()
 			if cfg.CPUPin != hostcpu.PinThreads {
@@ -271,6 +285,67 @@ func engineSpecs(cfg Options, d engineplan.Devices, tools engineplan.ToolsChoice
 		}
 	}
 	return specs, backends, nil
+}
+
+// kvEventsDir makes the private folder of the engines' KV-event sockets
+// (0700: the events carry the prompts' token ids); "" when they publish
+// none there (kvEventsPlan).
+func kvEventsDir(cfg Options) (string, error) {
+	if !cfg.KVEvents || cfg.Image != "" || cfg.VLLMDP {
+		return "", nil
+	}
+	dir, err := os.MkdirTemp("", "warden-kv-")
+	if err != nil {
+		return "", fmt.Errorf("a folder for the engines' KV-event sockets: %w", err)
+	}
+	return dir, nil
+}
+
+// removeAll removes dir ("" nothing).
+func removeAll(dir string) {
+	if dir != "" {
+		os.RemoveAll(dir)
+	}
+}
+
+// kvEventsPlan is how the engines publish their KV-cache events: ipc
+// sockets in cfg.KVEventsDir for one server per rank, loopback ports for
+// vLLM's own data parallelism (its ranks offset a tcp port); none without
+// --kv-events, with --image (the sockets would need the container's
+// network), or when the user's -- --kv-events-config says (kvEndpoints reads it).
+func kvEventsPlan(cfg Options, cont *engineplan.Container) (engineplan.KVEvents, error) {
+	if !cfg.KVEvents || cont != nil {
+		return engineplan.KVEvents{}, nil
+	}
+	if !cfg.VLLMDP {
+		return engineplan.KVEvents{Dir: cfg.KVEventsDir}, nil
+	}
+	pub, err := ports.Run(cfg.DP, "127.0.0.1")
+	if err != nil {
+		return engineplan.KVEvents{}, fmt.Errorf("KV events: %w (or give --kv-events=false)", err)
+	}
+	replay, err := ports.Run(cfg.DP, "127.0.0.1")
+	if err != nil || (replay < pub+cfg.DP && pub < replay+cfg.DP) {
+		return engineplan.KVEvents{}, fmt.Errorf("KV events: no second run of %d free loopback ports (or give --kv-events=false)", cfg.DP)
+	}
+	return engineplan.KVEvents{Pub: pub, Replay: replay}, nil
+}
+
+// kvEndpoints is where the router subscribes to rank's events of the
+// server on port: the plan's, or the user's own -- --kv-events-config.
+func kvEndpoints(cfg Options, kv engineplan.KVEvents, port, rank int) router.KVEvents {
+	if pub, replay, bind, ok := engineplan.UserKVEvents(cfg.Extra); ok {
+		pub, _ = kvevents.RankEndpoint(pub, rank)
+		if replay != "" {
+			replay, _ = kvevents.RankEndpoint(replay, rank)
+		}
+		return router.KVEvents{Endpoint: pub, Replay: replay, Bind: bind}
+	}
+	if !kv.On() {
+		return router.KVEvents{}
+	}
+	pub, replay, bind := kv.Endpoints(port, rank)
+	return router.KVEvents{Endpoint: pub, Replay: replay, Bind: bind}
 }
 
 // dpSpec is --vllm-dp's one server: `vllm serve --data-parallel-size DP` on
@@ -337,10 +412,12 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	if err != nil {
 		return exit.New(1, listenError("warden serve", cfg.Addr, err))
 	}
-	tools, fit := engineplan.ChooseFlags(plan, facts, log)
-	setup := engineSetup(cfg.Extra, tools)
-	setup.OffloadHint = engineplan.OffloadHint(plan, devices)
-	setup.Simulator = simNotes(cfg.Options, log)
+	tools, fit, setup := chooseFlags(cfg.Options, plan, facts, devices, log)
+	if cfg.KVEventsDir, err = kvEventsDir(cfg.Options); err != nil {
+		ln.Close()
+		return exit.New(1, "warden serve: "+err.Error())
+	}
+	defer removeAll(cfg.KVEventsDir)
 	specs, backends, err := engineSpecs(cfg.Options, devices, tools, fit, cont)
 	if err != nil {
 		ln.Close()
@@ -410,6 +487,17 @@ func serveConfig(o Options) (Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// chooseFlags picks the engines' tool and context flags and says how they
+// were started, for the status.
+func chooseFlags(cfg Options, plan engineplan.Request, facts engineplan.Facts, devices engineplan.Devices,
+	log *slog.Logger) (engineplan.ToolsChoice, engineplan.ContextChoice, *schema.EngineSetup) {
+	tools, fit := engineplan.ChooseFlags(plan, facts, log)
+	setup := engineSetup(cfg.Extra, tools)
+	setup.OffloadHint = engineplan.OffloadHint(plan, devices)
+	setup.Simulator = simNotes(cfg, log)
+	return tools, fit, setup
 }
 
 // engineFacts reads what the engines' plan needs of the host: the facts

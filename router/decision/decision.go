@@ -46,6 +46,15 @@ type Record struct {
 	TTFT       time.Duration // time to the first answer content (tap.Tap.FirstToken); < 0: none
 	Duration   time.Duration
 	Status     int
+	// Predicted is the prompt tokens placement expected cached on the
+	// chosen replica (capped by the prompt's whole blocks before its last
+	// token); PredictedFrom says from what: "ledger" (the engine's KV
+	// events) or "estimate". MissReason is why uncached tokens missed
+	// (router/ledger's Miss* reasons; the avoidable part's when there is
+	// one), "" when the turn was fully cached or reported no usage.
+	Predicted     int
+	PredictedFrom string
+	MissReason    string
 }
 
 // Line is the decision log's line format (one JSON object a line).
@@ -70,6 +79,9 @@ type Line struct {
 	TTFTS      float64 `json:"ttfb_s"`
 	DurationS  float64 `json:"duration_s"`
 	Status     int     `json:"status"`
+	Predicted  int     `json:"predicted_cached_tokens"`
+	PredFrom   string  `json:"predicted_from"`
+	MissReason string  `json:"miss_reason"`
 }
 
 // AppendJSON appends d as one Line object, byte for byte as encoding/json
@@ -109,6 +121,12 @@ func (d *Record) AppendJSON(b []byte) []byte {
 	b = appendJSONFloat(b, d.Duration.Seconds())
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(d.Status), 10)
+	b = append(b, `,"predicted_cached_tokens":`...)
+	b = strconv.AppendInt(b, int64(d.Predicted), 10)
+	b = append(b, `,"predicted_from":`...)
+	b = appendJSONString(b, d.PredictedFrom)
+	b = append(b, `,"miss_reason":`...)
+	b = appendJSONString(b, d.MissReason)
 	return append(b, '}')
 }
 

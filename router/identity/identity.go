@@ -219,7 +219,8 @@ type Fields struct {
 	User, SafetyIdentifier                                 gjson.Result
 	Stream, StreamOptions                                  gjson.Result
 	Tools                                                  gjson.Result
-	Valid                                                  bool // the body looked like a JSON object
+	SessionID                                              gjson.Result // vLLM's session_id (labels its KV events)
+	Valid                                                  bool         // the body looked like a JSON object
 }
 
 // Scan walks the body's top-level keys once (each value is skipped over,
@@ -235,6 +236,8 @@ func scanFields(body string) Fields {
 		switch k.Str {
 		case "model":
 			f.Model = v
+		case "session_id":
+			f.SessionID = v
 		case "system":
 			f.System = v
 		case "instructions":

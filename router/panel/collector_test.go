@@ -28,8 +28,8 @@ func TestCollectorPedanticAndLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(mfs) != 15 {
-		t.Errorf("%d metric families, want 15", len(mfs))
+	if len(mfs) != 17 {
+		t.Errorf("%d metric families, want 17", len(mfs))
 	}
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {

@@ -132,6 +132,8 @@ type Ticket struct {
 	foot   int
 	quiet  bool // nothing else was in flight on the replica when it was placed
 	closed bool
+
+	prevTokens, prevTurns int // the conversation's context and turns before this request
 }
 
 // get returns the conversation's entry, creating it; nil for key "".
@@ -220,7 +222,7 @@ func (m *Memory) Begin(key string, bodyBytes, rank int, reason Reason, now time.
 	if s == nil {
 		t.foot = est
 	} else {
-		t.s = s
+		t.s, t.prevTokens, t.prevTurns = s, s.tokens, s.turns
 		est = max(est, s.tokens)
 		if s.inflight == 0 && s.rank < 0 {
 			m.homed[rank]++ // its first placement, or the first since its prefix was lost

@@ -124,6 +124,8 @@ type SessionView struct {
 	Held           int     // requests held at the warden now (ReasonWait)
 	NoWait         bool    // the warden will not hold this request (any longer)
 
+	adopted bool // the engines' truth gave it its home (applyTruth)
+
 	// ScanStart is where the vLLM-style balancers start their scan of the
 	// replicas (an index into the snapshot): vLLM 0.25 and later rotate it
 	// by one after every routed request, so that ties do not always go to
