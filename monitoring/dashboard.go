@@ -100,9 +100,8 @@ func farmPanels() []Panel {
 				{Expr: `sum by (instance) (warden_engine_kv_cache_capacity_tokens{` + sel + `})`, Legend: "{{instance}} capacity"},
 			}},
 		{Title: "Prefix-cache misses by reason", Kind: "timeseries", Unit: "short",
-			Description: "Prompt tokens per second that missed the prefix cache, by the warden's reason (the miss ledger): why agents miss the cache.",
-			Queries: []Query{{Expr: `sum by (instance, reason) (rate(warden_prefix_miss_tokens_total{` + sel + `}` + ri + `))`, Legend: "{{instance}} {{reason}}",
-				NoDataUntil: "the miss ledger (warden_prefix_miss_tokens_total) lands"}}},
+			Description: "Prompt tokens per second of finished turns that missed the prefix cache, by the ledger's reason: new (no engine had seen them), evicted (pushed out on the replica that served), moved (served away from its prefix), restarted (the engine restarted or cleared its cache), prefix_changed (the client changed its own prefix), unknown (no KV events from the engine).",
+			Queries:     []Query{{Expr: `sum by (instance, reason) (rate(warden_prefix_miss_tokens_total{` + sel + `}` + ri + `))`, Legend: "{{instance}} {{reason}}"}}},
 	}
 }
 
@@ -142,6 +141,12 @@ func replicaPanels() []Panel {
 				{Expr: `sum by (instance, replica) (rate(warden_prompt_tokens_total{` + sel + `}` + ri + `) - rate(warden_cached_prompt_tokens_total{` + sel + `}` + ri + `))`, Legend: "{{instance}} r{{replica}} prompt computed"},
 				{Expr: `sum by (instance, replica) (rate(warden_cached_prompt_tokens_total{` + sel + `}` + ri + `))`, Legend: "{{instance}} r{{replica}} prompt cached"},
 				{Expr: `sum by (instance, replica) (rate(warden_completion_tokens_total{` + sel + `}` + ri + `))`, Legend: "{{instance}} r{{replica}} completion"},
+			}},
+		{Title: "KV events and the ledger", Kind: "timeseries", Unit: "short",
+			Description: "1 while the warden reads the engine's KV-cache events (its ledger then knows what the engine holds, and the miss reasons are known), and the blocks the ledger has the engine holding.",
+			Queries: []Query{
+				{Expr: `warden_kv_events_live{` + sel + `}`, Legend: "{{instance}} r{{replica}} events live"},
+				{Expr: `warden_ledger_blocks{` + sel + `}`, Legend: "{{instance}} r{{replica}} ledger blocks"},
 			}},
 		{Title: "Engine restarts and preemptions", Kind: "timeseries", Unit: "short",
 			Description: "Engine restarts in the last 15 minutes (the warden restarts a crashed engine) and vLLM preemptions per second (requests evicted for KV space).",
