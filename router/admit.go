@@ -107,7 +107,6 @@ type root struct {
 
 // waiter is one request in the queue.
 type waiter struct {
-	key   string
 	root  *root
 	class int
 	seq   uint64
@@ -123,7 +122,6 @@ type waiter struct {
 
 // admitTicket is an admitted request's share, carried on its Placement.
 type admitTicket struct {
-	key     string
 	root    *root
 	charged int // the rank its pending admission was charged to
 	start   time.Time
@@ -201,7 +199,7 @@ func (a *admission) outcome(w *waiter, req *place.Request) (*admitTicket, time.D
 			req.Skip = append(req.Skip, r)
 		}
 	}
-	return &admitTicket{key: w.key, root: w.root, charged: w.charged, start: a.clock()}, waited, admitted
+	return &admitTicket{root: w.root, charged: w.charged, start: a.clock()}, waited, admitted
 }
 
 // waitingLocked reports whether w is still in the queue. The caller holds
@@ -221,7 +219,7 @@ func (a *admission) enqueue(req *place.Request, now time.Time) *waiter {
 	}
 	r.queued++
 	a.seq++
-	w := &waiter{key: key, root: r, class: req.Priority, seq: a.seq, since: now,
+	w := &waiter{root: r, class: req.Priority, seq: a.seq, since: now,
 		skip: slices.Clone(req.Skip), done: make(chan struct{}), charged: -1}
 	a.queue = append(a.queue, w)
 	return w

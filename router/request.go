@@ -93,7 +93,9 @@ func (c *Core) RewriteModel(body []byte) []byte { return c.names.Rewrite(body) }
 func (c *Core) Place(ctx context.Context, req place.Request) Placement {
 	var tk *admitTicket
 	var queued time.Duration
-	if c.admit != nil && !req.Pinned {
+	// A pinned request, and one that may not wait (ctx done: the gateway
+	// served it already, placeServed), pass the queue.
+	if c.admit != nil && !req.Pinned && ctx.Err() == nil {
 		var res admitResult
 		if tk, queued, res = c.admit.admit(ctx, &req); res != admitted {
 			reason := place.ReasonWait
