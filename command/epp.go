@@ -99,8 +99,8 @@ func envoyConfigCommand() *cli.Command {
 		Flags: append(eppEndpointFlags(),
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", EnvVars: envVars("ENVOY_LISTEN"),
 				Usage: "address clients connect to (HOST:PORT)"},
-			&cli.StringFlag{Name: "epp", Value: fmt.Sprintf("127.0.0.1:%d", defaultGRPCPort), EnvVars: envVars("ENVOY_EPP"),
-				Usage: "the picker's gRPC address (HOST:PORT, as warden epp's --grpc-port)"},
+			&cli.StringSliceFlag{Name: "epp", Value: cli.NewStringSlice(fmt.Sprintf("127.0.0.1:%d", defaultGRPCPort)), EnvVars: envVars("ENVOY_EPP"),
+				Usage: "a picker's gRPC address (HOST:PORT, as warden epp's --grpc-port); repeat for several pickers (Envoy spreads the streams, health-checks each, skips one that is down)"},
 			&cli.StringFlag{Name: "admin", Value: "127.0.0.1:9901", EnvVars: envVars("ENVOY_ADMIN"),
 				Usage: "Envoy's admin interface (HOST:PORT; keep it on loopback)"},
 			&cli.BoolFlag{Name: "fail-open", EnvVars: envVars("ENVOY_FAIL_OPEN"),
@@ -123,7 +123,7 @@ func envoyConfigCommand() *cli.Command {
 			if err != nil || maxBody == 0 {
 				return exit.Newf(2, "warden epp envoy-config: --max-body-bytes %q is not a size such as 32MiB", c.String("max-body-bytes"))
 			}
-			err = epp.WriteEnvoyConfig(c.App.Writer, epp.EnvoyOptions{Listen: c.String("listen"), EPP: c.String("epp"),
+			err = epp.WriteEnvoyConfig(c.App.Writer, epp.EnvoyOptions{Listen: c.String("listen"), EPP: c.StringSlice("epp"),
 				Admin: c.String("admin"), Endpoints: eps, FailOpen: c.Bool("fail-open"), MaxBodyBytes: int64(maxBody), Retries: c.Int("retries"),
 				Hold: place.MaxHold, StreamIdle: c.Duration("stream-idle-timeout"), WithoutPicker: c.Bool("without-picker")})
 			if err != nil {
