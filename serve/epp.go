@@ -200,10 +200,11 @@ func runEPP(ctx context.Context, stopSignals func(), cfg EPPConfig, core *router
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	go core.Run(runCtx)
-	go picker.WatchHealth(runCtx, time.Second) // SERVING from the first check on
+	go picker.WatchHealth(runCtx, time.Second) // SERVING once the core is ready: engines up, their history replayed
 	if cfg.EndpointsFile != "" {
 		go watchEndpointsFile(runCtx, cfg, core, log)
 	}
+	awaitTruth(ctx, core)
 	printEPPReady(stdout, cfg, core.Status())
 
 	select {

@@ -266,6 +266,7 @@ func Route(ctx context.Context, o RouteOptions, stdout io.Writer) error {
 		go core.PersistSessions(runCtx, cfg.StateFile, cfg.StateInterval)
 	}
 	go reloadOnHangup(runCtx, o, core, log)
+	awaitTruth(ctx, core) // /health says 503 until then
 	printRouteReady(stdout, cfg, core.Status())
 
 	final := drain(ctx, stopSignals, srv, served, core, cfg.DrainTimeout, log)

@@ -152,3 +152,19 @@ func drain(ctx context.Context, stopSignals func(), srv *http.Server, served <-c
 	core.CheckNow(context.Background())
 	return core.Status()
 }
+
+// awaitTruth blocks until the core has caught up from the engines' KV
+// events (their replay applied; at most router.CatchUpLimit after Run
+// started) or ctx ends: a data plane claims readiness only then, so a
+// restarted picker or router finds the homes the others know.
+func awaitTruth(ctx context.Context, core *router.Core) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for !core.CaughtUp() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

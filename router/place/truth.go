@@ -8,6 +8,24 @@ package place
 type Resident struct {
 	Rank   int
 	Tokens int
+	// Key is the replica's identity as every picker names it (its URL,
+	// router.Replica.Key): ties between replicas holding as much go to
+	// the smaller key, so that pickers with their own ranks or their own
+	// homes agree. "": the rank breaks the tie.
+	Key string
+}
+
+// better reports whether a holds more of the conversation than b, ties
+// broken by the smaller key, then the smaller rank: an order every picker
+// computes alike.
+func (a Resident) better(b Resident) bool {
+	if a.Tokens != b.Tokens {
+		return a.Tokens > b.Tokens
+	}
+	if a.Key != b.Key {
+		return a.Key < b.Key
+	}
+	return a.Rank < b.Rank
 }
 
 // applyTruth corrects the session view with the engines' truth:
@@ -15,22 +33,26 @@ type Resident struct {
 //     engine holds any: the conversation is free to move at no cost), over
 //     the estimate for the replicas the truth covers;
 //   - its home: a conversation the table does not know (a restarted
-//     picker, another picker placed its last turn) or whose home holds
-//     less of it than another replica does (another picker moved it, or
-//     a spill left its newest prefix there) is homed where its prefix is,
-//     so that every picker listening to the same engines agrees.
+//     picker, another picker placed its last turn) or whose home is not
+//     the replica holding most of it (another picker moved it, or a spill
+//     left its newest prefix there; on a tie the smaller key, as every
+//     picker breaks it: two pickers that each homed the conversation's
+//     first turns by load before any event came, on two replicas, agree
+//     from the next turn on) is homed where its prefix is, so that every
+//     picker listening to the same engines agrees.
 //
 // It returns the rank the truth homed it on (-1 when it changed nothing).
 func applyTruth(sv *SessionView, truth []Resident) int {
 	if len(truth) == 0 || sv.Key == "" || sv.Pinned {
 		return -1
 	}
-	best, bestTok := -1, 0
+	top := Resident{Rank: -1}
 	for _, t := range truth {
-		if t.Tokens > bestTok {
-			best, bestTok = t.Rank, t.Tokens
+		if t.Tokens > 0 && (top.Rank < 0 || t.better(top)) {
+			top = t
 		}
 	}
+	best, bestTok := top.Rank, top.Tokens
 	if sv.ResidentOn >= 0 {
 		for _, t := range truth {
 			if t.Rank == sv.ResidentOn && t.Tokens == 0 {
@@ -44,7 +66,7 @@ func applyTruth(sv *SessionView, truth []Resident) int {
 	if sv.ResidentOn < 0 || tokensOn(truth, sv.ResidentOn) < bestTok {
 		sv.ResidentOn = best
 	}
-	if !sv.Known || (sv.Home != best && tokensOn(truth, sv.Home) < bestTok) {
+	if !sv.Known || sv.Home != best {
 		sv.Known, sv.Home = true, best
 		return best
 	}
