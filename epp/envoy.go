@@ -169,15 +169,14 @@ static_resources:
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
               grpc_service:
-                envoy_grpc:
-                  cluster_name: warden_epp
-                  retry_policy: # a picker that cannot be reached (killed, restarting): the stream on another one
-                    retry_on: connect-failure,refused-stream,unavailable,reset-before-request
-                    num_retries: {{len .EPPs}}
-                    retry_back_off: {base_interval: 0.05s, max_interval: 0.2s}
-                    retry_host_predicate: [{name: envoy.retry_host_predicates.previous_hosts,
-                      typed_config: {"@type": type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate}}]
-                    host_selection_retry_max_attempts: 3
+                envoy_grpc: {cluster_name: warden_epp}
+                retry_policy: # a picker that cannot be reached (killed, restarting): the stream on another one
+                  retry_on: connect-failure,refused-stream,unavailable,reset-before-request
+                  num_retries: {{len .EPPs}}
+                  retry_back_off: {base_interval: 0.05s, max_interval: 0.2s}
+                  retry_host_predicate: [{name: envoy.retry_host_predicates.previous_hosts,
+                    typed_config: {"@type": type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate}}]
+                  host_selection_retry_max_attempts: 3
               failure_mode_allow: {{.FailOpen}}
               message_timeout: {{.Hold}} # the picker may hold a new conversation until a cache has room
               processing_mode:
@@ -205,6 +204,7 @@ static_resources:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
         "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
         explicit_http_config: {http2_protocol_options: {}}
+    common_lb_config: {update_merge_window: 0s} # a picker's health change reaches the balancing at once, not up to 1 s later
     health_checks: # gRPC readiness: a picker down, draining or still catching up leaves the picks until it passes
     - timeout: 1s
       interval: 1s

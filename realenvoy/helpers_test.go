@@ -65,6 +65,7 @@ type farm struct {
 	eppHTTP  string // http://127.0.0.1:port
 	envoyURL string // http://127.0.0.1:port
 	envoyOut *simproc.SyncBuffer
+	admin    string // Envoy's admin interface, http://127.0.0.1:port
 	model    string // what claudeTurn asks for; "" = Claude Code's name, mapped by the picker
 }
 
@@ -140,7 +141,7 @@ func (f *farm) startEnvoy(t *testing.T, replicas, configFlags []string) {
 			t.Logf("envoy output:\n%s", f.envoyOut.String())
 		}
 	})
-	f.envoyURL = fmt.Sprintf("http://127.0.0.1:%d", port)
+	f.envoyURL, f.admin = fmt.Sprintf("http://127.0.0.1:%d", port), fmt.Sprintf("http://127.0.0.1:%d", admin)
 	simproc.Poll(t, "Envoy live", func() bool {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/ready", admin))
 		if err != nil {

@@ -200,7 +200,7 @@ func runEPP(ctx context.Context, stopSignals func(), cfg EPPConfig, core *router
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	go core.Run(runCtx)
-	go picker.WatchHealth(runCtx, time.Second) // SERVING once the core is ready: engines up, their history replayed
+	go picker.WatchHealth(runCtx, 200*time.Millisecond) // SERVING once the core is ready: engines up, their history replayed
 	if cfg.EndpointsFile != "" {
 		go watchEndpointsFile(runCtx, cfg, core, log)
 	}
