@@ -3,6 +3,7 @@ package command
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/dustin/go-humanize"
 	"github.com/urfave/cli/v2"
@@ -57,6 +58,10 @@ func eppFlags() []cli.Flag {
 			Usage: "max_num_seqs assumed for an engine that does not say its own; the spill threshold derives from it"},
 		&cli.StringFlag{Name: "served-model-name", EnvVars: envVars("SERVED_MODEL_NAME"),
 			Usage: "the model name shown in the status (default: what the engines answer on /v1/models)"},
+		&cli.StringFlag{Name: "state-file", EnvVars: envVars("STATE_FILE"),
+			Usage: "`FILE` the session table is saved to and reloaded from, for engines that publish no KV events (default: none; with events the engines' replay is the picker's memory)"},
+		&cli.DurationFlag{Name: "state-interval", Value: 30 * time.Second, EnvVars: envVars("STATE_INTERVAL"),
+			Usage: "with --state-file, how often the session table is saved while running (always on exit)"},
 	), rf...)
 }
 
@@ -81,7 +86,7 @@ func eppOptions(c *cli.Context) serve.EPPOptions {
 	r.ResponseHeaderTimeout = proxy.DefaultResponseHeaderTimeout // not a picker's: the gateway times the engines
 	return serve.EPPOptions{
 		Replicas: c.StringSlice("replica"), EndpointsFile: c.String("endpoints-file"), MaxNumSeqs: c.Int("max-num-seqs"),
-		KVEvents:   kvEventsOptions(c),
+		KVEvents: kvEventsOptions(c), StateFile: c.String("state-file"), StateInterval: c.Duration("state-interval"),
 		ServedName: c.String("served-model-name"), GRPCPort: c.Int("grpc-port"), Fallbacks: c.Int("fallbacks"), Router: r,
 	}
 }

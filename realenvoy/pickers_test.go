@@ -20,14 +20,14 @@ import (
 type picker struct {
 	name       string
 	grpc, http int
-	replicas   []string
+	args       []string // the engines (--replica) and more flags
 	cmd        *exec.Cmd
 	out        *simproc.SyncBuffer
 	readyIn    time.Duration // the last start's time from exec to the ready line
 }
 
-func newPicker(t *testing.T, name string, replicas []string) *picker {
-	p := &picker{name: name, grpc: simproc.FreePort(t), http: simproc.FreePort(t), replicas: replicas}
+func newPicker(t *testing.T, name string, args []string) *picker {
+	p := &picker{name: name, grpc: simproc.FreePort(t), http: simproc.FreePort(t), args: args}
 	t.Cleanup(func() {
 		p.stop(syscall.SIGKILL)
 		if t.Failed() && p.out != nil {
@@ -46,7 +46,7 @@ func (p *picker) url() string      { return fmt.Sprintf("http://127.0.0.1:%d", p
 func (p *picker) start(t *testing.T) {
 	t.Helper()
 	args := append([]string{"epp", "--grpc-port", strconv.Itoa(p.grpc), "--port", strconv.Itoa(p.http),
-		"--scrape-interval", "200ms", "--max-body-bytes", "1MiB"}, p.replicas...)
+		"--scrape-interval", "200ms", "--max-body-bytes", "1MiB"}, p.args...)
 	p.cmd = exec.Command(simproc.Binary(t), args...)
 	p.out = &simproc.SyncBuffer{}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
@@ -206,4 +206,43 @@ func (f *farm) agentTurn(t *testing.T, session string, n int) turn {
 	body := fmt.Sprintf(`{"model":"claude-sonnet-4-5-20250929","max_tokens":16,"stream":true,"system":"You are Claude Code. %s","messages":[%s]}`,
 		strings.Repeat("Follow the rules of this repository. ", 120), strings.Join(msgs, ","))
 	return f.post(t, "/v1/messages", body, "x-claude-code-session-id", session)
+}
+
+// TestPickerStateFileWithoutEvents: engines that publish no KV events
+// leave a picker nothing to recover from but its own --state-file: a
+// picker stopped and started again sends every conversation's next turn
+// to the engine it was on, cached.
+func TestPickerStateFileWithoutEvents(t *testing.T) {
+	needEnvoy(t)
+	var replicas []string
+	for range 2 {
+		replicas = append(replicas, "--replica", simproc.Start(t, simArgs...).URL)
+	}
+	state := t.TempDir() + "/sessions.json"
+	p := newPicker(t, "A", append([]string{"--state-file", state}, replicas...))
+	f := &farm{eppGRPC: p.grpcAddr(), eppHTTP: p.url()}
+	f.startEnvoy(t, replicas, nil)
+	homes := map[string]string{}
+	for c := range 8 {
+		session := fmt.Sprintf("state-%d", c)
+		if tr := f.agentTurn(t, session, 1); tr.status != 200 || tr.replica == "" {
+			t.Fatalf("%s: status %d, replica %q", session, tr.status, tr.replica)
+		} else {
+			homes[session] = tr.replica
+		}
+	}
+	p.stop(syscall.SIGTERM)
+	if !strings.Contains(p.out.String(), "session table saved") {
+		t.Fatalf("the picker did not say it saved its session table:\n%s", p.out.String())
+	}
+	p.start(t)
+	f.envoyHealthy(t, p)
+	for c := range 8 {
+		session := fmt.Sprintf("state-%d", c)
+		tr := f.agentTurn(t, session, 2)
+		if tr.status != 200 || tr.replica != homes[session] || tr.cached*5 < tr.prompt*4 {
+			t.Errorf("%s after the restart: status %d on %q (home %s), %d of %d cached", session, tr.status, tr.replica,
+				homes[session], tr.cached, tr.prompt)
+		}
+	}
 }

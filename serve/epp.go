@@ -35,6 +35,11 @@ type EPPOptions struct {
 	GRPCPort      int      // the ext_proc and health services, on Router.Host
 	Fallbacks     int      // endpoints after the pick for the gateway's retries
 	KVEvents      KVEventsOptions
+	// StateFile is where the session table is saved and reloaded from
+	// (""/"none": not saved; the engines' KV events are then the picker's
+	// memory across restarts); StateInterval how often while running.
+	StateFile     string
+	StateInterval time.Duration
 	Router        Router // placement, the HTTP port of the panel and metrics, the admin token
 }
 
@@ -42,6 +47,8 @@ type EPPOptions struct {
 type EPPConfig struct {
 	Replicas      []router.Backend
 	EndpointsFile string
+	StateFile     string // "": not saved
+	StateInterval time.Duration
 	GRPCAddr      string
 	HTTPAddr      string
 	DrainTimeout  time.Duration
@@ -52,7 +59,13 @@ type EPPConfig struct {
 
 // Config validates the options (reading the endpoints file).
 func (o EPPOptions) Config() (EPPConfig, error) {
-	cfg := EPPConfig{EndpointsFile: o.EndpointsFile, DrainTimeout: o.Router.DrainTimeout}
+	cfg := EPPConfig{EndpointsFile: o.EndpointsFile, DrainTimeout: o.Router.DrainTimeout, StateInterval: o.StateInterval}
+	if o.StateFile != "none" {
+		cfg.StateFile = o.StateFile
+	}
+	if cfg.StateFile != "" && cfg.StateInterval <= 0 {
+		return cfg, fmt.Errorf("--state-interval must be positive (got %v)", cfg.StateInterval)
+	}
 	cc, pc, addr, err := o.Router.configs(o.ServedName)
 	if err != nil {
 		return cfg, err
@@ -168,6 +181,9 @@ func EPP(ctx context.Context, o EPPOptions, stdout io.Writer) error {
 	}
 	cfg.Core.Registry, cfg.Core.Logger = newRegistry(), log
 	core, err := router.New(cfg.Core, cfg.Replicas)
+	if err == nil && cfg.StateFile != "" {
+		err = reloadSessions(core, cfg.StateFile, log)
+	}
 	if err == nil {
 		var picker *epp.Server
 		if picker, err = epp.New(core, cfg.EPP); err == nil {
@@ -204,6 +220,9 @@ func runEPP(ctx context.Context, stopSignals func(), cfg EPPConfig, core *router
 	if cfg.EndpointsFile != "" {
 		go watchEndpointsFile(runCtx, cfg, core, log)
 	}
+	if cfg.StateFile != "" {
+		go core.PersistSessions(runCtx, cfg.StateFile, cfg.StateInterval)
+	}
 	awaitTruth(ctx, core)
 	printEPPReady(stdout, cfg, core.Status())
 
@@ -227,6 +246,9 @@ func runEPP(ctx context.Context, stopSignals func(), cfg EPPConfig, core *router
 	stopRun()
 	if err := core.CloseDecisionLog(); err != nil {
 		log.Warn("the decision log was not written completely", "error", err)
+	}
+	if cfg.StateFile != "" {
+		saveSessions(core, cfg.StateFile, log)
 	}
 	core.CheckNow(context.Background())
 	panel.WriteSummary(os.Stderr, core.Status())

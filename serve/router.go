@@ -168,3 +168,26 @@ func awaitTruth(ctx context.Context, core *router.Core) {
 		}
 	}
 }
+
+// reloadSessions loads the session table saved at path (none there yet:
+// nothing to load) and logs what came back.
+func reloadSessions(core *router.Core, path string, log *slog.Logger) error {
+	res, err := core.LoadSessions(path)
+	if err != nil {
+		return err
+	}
+	if !res.SavedAt.IsZero() {
+		log.Info("session table reloaded", "path", path, "saved_at", res.SavedAt.Format(time.RFC3339),
+			"restored", res.Restored, "expired", res.Expired, "on_unknown_replicas", res.Unknown)
+	}
+	return nil
+}
+
+// saveSessions saves the session table at path, logging the outcome.
+func saveSessions(core *router.Core, path string, log *slog.Logger) {
+	if n, err := core.SaveSessions(path); err != nil {
+		log.Error("the session table was not saved", "path", path, "error", err)
+	} else {
+		log.Info("session table saved", "path", path, "sessions", n)
+	}
+}
