@@ -29,6 +29,13 @@ type Plan struct {
 	FirstWords    int // words of each conversation's first message
 	TurnWords     int // words of each follow-up message
 	MaxTokens     int
+	// Routers, when set, are several wardens in front of the same
+	// engines, the clients alternating between them: conversation c's
+	// turn n goes to Routers[(c+n) % len(Routers)] (URL is not used).
+	Routers []string
+	// BeforeRound, when set, runs before each round of turns after the
+	// first (turn is the round about to be played): a restart, say.
+	BeforeRound func(turn int) error
 }
 
 // Turn is one played turn, with its decision-log line once joined.
@@ -36,6 +43,7 @@ type Turn struct {
 	Conversation, Turn int
 	RequestID          string
 	Replica            string // X-Warden-Replica of the answer
+	Via                string // the warden's URL it was sent to
 	Prompt, Cached     int    // the engine's usage
 	Line               *decision.Line
 }
@@ -47,6 +55,11 @@ func Play(ctx context.Context, p Plan) ([]Turn, error) {
 	history := make([][]map[string]string, p.Conversations)
 	var out []Turn
 	for turn := 1; turn <= p.Turns; turn++ {
+		if turn > 1 && p.BeforeRound != nil {
+			if err := p.BeforeRound(turn); err != nil {
+				return out, err
+			}
+		}
 		for c := range p.Conversations {
 			n := p.TurnWords
 			if turn == 1 {
@@ -66,9 +79,12 @@ func Play(ctx context.Context, p Plan) ([]Turn, error) {
 }
 
 func send(ctx context.Context, hc *http.Client, p Plan, c, turn int, msgs []map[string]string) (Turn, string, error) {
-	t := Turn{Conversation: c, Turn: turn, RequestID: fmt.Sprintf("conv%d-turn%d", c, turn)}
+	t := Turn{Conversation: c, Turn: turn, RequestID: fmt.Sprintf("conv%d-turn%d", c, turn), Via: p.URL}
+	if len(p.Routers) > 0 {
+		t.Via = p.Routers[(c+turn)%len(p.Routers)]
+	}
 	body, _ := json.Marshal(map[string]any{"model": p.Model, "messages": msgs, "max_tokens": p.MaxTokens, "temperature": 0})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.URL+"/v1/chat/completions", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.Via+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		return t, "", err
 	}
