@@ -27,6 +27,13 @@ type picker struct {
 }
 
 func newPicker(t *testing.T, name string, args []string) *picker {
+	p := declarePicker(t, name, args)
+	p.start(t)
+	return p
+}
+
+// declarePicker is newPicker without the start.
+func declarePicker(t *testing.T, name string, args []string) *picker {
 	p := &picker{name: name, grpc: simproc.FreePort(t), http: simproc.FreePort(t), args: args}
 	t.Cleanup(func() {
 		p.stop(syscall.SIGKILL)
@@ -34,7 +41,6 @@ func newPicker(t *testing.T, name string, args []string) *picker {
 			t.Logf("picker %s output:\n%s", p.name, p.out.String())
 		}
 	})
-	p.start(t)
 	return p
 }
 
@@ -45,18 +51,31 @@ func (p *picker) url() string      { return fmt.Sprintf("http://127.0.0.1:%d", p
 // has replayed the engines' KV events).
 func (p *picker) start(t *testing.T) {
 	t.Helper()
+	if err := p.launch(simproc.Binary(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// launch is start without the test: for a goroutine of the test's.
+func (p *picker) launch(bin string) error {
 	args := append([]string{"epp", "--grpc-port", strconv.Itoa(p.grpc), "--port", strconv.Itoa(p.http),
 		"--scrape-interval", "200ms", "--max-body-bytes", "1MiB"}, p.args...)
-	p.cmd = exec.Command(simproc.Binary(t), args...)
+	p.cmd = exec.Command(bin, args...)
 	p.out = &simproc.SyncBuffer{}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	began := time.Now()
 	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	simproc.Poll(t, "warden epp "+p.name+" ready", func() bool { return strings.Contains(p.out.String(), "endpoint picker ready") })
+	for !strings.Contains(p.out.String(), "endpoint picker ready") {
+		if time.Since(began) > time.Minute {
+			return fmt.Errorf("warden epp %s not ready after a minute:\n%s", p.name, p.out.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	p.readyIn = time.Since(began)
+	return nil
 }
 
 // stop signals the picker and reaps it.
