@@ -47,7 +47,8 @@ type EPPOptions struct {
 type EPPConfig struct {
 	Replicas      []router.Backend
 	EndpointsFile string
-	StateFile     string // "": not saved
+	KVEvents      KVEventsOptions // the templates, for engines the endpoints file adds later
+	StateFile     string          // "": not saved
 	StateInterval time.Duration
 	GRPCAddr      string
 	HTTPAddr      string
@@ -59,7 +60,8 @@ type EPPConfig struct {
 
 // Config validates the options (reading the endpoints file).
 func (o EPPOptions) Config() (EPPConfig, error) {
-	cfg := EPPConfig{EndpointsFile: o.EndpointsFile, DrainTimeout: o.Router.DrainTimeout, StateInterval: o.StateInterval}
+	cfg := EPPConfig{EndpointsFile: o.EndpointsFile, DrainTimeout: o.Router.DrainTimeout, StateInterval: o.StateInterval,
+		KVEvents: o.KVEvents}
 	if o.StateFile != "none" {
 		cfg.StateFile = o.StateFile
 	}
@@ -264,6 +266,9 @@ func watchEndpointsFile(ctx context.Context, cfg EPPConfig, core *router.Core, l
 			specs = append(specs, e.URL())
 		}
 		want, err := parseReplicas(specs, fallback, -1)
+		if err == nil {
+			err = cfg.KVEvents.apply(want) // an engine the file adds publishes where the templates say
+		}
 		if err != nil {
 			log.Error("endpoints file not reloaded", "error", err)
 			return
