@@ -46,6 +46,14 @@ func (c *Core) Status() schema.Status {
 		s.InFlight += row.InFlight
 	}
 	s.Totals = schema.TotalsOf(s.Replicas)
+	for _, r := range s.Replicas {
+		for k, v := range r.MissTokens {
+			if s.MissTokens == nil {
+				s.MissTokens = map[string]uint64{}
+			}
+			s.MissTokens[k] += v
+		}
+	}
 	s.MaxModelLen = schema.SmallestContext(s.Replicas)
 	if len(reps) > 0 {
 		s.SpillThreshold = place.Config{SpillThreshold: c.cfg.SpillThreshold}.SpillFor(place.ReplicaView{MaxNumSeqs: reps[0].seqs()})
@@ -102,6 +110,7 @@ func (r *Replica) status(active int) schema.Replica {
 		row.OffloadFilled = e.OffloadFilled()
 	}
 	row.ScrapedAt, row.ScrapeError = e.ScrapedAt, e.ScrapeErr
+	r.truthStatus(&row)
 	return row
 }
 

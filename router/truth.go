@@ -15,6 +15,7 @@ import (
 	"github.com/lmwarden/warden/kvevents"
 	"github.com/lmwarden/warden/router/ledger"
 	"github.com/lmwarden/warden/router/place"
+	"github.com/lmwarden/warden/router/schema"
 	"github.com/lmwarden/warden/router/tap"
 )
 
@@ -277,7 +278,7 @@ func (c *Core) residency(label string) []place.Resident {
 			continue
 		}
 		if res := r.kv.ledger.Resident(label); res.Known {
-			out = append(out, place.Resident{Rank: r.rank, Tokens: res.Tokens, Key: r.Key()})
+			out = append(out, place.Resident{Rank: r.rank, Tokens: res.Tokens, Shared: r.kv.ledger.Shared(), Key: r.Key()})
 		}
 	}
 	return out
@@ -435,4 +436,24 @@ func (r *Replica) MissTokens() map[string]uint64 {
 		out[k] = v
 	}
 	return out
+}
+
+// truthStatus fills the status row's ledger fields.
+func (r *Replica) truthStatus(row *schema.Replica) {
+	if m := r.MissTokens(); len(m) > 0 {
+		row.MissTokens = m
+	}
+	if !r.kv.cfg.On() {
+		return
+	}
+	st := r.kv.ledger.Stats()
+	row.LedgerBlocks, row.LedgerConversations = st.Blocks+st.HostBlocks, st.Sessions
+	switch {
+	case r.kv.silent.Load():
+		row.KVEvents = "silent"
+	case r.kv.ledger.Live():
+		row.KVEvents = "live"
+	default:
+		row.KVEvents = "joining"
+	}
 }

@@ -20,6 +20,8 @@ const (
 	MetricReplicaInFlight = "warden_replica_in_flight_requests" // gauge: proxied requests open now
 	MetricSessionsActive  = "warden_sessions_active"            // gauge: active sessions homed there
 	MetricSessionsSeen    = "warden_sessions_seen_total"        // counter, no labels
+	MetricKVEventsLive    = "warden_kv_events_live"             // gauge 1/0: the ledger is read for it
+	MetricLedgerBlocks    = "warden_ledger_blocks"              // gauge: blocks its engine holds (events)
 )
 
 var replicaLabel = []string{"replica"}
@@ -84,6 +86,8 @@ func replicaMetrics() []metricDesc {
 		counter(mn.EnginePreemptions, "Engine preemptions since warden start.", func(r schema.Replica) float64 { return r.Preemptions }),
 		counter(mn.EnginePromptTokens, "Prompt tokens the engine processed since warden start (vllm:prompt_tokens_total).", func(r schema.Replica) float64 { return r.EnginePrompt }),
 		counter(mn.EngineGenTokens, "Tokens the engine generated since warden start (vllm:generation_tokens_total).", func(r schema.Replica) float64 { return r.EngineGenerated }),
+		gauge(MetricKVEventsLive, "Whether the replica's KV-cache events flow and placement reads its ledger (1) or the estimate (0).", func(r schema.Replica) float64 { return b2f(r.KVEvents == "live") }),
+		gauge(MetricLedgerBlocks, "KV blocks the ledger knows the replica's engine holds (all tiers), from its KV-cache events.", func(r schema.Replica) float64 { return float64(r.LedgerBlocks) }),
 	}
 }
 

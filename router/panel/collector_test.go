@@ -28,8 +28,8 @@ func TestCollectorPedanticAndLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(mfs) != 14 {
-		t.Errorf("%d metric families, want 14", len(mfs))
+	if len(mfs) != 16 {
+		t.Errorf("%d metric families, want 16", len(mfs))
 	}
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {

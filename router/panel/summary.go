@@ -61,6 +61,9 @@ func WriteSummary(w io.Writer, s schema.Status) {
 	if s.HasOffload() {
 		writeOffloadSummary(w, s)
 	}
+	if line := MissLine(s.MissTokens); line != "" {
+		fmt.Fprintln(w, "uncached prompt tokens by cause: "+line)
+	}
 	if p := s.PeakOvercommit; p != nil {
 		writeWrapped(w, peakMessage(*p, "KV cache was overcommitted during the run (worst at "+
 			p.At.Local().Format("15:04:05")+")"), 100)
@@ -196,4 +199,26 @@ func addReplica(all *schema.Replica, r schema.Replica) {
 	all.PrefixHits += r.PrefixHits
 	all.PromptTokens += r.PromptTokens
 	all.CachedTokens += r.CachedTokens
+}
+
+// missOrder is the order causes are shown in (router/ledger's reasons).
+var missOrder = []string{"new", "evicted", "moved", "restarted", "prefix_changed", "unknown"}
+
+// MissLine is the uncached prompt tokens by cause on one line ("" when
+// there are none): "new 12.3k (80.1%), evicted 3.0k (19.9%)".
+func MissLine(m map[string]uint64) string {
+	var total uint64
+	for _, v := range m {
+		total += v
+	}
+	if total == 0 {
+		return ""
+	}
+	var parts []string
+	for _, k := range missOrder {
+		if v := m[k]; v > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s (%s)", k, fmtTokens(float64(v)), fmtPct(float64(v)/float64(total))))
+		}
+	}
+	return strings.Join(parts, ", ")
 }

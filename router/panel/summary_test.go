@@ -95,3 +95,13 @@ func TestStickyShareGuards(t *testing.T) {
 		}
 	}
 }
+
+func TestMissLine(t *testing.T) {
+	if got := MissLine(nil); got != "" {
+		t.Errorf("no misses: %q", got)
+	}
+	got := MissLine(map[string]uint64{"evicted": 2500, "new": 7500, "moved": 0})
+	if want := "new 7.5k (75.0%), evicted 2.5k (25.0%)"; got != want {
+		t.Errorf("MissLine = %q, want %q", got, want)
+	}
+}

@@ -36,8 +36,11 @@ type Status struct {
 	SessionsSeen    uint64    `json:"sessions_seen"` // distinct sessions since start
 	Replicas        []Replica `json:"replicas"`
 	Totals          Totals    `json:"totals"`
-	Series          []Point   `json:"series,omitempty"` // token rates, oldest first, last hour at most
-	Warnings        []string  `json:"warnings,omitempty"`
+	// MissTokens are the prompt tokens of finished turns that missed the
+	// prefix cache on any replica, by reason (Replica.MissTokens summed).
+	MissTokens map[string]uint64 `json:"miss_tokens,omitempty"`
+	Series     []Point           `json:"series,omitempty"` // token rates, oldest first, last hour at most
+	Warnings   []string          `json:"warnings,omitempty"`
 
 	// ActiveContextTokens sums, over the active sessions whose context is
 	// known, each session's latest context length in tokens (prompt +
@@ -176,6 +179,19 @@ type Replica struct {
 	Preemptions     float64   `json:"preemptions"`
 	ScrapedAt       time.Time `json:"scraped_at"`
 	ScrapeError     string    `json:"scrape_error,omitempty"`
+
+	// The engine's truth (router/ledger) from its KV-cache events:
+	// KVEvents is "live" (placement reads it), "joining" (subscribed, not
+	// caught up yet), "silent" (no event came although the engine served
+	// turns: the estimate decides) or "" (no events configured).
+	// LedgerBlocks and LedgerConversations are what the ledger holds of it.
+	KVEvents            string `json:"kv_events,omitempty"`
+	LedgerBlocks        int    `json:"ledger_blocks,omitempty"`
+	LedgerConversations int    `json:"ledger_conversations,omitempty"`
+	// MissTokens are the prompt tokens of its finished turns that missed
+	// the prefix cache, by reason (router/ledger's Miss*: new, evicted,
+	// moved, restarted, prefix_changed, unknown).
+	MissTokens map[string]uint64 `json:"miss_tokens,omitempty"`
 
 	// The host-RAM KV tier (vLLM's KV offloading), from the engine's
 	// metrics; all zero when it has none. OffloadBytes is the configured
