@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,5 +76,59 @@ func TestTwoRoutersAgree(t *testing.T) {
 	}
 	if served[a.url] != 20 || served[b.url] != 20 {
 		t.Errorf("turns per router: %v, want 20 each", served)
+	}
+}
+
+// TestTwoRoutersBreakTiesAlike: a conversation whose first turn both
+// engines hold in full (each router placed a copy of it on its own
+// engine, as two routers may before any event arrives) is sent home by
+// both routers to the same engine, the one with the smaller URL, whatever
+// each router's own table says; once for a second turn through the first
+// router, once (another conversation) through the second.
+func TestTwoRoutersBreakTiesAlike(t *testing.T) {
+	var args []string
+	for range 2 {
+		args = append(args, "--replica", kvEngine(t))
+	}
+	args = append(args, "--state-file", "none", "--scrape-interval", "200ms")
+	a, b := startRoute(t, simproc.FreePort(t), args...), startRoute(t, simproc.FreePort(t), args...)
+	st := a.status(t)
+	smaller := 0
+	if st.Replicas[1].URL < st.Replicas[0].URL {
+		smaller = 1
+	}
+	system := strings.Repeat("Follow the rules of this repository. ", 100)
+	send := func(w *wardenProc, session string, turns int, pin string) string {
+		t.Helper()
+		msgs := fmt.Sprintf(`{"role":"system","content":%q},{"role":"user","content":"first step of %s"}`, system, session)
+		if turns == 2 {
+			msgs += `,{"role":"assistant","content":"done"},{"role":"user","content":"next step"}`
+		}
+		hdr := map[string]string{"X-Session-Id": session}
+		if pin != "" {
+			hdr["X-Warden-Replica"] = pin
+		}
+		resp, body := post(t, w.url+"/v1/chat/completions", `{"model":"test-model","max_tokens":4,"messages":[`+msgs+`]}`, hdr)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", session, resp.StatusCode, body)
+		}
+		return resp.Header.Get("X-Warden-Replica")
+	}
+	for _, session := range []string{"tie-a", "tie-b"} {
+		send(a, session, 1, "0") // router a's table: home 0
+		send(b, session, 1, "1") // router b's table: home 1; both engines hold the same chain
+	}
+	for _, w := range []*wardenProc{a, b} {
+		simproc.Poll(t, "both routers' ledgers hold both conversations on both engines", func() bool {
+			st := w.status(t)
+			return st.Replicas[0].LedgerConversations == 2 && st.Replicas[1].LedgerConversations == 2
+		})
+	}
+	want := strconv.Itoa(smaller)
+	if got := send(a, "tie-a", 2, ""); got != want {
+		t.Errorf("through router a (its home 0): turn 2 on engine %s, want %s (the smaller URL)", got, want)
+	}
+	if got := send(b, "tie-b", 2, ""); got != want {
+		t.Errorf("through router b (its home 1): turn 2 on engine %s, want %s (the smaller URL)", got, want)
 	}
 }
