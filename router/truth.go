@@ -88,11 +88,12 @@ const eventsNeverCame = 3
 
 // kvState is a replica's ledger and its feed's state.
 type kvState struct {
-	ledger  *ledger.Engine
-	cfg     KVEvents
-	turns   atomic.Int32 // turns finished before the first event
-	silent  atomic.Bool  // events never came: the estimate decides (said once)
-	started atomic.Bool
+	ledger    *ledger.Engine
+	cfg       KVEvents
+	turns     atomic.Int32 // turns finished before the first event
+	silent    atomic.Bool  // events never came: the estimate decides (said once)
+	confirmed atomic.Bool  // a store that names a conversation came: no more checks
+	started   atomic.Bool
 
 	missMu sync.Mutex
 	miss   map[string]uint64 // uncached prompt tokens by reason
@@ -260,10 +261,21 @@ func (c *Core) apply(r *Replica, u kvevents.Update) {
 }
 
 // truthLive reports whether r's part of the ledger can be trusted:
-// events configured, the feed caught up, and events seen once the engine
-// served turns.
+// events configured, the feed caught up, and a store that names a
+// conversation seen (an engine whose events never come, or come without
+// labels, is not read as holding nothing).
 func (r *Replica) truthLive() bool {
-	return r.kv.cfg.On() && !r.kv.silent.Load() && r.kv.ledger.Live()
+	k := &r.kv
+	if !k.cfg.On() || k.silent.Load() || !k.ledger.Live() {
+		return false
+	}
+	if !k.confirmed.Load() {
+		if _, labelled := k.ledger.Stores(); labelled == 0 {
+			return false
+		}
+		k.confirmed.Store(true)
+	}
+	return true
 }
 
 // residency is the engines' truth about label's conversation, one entry
@@ -338,6 +350,34 @@ type missed struct {
 	reason    string // the avoidable part's reason, else "new" when anything missed, else ""
 }
 
+// checkEventsCame takes a replica's events to be off, once, when it served
+// eventsNeverCame turns of a whole block or more of prompt while its
+// engine reported no store that names a conversation: none at all (vLLM
+// started without --kv-events-config, or the endpoint is not the engine's)
+// or none labelled (vLLM older than 0.32 publishes no session_id). Once a
+// labelled store came it checks no more.
+func (r *Replica) checkEventsCame(u tap.Usage) {
+	k := &r.kv
+	if !k.cfg.On() || k.silent.Load() || k.confirmed.Load() || u.Prompt < 2*uint64(k.ledger.BlockSize()) {
+		return
+	}
+	stored, labelled := k.ledger.Stores()
+	if labelled > 0 {
+		k.confirmed.Store(true)
+		return
+	}
+	if k.turns.Add(1) < eventsNeverCame || !k.silent.CompareAndSwap(false, true) {
+		return
+	}
+	if stored == 0 {
+		r.log.Warn("KV events: none arrived although the engine served turns (started without --kv-events-config, "+
+			"or the endpoint is not the engine's): placement uses the estimate for this replica", "endpoint", k.cfg.Endpoint)
+	} else {
+		r.log.Warn("KV events: the engine's events name no conversation (vLLM older than 0.32 publishes no session_id): "+
+			"placement uses the estimate for this replica", "endpoint", k.cfg.Endpoint, "stores", stored)
+	}
+}
+
 // accountMiss labels the turn's uncached prompt tokens by cause
 // (ledger.Classify), counts them, and says what placement predicted.
 func (c *Core) accountMiss(pl *Placement, u tap.Usage) missed {
@@ -346,12 +386,8 @@ func (c *Core) accountMiss(pl *Placement, u tap.Usage) missed {
 	if n == nil {
 		n = &truthNote{}
 	}
-	if r.kv.cfg.On() && !r.kv.silent.Load() && u.Prompt >= 2*uint64(r.kv.ledger.BlockSize()) {
-		if r.kv.ledger.Stats().Stored == 0 && r.kv.turns.Add(1) >= eventsNeverCame && r.kv.silent.CompareAndSwap(false, true) {
-			r.log.Warn("KV events: none arrived although the engine served turns (vLLM older than 0.32, or started "+
-				"without --kv-events-config, or the endpoint is not the engine's): placement uses the estimate for this "+
-				"replica", "endpoint", r.kv.cfg.Endpoint)
-		}
+	if n.label != "" { // only turns that told the engine their conversation can show it publishes none
+		r.checkEventsCame(u)
 	}
 	bs := ledger.DefaultBlockSize
 	t := ledger.Turn{Prompt: int(u.Prompt), Cached: int(u.Cached), PrevContext: pl.PrevContext,
@@ -451,7 +487,7 @@ func (r *Replica) truthStatus(row *schema.Replica) {
 	switch {
 	case r.kv.silent.Load():
 		row.KVEvents = "silent"
-	case r.kv.ledger.Live():
+	case r.truthLive():
 		row.KVEvents = "live"
 	default:
 		row.KVEvents = "joining"

@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/lmwarden/warden/internal/convtest"
+	"github.com/lmwarden/warden/internal/simproc"
 )
 
 var evictedMetric = regexp.MustCompile(`(?m)^warden_prefix_miss_tokens_total\{[^}]*reason="evicted"[^}]*\} [1-9]`)
@@ -56,6 +58,33 @@ func TestServeLedgerPredictsCachedTokens(t *testing.T) {
 	resp.Body.Close()
 	if !evictedMetric.Match(text) {
 		t.Errorf("/metrics has no warden_prefix_miss_tokens_total above 0 with reason=\"evicted\":\n%s", text)
+	}
+	w.stop(t)
+}
+
+// TestRouteEventsThatNeverComeFallBackToTheEstimate: a replica named with
+// an events endpoint its engine does not publish on (here: the simulator
+// without --kv-events-config) says so once after a few turns, shows
+// "silent" in the status, and keeps being placed by the estimate.
+func TestRouteEventsThatNeverComeFallBackToTheEstimate(t *testing.T) {
+	eng := simproc.Start(t, "--sim-time-scale", "10", "--sim-output-tokens", "8")
+	sock := "ipc://" + filepath.Join(t.TempDir(), "nobody.sock")
+	port := simproc.FreePort(t)
+	w := startRoute(t, port, "--replica", eng.URL+"#kv="+sock, "--state-file", "none")
+	body := `{"model":"test-model","max_tokens":8,"messages":[{"role":"user","content":"` + strings.Repeat("tell me more ", 60) + `"}]}`
+	for range 4 {
+		if resp, b := post(t, w.url+"/v1/chat/completions", body, map[string]string{"session_id": "silent-1"}); resp.StatusCode != 200 {
+			t.Fatalf("turn: %s %s", resp.Status, b)
+		}
+	}
+	simproc.Poll(t, "the replica's events taken to be off", func() bool {
+		return strings.Contains(w.stderr.String(), "KV events: none arrived although the engine served turns")
+	})
+	if got := w.status(t).Replicas[0].KVEvents; got != "silent" {
+		t.Errorf("status kv_events = %q, want silent", got)
+	}
+	if strings.Count(w.stderr.String(), "KV events: none arrived") != 1 {
+		t.Errorf("the fallback was said more than once:\n%s", w.stderr)
 	}
 	w.stop(t)
 }

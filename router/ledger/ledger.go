@@ -104,6 +104,7 @@ type Engine struct {
 type Stats struct {
 	Batches, Stored, Removed, Cleared, Gaps, Resets uint64
 	Forgotten                                       uint64 // conversations dropped by the bound
+	Labelled                                        uint64 // stores that named a conversation
 	Blocks, HostBlocks                              int    // held now: main cache, host tier
 	Sessions                                        int
 	ChainBlocks                                     int // hashes kept in chains (memory)
@@ -171,6 +172,7 @@ func (e *Engine) Store(label string, hashes []uint64, parent uint64, hasParent b
 	if label == "" || bit != tierMain || len(hashes) == 0 {
 		return // a host-tier copy or an unlabelled store changes no chain
 	}
+	e.stats.Labelled++
 	s := e.session(label)
 	start := e.extend(s, parent, hasParent)
 	s.chain = append(s.chain, hashes...)
@@ -480,6 +482,14 @@ func (e *Engine) Stats() Stats {
 		st.ChainBlocks += len(s.chain)
 	}
 	return st
+}
+
+// Stores reads how many stores the engine reported and how many of them
+// named a conversation, without walking the blocks (Stats does).
+func (e *Engine) Stores() (stored, labelled uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stats.Stored, e.stats.Labelled
 }
 
 // LastEvent is when the last event was applied (zero: none yet).

@@ -278,3 +278,16 @@ func measureMemory(t testing.TB) {
 	}
 	runtime.KeepAlive(e)
 }
+
+func TestStoresCountsLabelled(t *testing.T) {
+	e := live()
+	e.Store("", chain(1, 0, 2), 0, false, "GPU", 16)
+	if st, lb := e.Stores(); st != 1 || lb != 0 {
+		t.Fatalf("an unlabelled store: %d stored, %d labelled", st, lb)
+	}
+	e.Store("a", chain(2, 0, 2), 0, false, "GPU", 16)
+	e.Store("a", chain(3, 0, 2), 0, false, "CPU", 16) // a host-tier copy names no conversation
+	if st, lb := e.Stores(); st != 3 || lb != 1 {
+		t.Fatalf("stores: %d stored, %d labelled, want 3 and 1", st, lb)
+	}
+}

@@ -186,8 +186,9 @@ type Replica struct {
 
 	// The engine's truth (router/ledger) from its KV-cache events:
 	// KVEvents is "live" (placement reads it), "joining" (subscribed, not
-	// caught up yet), "silent" (no event came although the engine served
-	// turns: the estimate decides) or "" (no events configured).
+	// caught up yet or no store naming a conversation seen yet), "silent"
+	// (no such store came although the engine served turns: the estimate
+	// decides) or "" (no events configured).
 	// LedgerBlocks and LedgerConversations are what the ledger holds of it.
 	KVEvents            string `json:"kv_events,omitempty"`
 	LedgerBlocks        int    `json:"ledger_blocks,omitempty"`
