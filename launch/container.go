@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -143,11 +144,7 @@ func Owner() string {
 }
 
 func startMillis(pid int) int64 {
-	p, err := process.NewProcess(int32(pid))
-	if err != nil {
-		return 0
-	}
-	ms, _ := p.CreateTime()
+	ms, _ := hostProcs.start(pid)
 	return ms
 }
 
@@ -155,19 +152,73 @@ func startMillis(pid int) int64 {
 // running on this host; a container of another host (a shared daemon) is
 // never taken for a leftover.
 func ownerGone(owner string) bool {
-	f := strings.Split(owner, "/")
 	host, _ := os.Hostname()
+	return ownerGoneBy(owner, host, os.Getpid(), hostProcs)
+}
+
+// procProbe is what the owner check reads of a process, a seam for tests.
+type procProbe struct {
+	// exists: the pid names a process (even one we may not read); an
+	// error when that cannot be told.
+	exists func(pid int) (bool, error)
+	// start is the process's start time in ms; an error when it cannot be
+	// read (/proc mounted with hidepid, another user's process).
+	start func(pid int) (int64, error)
+	// zombie: the process has exited and waits to be reaped.
+	zombie func(pid int) (bool, error)
+}
+
+// hostProcs reads this host's processes.
+var hostProcs = procProbe{
+	exists: pidExists,
+	start: func(pid int) (int64, error) {
+		p, err := process.NewProcess(int32(pid))
+		if err != nil {
+			return 0, err
+		}
+		ms, err := p.CreateTime()
+		if err == nil && ms <= 0 {
+			err = fmt.Errorf("no start time for pid %d", pid)
+		}
+		return ms, err
+	},
+	zombie: func(pid int) (bool, error) {
+		p, err := process.NewProcess(int32(pid))
+		if err != nil {
+			return false, err
+		}
+		st, err := p.Status()
+		return slices.Contains(st, process.Zombie), err
+	},
+}
+
+// ownerGoneBy is ownerGone's rule, failing safe: a container is a
+// leftover only when its owner provably is not running: no process has its
+// pid, the process there is a zombie (it exited; its containers are
+// orphans), or a process started at another time holds the pid (reused).
+// Whatever cannot be read (the start time behind a hidden /proc, an
+// unknown label) counts as a live owner: removing a live warden's engines
+// is worse than leaving a dead one's until the next start.
+func ownerGoneBy(owner, host string, self int, p procProbe) bool {
+	f := strings.Split(owner, "/")
 	if len(f) != 3 || f[0] != host {
 		return false
 	}
 	pid, err := strconv.Atoi(f[1])
-	if err != nil || pid <= 0 {
+	if err != nil || pid <= 0 || pid == self {
 		return false
 	}
-	if pid == os.Getpid() {
+	if ok, err := p.exists(pid); err != nil || !ok {
+		return err == nil
+	}
+	if z, err := p.zombie(pid); err == nil && z {
+		return true
+	}
+	ms, err := p.start(pid)
+	if err != nil {
 		return false
 	}
-	return strconv.FormatInt(startMillis(pid), 10) != f[2]
+	return strconv.FormatInt(ms, 10) != f[2]
 }
 
 // RemoveLeftovers removes the containers that wardens which are gone left
