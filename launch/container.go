@@ -38,6 +38,40 @@ import (
 type Container struct {
 	Runtime string // the docker or podman executable
 	Name    string // the container's name
+	// CIDFile is where the CLI writes the container's id (its --cidfile);
+	// "" = no watchdog.
+	CIDFile string
+}
+
+// watchdogScript outlives the CLI it watches: once the CLI process ($1) is
+// gone, it removes the container whose id the CLI wrote to $2, with the
+// runtime $3. It reads the id while the CLI lives, so a container that a
+// restart starts under the same name is never the one removed; a CLI that
+// dies before writing an id leaves nothing running to remove.
+const watchdogScript = `cli=$1 f=$2 rt=$3
+while [ ! -s "$f" ]; do kill -0 "$cli" 2>/dev/null || exit 0; sleep 0.2; done
+id=$(cat "$f")
+while kill -0 "$cli" 2>/dev/null; do sleep 1; done
+exec "$rt" rm -f "$id" >/dev/null 2>&1`
+
+// watch starts the container's watchdog for the CLI process cli: a shell
+// in a session of its own, not tied to the warden (no Pdeathsig, another
+// process group), so that when the CLI is SIGKILLed together with the
+// warden (kill -9 of both, the OOM killer, a process-group kill) the
+// container is removed at once instead of holding its GPU and port until
+// the next start. With the warden alive, afterExit removes the container
+// first and the watchdog's removal finds nothing.
+func (c *Container) watch(cli int) error {
+	if c.CIDFile == "" {
+		return nil
+	}
+	cmd := exec.Command("/bin/sh", "-c", watchdogScript, "warden-watchdog", strconv.Itoa(cli), c.CIDFile, c.Runtime)
+	cmd.SysProcAttr = watchdogAttr()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the container's watchdog: %w", err)
+	}
+	go cmd.Wait() // reaped while the warden lives; init's after
+	return nil
 }
 
 // runtimeTimeout bounds every runtime command the supervisor runs.
@@ -93,6 +127,11 @@ func (r *rank) beforeStart() error {
 	if c := r.spec.Container; c != nil {
 		if err := c.remove(); err != nil {
 			return fmt.Errorf("removing the old container %s: %w", c.Name, err)
+		}
+		if c.CIDFile != "" { // the runtime refuses to overwrite it
+			if err := os.Remove(c.CIDFile); err != nil && !os.IsNotExist(err) {
+				return fmt.Errorf("removing the old container's id file: %w", err)
+			}
 		}
 	}
 	return nil

@@ -4,8 +4,10 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -33,5 +35,45 @@ func TestOwnerGoneZombie(t *testing.T) {
 	defer child.Wait()
 	if !ownerGone(owner) {
 		t.Errorf("a zombie owner (%s) taken as alive: its containers would stay", owner)
+	}
+}
+
+// TestWatchdogRemovesTheContainerOfAKilledCLI: the runtime's CLI SIGKILLed
+// (with the warden, by the OOM killer, by a group kill): its watchdog, in
+// a session of its own, removes the container by the id the CLI wrote.
+func TestWatchdogRemovesTheContainerOfAKilledCLI(t *testing.T) {
+	dir := t.TempDir()
+	record := dir + "/runtime-calls"
+	runtime := dir + "/fake-docker"
+	if err := os.WriteFile(runtime, []byte("#!/bin/sh\necho \"$@\" >> "+record+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := &Container{Runtime: runtime, Name: "warden-x-rank0", CIDFile: dir + "/warden-x-rank0.cid"}
+	cli := exec.Command("/bin/sh", "-c", "echo c0ffee > "+c.CIDFile+"; exec sleep 600") // the CLI: writes the id, runs
+	cli.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cli.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.watch(cli.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	for { // the watchdog has read the id once the CLI wrote it; give it the file first
+		if b, _ := os.ReadFile(c.CIDFile); len(b) > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	syscall.Kill(-cli.Process.Pid, syscall.SIGKILL) // the CLI's whole group, as a group kill does
+	cli.Wait()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, _ := os.ReadFile(record)
+		if strings.Contains(string(b), "rm -f c0ffee") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the container was not removed after its CLI was killed; runtime calls: %q", b)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

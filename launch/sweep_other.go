@@ -5,6 +5,7 @@ package launch
 import (
 	"context"
 	"errors"
+	"syscall"
 
 	"github.com/shirou/gopsutil/v4/process"
 )
@@ -19,3 +20,5 @@ type processT = process.Process
 
 // pidExists cannot tell here: the owner counts as alive (fail safe).
 func pidExists(pid int) (bool, error) { return false, errors.ErrUnsupported }
+
+func watchdogAttr() *syscall.SysProcAttr { return nil }

@@ -101,3 +101,7 @@ func pidExists(pid int) (bool, error) {
 		return false, err
 	}
 }
+
+// watchdogAttr puts a container's watchdog in a session of its own: no
+// signal to the warden's group or terminal reaches it.
+func watchdogAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true} }
