@@ -375,24 +375,30 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 }
 
 // idleBody ends a stream whose engine stopped sending: after the first
-// byte (a queued request, still before its first token, is never cut), no
-// byte for idle calls stalled, which cancels the attempt; the tap then ends
-// the client's stream with the error event of a broken stream.
+// byte (a queued request, still before its first token, is never cut), a
+// Read that waits idle for the engine calls stalled, which cancels the
+// attempt; the tap then ends the client's stream with the error event of a
+// broken stream. The clock runs only while the proxy waits on the engine
+// (inside Read): while it is blocked writing to a client that stopped
+// reading, the engine is not silent, it is held up, and is not blamed.
 type idleBody struct {
 	io.ReadCloser
 	idle    time.Duration
 	stalled func()
-	timer   *time.Timer
+	timer   *time.Timer // nil until the first byte
 }
 
 func (b *idleBody) Read(p []byte) (int, error) {
+	if b.timer != nil {
+		b.timer.Reset(b.idle) // waiting on the engine from now
+	}
 	n, err := b.ReadCloser.Read(p)
-	if n > 0 {
-		if b.timer == nil {
-			b.timer = time.AfterFunc(b.idle, b.stalled)
-		} else {
-			b.timer.Reset(b.idle)
-		}
+	switch {
+	case b.timer != nil:
+		b.timer.Stop() // the wait is over: the client's turn
+	case n > 0:
+		b.timer = time.AfterFunc(b.idle, b.stalled)
+		b.timer.Stop()
 	}
 	return n, err
 }
