@@ -27,6 +27,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -37,6 +39,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -46,6 +49,7 @@ import (
 	"github.com/lmwarden/warden/router/decision"
 	"github.com/lmwarden/warden/router/identity"
 	"github.com/lmwarden/warden/router/place"
+	"github.com/lmwarden/warden/router/reqedit"
 	"github.com/lmwarden/warden/router/tap"
 )
 
@@ -72,6 +76,12 @@ const (
 // Defaults of Config's fields.
 const (
 	DefaultFallbacks = 2
+	// DefaultKeepalive is how long a gateway's connection may be silent
+	// before the picker pings it; DefaultKeepaliveTimeout how long it
+	// waits for the answer before it closes the connection (and ends its
+	// streams: their placements are released).
+	DefaultKeepalive        = 30 * time.Second
+	DefaultKeepaliveTimeout = 10 * time.Second
 	// bodyChunk is the size of the body pieces handed back to the gateway
 	// (well under gRPC's 4 MiB message limit).
 	bodyChunk = 64 << 10
@@ -85,6 +95,9 @@ type Config struct {
 	// Fallbacks is how many endpoints follow the pick, for the gateway to
 	// retry on; 0 = DefaultFallbacks, < 0 = none.
 	Fallbacks int
+	// Keepalive and KeepaliveTimeout: the picker's pings of a silent
+	// gateway connection (ServerOptions); 0 = the defaults.
+	Keepalive, KeepaliveTimeout time.Duration
 }
 
 // Server is the endpoint picker over a router core: the ext_proc service
@@ -96,6 +109,10 @@ type Server struct {
 	log     *slog.Logger
 	health  *health.Server
 	clients *compat.Clients // the model name mapped to the served one, as `warden serve` maps it
+	// draining: readiness stays NOT_SERVING (Drain); the periodic update
+	// no longer reads the core.
+	draining    atomic.Bool
+	toolsLogged sync.Map // server tool types dropped and logged once
 }
 
 // New returns a picker over core. Every replica's URL must name its host
@@ -112,6 +129,12 @@ func New(core *router.Core, cfg Config) (*Server, error) {
 		cfg.Fallbacks = DefaultFallbacks
 	case cfg.Fallbacks < 0:
 		cfg.Fallbacks = 0
+	}
+	if cfg.Keepalive <= 0 {
+		cfg.Keepalive = DefaultKeepalive
+	}
+	if cfg.KeepaliveTimeout <= 0 {
+		cfg.KeepaliveTimeout = DefaultKeepaliveTimeout
 	}
 	for _, r := range core.Replicas() {
 		if err := CheckEndpoint(r.URL().Host); err != nil {
@@ -132,6 +155,36 @@ func CheckEndpoint(hostport string) error {
 		return fmt.Errorf("the endpoint picker names endpoints as ip:port (Envoy's override_host takes no host names); got %q", hostport)
 	}
 	return nil
+}
+
+// ServerOptions are the gRPC server's settings the picker needs:
+//
+//   - the largest message: in buffered mode (a fail-open gateway) the whole
+//     request body is one message, so gRPC's default 4 MiB would refuse a
+//     body the picker takes, and a fail-open gateway would then pass it on
+//     without a pick. Messages up to max(2 x MaxBodyBytes, 64 MiB) are
+//     read, so that a body over MaxBodyBytes reaches the picker and gets
+//     its 413 (keep the gateway's buffer limit at or below that);
+//   - keepalive: a gateway connection silent for Keepalive is pinged, and
+//     closed when no answer comes within KeepaliveTimeout (a gateway whose
+//     host vanished, no FIN): its streams end and their placements are
+//     released. Gateways may ping every 10 s or more (Envoy's bootstrap
+//     here: 30 s).
+func (s *Server) ServerOptions() []grpc.ServerOption {
+	limit := max(2*s.cfg.MaxBodyBytes, 64<<20) + 1<<20
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(int(min(limit, 1<<30))),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.cfg.Keepalive, Timeout: s.cfg.KeepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: min(10*time.Second, s.cfg.Keepalive), PermitWithoutStream: true}),
+	}
+}
+
+// Drain reports the picker NOT_SERVING on its readiness services from now
+// on (liveness stays SERVING), so that the gateway sends new streams
+// elsewhere while those in flight end. Idempotent.
+func (s *Server) Drain() {
+	s.draining.Store(true)
+	s.updateHealth()
 }
 
 // Register adds the ext_proc service and the health services to g.
@@ -160,10 +213,10 @@ func (s *Server) WatchHealth(ctx context.Context, interval time.Duration) {
 
 // updateHealth sets the health services: liveness is SERVING while the
 // process runs; readiness, the ext_proc service's and the overall ("")
-// status while a replica is in rotation.
+// status while a replica is in rotation and the picker is not draining.
 func (s *Server) updateHealth() {
 	ready := healthpb.HealthCheckResponse_NOT_SERVING
-	if s.core.Ready() {
+	if !s.draining.Load() && s.core.Ready() {
 		ready = healthpb.HealthCheckResponse_SERVING
 	}
 	s.health.SetServingStatus("liveness", healthpb.HealthCheckResponse_SERVING)
@@ -207,7 +260,11 @@ type exchange struct {
 	path    string
 	subset  []string // the gateway's subset hint; nil = none
 	body    []byte
-	decided bool // the pick (or an immediate answer) was given
+	hasBody bool // the request has a body (maybe empty: an empty chunked POST)
+	// trailers: the request's trailers came before the pick (full-duplex
+	// mode); the pick then answers them too.
+	trailers bool
+	decided  bool // the pick (or an immediate answer) was given
 	// The gateway's body modes, from its first message: full-duplex (the
 	// protocol's) hands the request body back and streams the answer
 	// back; buffered/streamed bodies only get answers to let them pass.
@@ -246,25 +303,30 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) ([]*extprocv3.Proces
 		return nil, nil
 	case *extprocv3.ProcessingRequest_RequestBody:
 		if x.decided {
-			return nil, nil // a body after an immediate answer: nothing to do
+			// After an immediate answer; or the last piece again (Envoy
+			// 1.35+ may re-deliver it, envoyproxy/envoy#46237): handled once.
+			return nil, nil
 		}
+		x.hasBody = true
 		if int64(len(x.body)+len(v.RequestBody.Body)) > x.s.cfg.MaxBodyBytes {
 			return x.refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf(
 				"request body exceeds the endpoint picker's limit of %d bytes (warden epp --max-body-bytes)", x.s.cfg.MaxBodyBytes))
 		}
 		x.body = append(x.body, v.RequestBody.Body...)
-		if v.RequestBody.EndOfStream {
+		// Buffered mode sends the whole body in one message, whose
+		// end_of_stream is false when trailers follow (which that mode
+		// does not send): it is the end either way.
+		if v.RequestBody.EndOfStream || !x.reqDuplex {
 			return x.decide()
 		}
 		return nil, nil
 	case *extprocv3.ProcessingRequest_RequestTrailers:
-		out := []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_RequestTrailers{
-			RequestTrailers: &extprocv3.TrailersResponse{}}}}
-		if !x.decided { // the trailers end the body
-			more, err := x.decide()
-			return append(more, out...), err
+		if !x.decided { // the trailers end the body: the pick answers both
+			x.trailers = true
+			return x.decide()
 		}
-		return out, nil
+		return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+			RequestTrailers: &extprocv3.TrailersResponse{}}}}, nil
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return x.responseHeaders(v.ResponseHeaders, req.MetadataContext), nil
 	case *extprocv3.ProcessingRequest_ResponseBody:
@@ -333,23 +395,16 @@ func subsetHint(md *corev3.Metadata) []string {
 	return out
 }
 
-// decide identifies the request and places it: the headers' answer with the
-// pick and the body handed back, or an immediate answer.
+// decide identifies the request and places it: the pick with the body
+// handed back, or an immediate answer. A request that is no conversation
+// turn (GET /v1/models, /tokenize, ...) is passed on without a placement.
 func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 	x.decided = true
 	core := x.s.core
-	f := identity.Scan(x.body)
-	if x.kind = tap.KindOf(x.path); x.kind != tap.None {
-		x.stream = f.Stream.Bool()
+	if x.kind = tap.KindOf(x.path); x.kind == tap.None {
+		return x.passOn()
 	}
-	rewritten := false
-	if x.s.clients.ResolveModel(f.Model) == compat.ModelRewrite {
-		// Every requested name is served by the one model, as `warden serve`
-		// does: a client's own names (Claude Code's) reach the engines.
-		f.Model = x.s.clients.ServedModel() // identity sees the served name on every turn
-		x.body, rewritten = x.s.clients.RewriteModel(x.body), true
-	}
-	x.key = core.Identify(x.header, f)
+	edited := x.identify()
 	pin, pinned, err := identity.ParsePin(x.header)
 	if err != nil {
 		return x.refuse(http.StatusBadRequest, err.Error())
@@ -374,19 +429,88 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 		return x.refuse(http.StatusServiceUnavailable, msg)
 	}
 	x.pl, x.placed = pl, true
-	eps := strings.Join(append([]string{pl.Replica.URL().Host}, x.fallbacks(pl.Replica)...), ",")
+	return x.pick(append([]string{pl.Replica.URL().Host}, x.fallbacks(pl.Replica)...), edited), nil
+}
+
+// identify finds the conversation and makes the edits `warden serve`
+// makes, in its order: the session key is read first (identity sees the
+// served model name on every turn), since the edits move bytes under the
+// scanned fields (the key is a copy); then an OpenAI stream is asked for
+// its usage chunk, Anthropic server tools are dropped, and the model name
+// is mapped. It reports whether the body changed.
+func (x *exchange) identify() (edited bool) {
+	f := identity.Scan(x.body)
+	x.stream = f.Stream.Bool()
+	model := x.s.clients.ResolveModel(f.Model)
+	if model == compat.ModelRewrite {
+		f.Model = x.s.clients.ServedModel()
+	}
+	x.key = x.s.core.Identify(x.header, f)
+	var drop reqedit.ToolDrop
+	if strings.HasPrefix(x.path, "/v1/messages") {
+		drop = reqedit.ServerTools(f.Tools) // read before the edits below
+	}
+	if x.stream && x.kind == tap.OpenAI && !f.StreamOptions.Get("include_usage").Bool() {
+		if b, ok := reqedit.IncludeUsage(x.body, f.StreamOptions); ok {
+			x.body, edited = b, true
+		}
+	}
+	if b, dropped := reqedit.DropTools(x.body, drop); len(dropped) > 0 {
+		x.body, edited = b, true
+		for _, k := range dropped {
+			if _, seen := x.s.toolsLogged.LoadOrStore(k, true); !seen {
+				x.s.log.Info("server tool removed from requests (vLLM's Anthropic endpoint needs input_schema; Anthropic runs these tools, the engine cannot)",
+					"tool_type", k)
+			}
+		}
+	}
+	if model == compat.ModelRewrite {
+		// Every requested name is served by the one model, as `warden serve`
+		// does: a client's own names (Claude Code's) reach the engines.
+		x.body, edited = x.s.clients.RewriteModel(x.body), true
+	}
+	return edited
+}
+
+// passOn names endpoints for a request that is no conversation turn: the
+// least loaded in rotation (within the subset hint) and fallbacks, with no
+// placement, so it is neither held, nor counted, nor does it move a
+// conversation.
+func (x *exchange) passOn() ([]*extprocv3.ProcessingResponse, error) {
+	if x.subset != nil {
+		x.pr.Skip = x.outside(x.subset)
+	}
+	eps := x.inRotation(nil, x.s.cfg.Fallbacks+1)
+	if len(eps) == 0 {
+		return x.refuse(http.StatusServiceUnavailable, "no endpoint is ready")
+	}
+	return x.pick(eps, false), nil
+}
+
+// pick is the answer that names eps (the pick first) and hands the body
+// back in the form the mode wants: buffered, with the body's answer (the
+// body replaced when edited); full-duplex, with the headers' answer and
+// the body streamed back after it, or, when the request's trailers came
+// before the pick, in one headers answer that replaces the body
+// (CONTINUE_AND_REPLACE: with trailers pending, Envoy 1.40 passes a body
+// streamed back on twice when the route has a retry policy, its retry
+// buffer re-sent when the trailers continue); a request without a body,
+// the headers' answer alone.
+func (x *exchange) pick(eps []string, edited bool) []*extprocv3.ProcessingResponse {
+	dest := strings.Join(eps, ",")
 	cr := &extprocv3.CommonResponse{
 		ClearRouteCache: true,
 		HeaderMutation: &extprocv3.HeaderMutation{
 			SetHeaders: []*corev3.HeaderValueOption{{
-				Header:       &corev3.HeaderValue{Key: DestinationHeader, RawValue: []byte(eps)},
+				Header:       &corev3.HeaderValue{Key: DestinationHeader, RawValue: []byte(dest)},
 				AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 			}},
 			RemoveHeaders: []string{strings.ToLower(identity.PinHeader)},
 		},
 	}
-	if !x.reqDuplex && x.body != nil { // a buffered body: the pick comes with the body's answer
-		if rewritten {
+	switch {
+	case !x.reqDuplex && x.hasBody:
+		if edited {
 			cr.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: x.body}}
 			cr.HeaderMutation.SetHeaders = append(cr.HeaderMutation.SetHeaders, &corev3.HeaderValueOption{
 				Header:       &corev3.HeaderValue{Key: "content-length", RawValue: []byte(strconv.Itoa(len(x.body)))},
@@ -394,17 +518,27 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 		}
 		return []*extprocv3.ProcessingResponse{{
 			Response:        &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: cr}},
-			DynamicMetadata: pickMetadata(eps),
-		}}, nil
+			DynamicMetadata: pickMetadata(dest),
+		}}
+	case x.trailers:
+		cr.Status = extprocv3.CommonResponse_CONTINUE_AND_REPLACE
+		cr.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: x.body}}
+		return []*extprocv3.ProcessingResponse{{
+			Response:        &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: cr}},
+			DynamicMetadata: pickMetadata(dest),
+		}}
 	}
-	if rewritten { // the body handed back has another length: chunked on to the engine
+	if edited { // the body handed back has another length: chunked on to the engine
 		cr.HeaderMutation.RemoveHeaders = append(cr.HeaderMutation.RemoveHeaders, "content-length")
 	}
 	out := []*extprocv3.ProcessingResponse{{
 		Response:        &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: cr}},
-		DynamicMetadata: pickMetadata(eps),
+		DynamicMetadata: pickMetadata(dest),
 	}}
-	return append(out, bodyBack(x.body)...), nil
+	if !x.hasBody {
+		return out
+	}
+	return append(out, bodyBack(x.body)...)
 }
 
 // pickMetadata is the pick as envoy.lb dynamic metadata.
@@ -416,13 +550,10 @@ func pickMetadata(eps string) *structpb.Struct {
 	}}
 }
 
-// bodyBack hands the buffered body back to the gateway unchanged, in
-// pieces, the last one ending the stream (full-duplex mode forwards only
-// what the picker sends back). A request without a body gets none.
+// bodyBack hands the buffered body back to the gateway, in pieces, the
+// last one ending the stream (full-duplex mode forwards only what the
+// picker sends back); an empty body is one empty piece that ends it.
 func bodyBack(body []byte) []*extprocv3.ProcessingResponse {
-	if body == nil {
-		return nil
-	}
 	var out []*extprocv3.ProcessingResponse
 	for i := 0; ; i += bodyChunk {
 		end := min(i+bodyChunk, len(body))
@@ -450,15 +581,21 @@ func (x *exchange) outside(eps []string) []int {
 // fallbacks are up to Config.Fallbacks other endpoints in rotation (and in
 // the subset hint), least loaded first, for the gateway's retries.
 func (x *exchange) fallbacks(primary *router.Replica) []string {
+	return x.inRotation(primary, x.s.cfg.Fallbacks)
+}
+
+// inRotation is up to n endpoints in rotation other than exclude (and not
+// skipped by the subset hint), least loaded first.
+func (x *exchange) inRotation(exclude *router.Replica, n int) []string {
 	var reps []*router.Replica
 	for _, r := range x.s.core.Replicas() {
-		if r != primary && r.Healthy() && !slices.Contains(x.pr.Skip, r.Rank()) {
+		if r != exclude && r.Healthy() && !slices.Contains(x.pr.Skip, r.Rank()) {
 			reps = append(reps, r)
 		}
 	}
 	slices.SortStableFunc(reps, func(a, b *router.Replica) int { return a.InFlight() - b.InFlight() })
 	var out []string
-	for _, r := range reps[:min(len(reps), x.s.cfg.Fallbacks)] {
+	for _, r := range reps[:min(len(reps), n)] {
 		out = append(out, r.URL().Host)
 	}
 	return out
@@ -506,6 +643,9 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders, md *corev3.Metadata
 			{Header: &corev3.HeaderValue{Key: strings.ToLower(identity.PinHeader), RawValue: []byte(strconv.Itoa(x.pl.Rank))}},
 			{Header: &corev3.HeaderValue{Key: "x-warden-route", RawValue: []byte(x.pl.Reason)}},
 		}
+	}
+	if h.GetEndOfStream() { // headers only (a 500 with no body): the answer is whole
+		x.end(nil)
 	}
 	return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
@@ -566,14 +706,14 @@ func (x *exchange) end(err error) {
 	}
 	switch {
 	case err == nil:
-	case !x.replied:
-		if status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
-			o.Status = 499 // the client or the gateway went away before an answer
-		} else {
-			o.Status, o.Cause = http.StatusBadGateway, "no answer through the gateway: "+err.Error()
-		}
-	default: // the answer broke off: the client saw the status already
+	default:
+		// The stream ended before the answer did: the client gave up (the
+		// gateway half-closes or resets the stream) or the gateway went
+		// away. The client's 499, as `warden serve` records it: an engine
+		// that fails answers through the gateway with a status (Envoy's own
+		// 503 for one it cannot reach), which is accounted as the engine's.
 		o.Status = 499
+		x.s.log.Debug("the stream ended before the answer", "replied", x.replied, "error", err)
 	}
 	if x.tap != nil {
 		x.tap.End(nil)

@@ -201,8 +201,8 @@ func TestPickSticksAndAccounts(t *testing.T) {
 	for turn := range 3 {
 		st, out := r.request(t, nil, chat, "x-claude-code-session-id", "conv-1", "x-request-id", fmt.Sprint(turn))
 		eps, body := pick(t, out)
-		if body != chat {
-			t.Fatalf("body handed back as %q", body)
+		if want := chat[:len(chat)-1] + `,"stream_options":{"include_usage":true}}`; body != want { // asked for its usage, as serve does
+			t.Fatalf("body handed back as %q, want %q", body, want)
 		}
 		first, rest, _ := strings.Cut(eps, ",")
 		if rest == "" || rest == first {

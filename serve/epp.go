@@ -199,7 +199,7 @@ func runEPP(ctx context.Context, stopSignals func(), cfg EPPConfig, core *router
 				"url", r.URL, "error", r.ScrapeError)
 		}
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(picker.ServerOptions()...) // buffered bodies up to the limit, keepalive
 	picker.Register(g)
 	grpcDone := make(chan error, 1)
 	go func() { grpcDone <- g.Serve(gln) }()
@@ -226,6 +226,7 @@ func runEPP(ctx context.Context, stopSignals func(), cfg EPPConfig, core *router
 		log.Error("gRPC server stopped", "err", err)
 	}
 	stopSignals()
+	picker.Drain() // readiness NOT_SERVING: the gateway sends new streams elsewhere
 	stopped := make(chan struct{})
 	go func() { g.GracefulStop(); close(stopped) }()
 	select {

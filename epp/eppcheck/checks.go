@@ -16,12 +16,15 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
-// body is a chat request of about size bytes for conversation s.
+// body is a chat request of about size bytes for conversation s. It asks
+// for the usage chunk itself, so that a picker that asks for it (as the
+// warden does) has nothing to change.
 func (c *checker) body(s string, size int) []byte {
-	b, _ := json.Marshal(map[string]any{"model": c.cfg.Model, "stream": true,
+	usage := map[string]bool{"include_usage": true}
+	b, _ := json.Marshal(map[string]any{"model": c.cfg.Model, "stream": true, "stream_options": usage,
 		"messages": []map[string]string{{"role": "user", "content": "eppcheck " + s}}})
 	if pad := size - len(b) - 40; pad > 0 {
-		b, _ = json.Marshal(map[string]any{"model": c.cfg.Model, "stream": true,
+		b, _ = json.Marshal(map[string]any{"model": c.cfg.Model, "stream": true, "stream_options": usage,
 			"messages": []map[string]string{{"role": "system", "content": strings.Repeat("x", pad)},
 				{"role": "user", "content": "eppcheck " + s}}})
 	}
@@ -200,7 +203,7 @@ func (c *checker) checkTrailers(ctx context.Context) {
 		c.add(name, Fail, "%v", err)
 		return
 	}
-	c.add(name, Pass, "picked %s; the body handed back once, the trailers answered", o.header)
+	c.add(name, Pass, "picked %s; the body handed back once, replacing the request's (CONTINUE_AND_REPLACE)", o.header)
 }
 
 func (c *checker) checkEmptyBody(m mode) func(context.Context) {

@@ -280,6 +280,12 @@ func (g *gw) requestDuplex() error {
 				return protoErr("two request_headers answers")
 			}
 			gotHeaders = true
+			if cr := r.GetRequestHeaders().GetResponse(); cr.GetStatus() == extprocv3.CommonResponse_CONTINUE_AND_REPLACE {
+				// The body replaced in the headers' answer: nothing more
+				// is processed for this request (the trailers go on).
+				g.o.body = cr.GetBodyMutation().GetBody()
+				return nil
+			}
 		case r.GetRequestBody() != nil:
 			if !gotHeaders {
 				return protoErr("the body was handed back before the request_headers answer")
@@ -291,11 +297,13 @@ func (g *gw) requestDuplex() error {
 			if sb == nil {
 				return protoErr("in full-duplex mode the body must come back as streamed_response, got %v", r.GetRequestBody().GetResponse().GetBodyMutation())
 			}
+			if t.trailers {
+				return protoErr("the body was streamed back after the request's trailers had come: Envoy 1.40 then sends it " +
+					"to the engine twice when the route has a retry policy (its retry buffer is sent again when the trailers " +
+					"continue); answer the trailers' case with request_headers CONTINUE_AND_REPLACE carrying the body")
+			}
 			body = append(body, sb.GetBody()...)
 			bodyDone = sb.GetEndOfStream()
-			if t.trailers && bodyDone {
-				return protoErr("the body came back with end_of_stream although the request has trailers (they would be lost or the body sent twice)")
-			}
 		case r.GetRequestTrailers() != nil:
 			trailersDone = true
 			if t.trailers {
