@@ -155,9 +155,12 @@ type request struct {
 	key    identity.SessionKey // Key is the placement key: a subagent's own unless SubagentsWithParent
 	kind   tap.Kind
 	stream bool
-	strip  bool   // the warden asked for the usage chunk: drop it from the stream
-	refuse string // a model name refused in strict mode: answer 404
-	id     string // the client's X-Request-Id, for the decision log
+	strip  bool // the warden asked for the usage chunk: drop it from the stream
+	// replays is how often the request was replayed after an engine closed
+	// the connection before answering (Config.MaxReplays bounds it).
+	replays int
+	refuse  string // a model name refused in strict mode: answer 404
+	id      string // the client's X-Request-Id, for the decision log
 }
 
 // prepare classifies the request, maps its model name to the served one (or
@@ -447,7 +450,19 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		// has seen nothing yet; a request that got any answer byte is
 		// never replayed (its errors come through the tap). The health
 		// checks decide whether the replica is down.
-		at.retry, at.cause = true, "the engine closed the connection before answering: "+err.Error()
+		cause := "the engine closed the connection before answering: " + err.Error()
+		if at.req.replays >= p.cfg.MaxReplays {
+			// The replays are used up: the request may be what takes the
+			// engines down. The engine's failure is the answer.
+			p.core.ReplayRefused()
+			at.status, at.cause = http.StatusBadGateway, cause
+			at.rep.Log().Warn("not replayed again", "replays", at.req.replays, "error", err)
+			writeError(w, r, http.StatusBadGateway, fmt.Sprintf("replica %d: %s (the request was replayed %d times already, --max-replays)",
+				at.rep.Rank(), cause, at.req.replays))
+			return
+		}
+		at.req.replays++
+		at.retry, at.cause = true, cause
 		p.core.Retrying(at.rep, "reset", err)
 		return
 	}

@@ -45,6 +45,7 @@ type Router struct {
 	MaxBodyBytes          string // a size such as 32MiB
 	ResponseHeaderTimeout time.Duration
 	StreamIdleTimeout     time.Duration
+	MaxReplays            int
 	DecisionLog           string
 	DecisionLogMaxMB      int
 	DrainTimeout          time.Duration
@@ -82,7 +83,7 @@ func (r Router) proxyConfig(servedName string) (proxy.Config, string, error) {
 			DecisionLog: r.DecisionLog, DecisionLogMaxMB: r.DecisionLogMaxMB,
 		},
 		KeepBillingHeader: r.KeepBillingHeader, AdminToken: r.AdminToken, APIKey: r.APIKey,
-		ResponseHeaderTimeout: r.ResponseHeaderTimeout, StreamIdleTimeout: r.StreamIdleTimeout,
+		ResponseHeaderTimeout: r.ResponseHeaderTimeout, StreamIdleTimeout: r.StreamIdleTimeout, MaxReplays: r.MaxReplays,
 		StrictModel: r.StrictModel, MaxBodyBytes: int64(maxBody),
 	}
 	if err := cfg.Validate(); err != nil {

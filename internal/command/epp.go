@@ -39,7 +39,7 @@ func eppEndpointFlags() []cli.Flag {
 // router's that apply to a picker (the gateway carries the bytes: no API
 // key, model mapping, billing block or response-header timeout here).
 func eppFlags() []cli.Flag {
-	notHere := []string{"api-key", "keep-billing-header", "strict-model", "response-header-timeout", "stream-idle-timeout", "port"}
+	notHere := []string{"api-key", "keep-billing-header", "strict-model", "response-header-timeout", "stream-idle-timeout", "max-replays", "port"}
 	var rf []cli.Flag
 	for _, f := range routerFlags() {
 		if !slices.Contains(notHere, f.Names()[0]) {
@@ -145,12 +145,12 @@ func eppCheckCommand() *cli.Command {
 			"and --concurrent streams at once. Prints each check; exits 1 when one fails, 2 when --target is not a\n" +
 			"picker. The engines behind the picker are never called (docs/epp.md).",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "target", Required: true, Usage: "the picker's gRPC address (HOST:PORT)"},
-			&cli.StringFlag{Name: "model", Value: "eppcheck", Usage: "the model name in the request bodies"},
-			&cli.StringFlag{Name: "max-body-bytes", Value: humanize.IBytes(eppcheck.DefaultMaxBody),
+			&cli.StringFlag{Name: "target", Required: true, EnvVars: envVars("CHECK_TARGET"), Usage: "the picker's gRPC address (HOST:PORT)"},
+			&cli.StringFlag{Name: "model", Value: "eppcheck", EnvVars: envVars("CHECK_MODEL"), Usage: "the model name in the request bodies"},
+			&cli.StringFlag{Name: "max-body-bytes", Value: humanize.IBytes(eppcheck.DefaultMaxBody), EnvVars: envVars("CHECK_MAX_BODY_BYTES"),
 				Usage: "the largest request body the picker must take"},
-			&cli.IntFlag{Name: "concurrent", Value: eppcheck.DefaultConcurrent, Usage: "streams at once in the load check"},
-			&cli.DurationFlag{Name: "timeout", Value: eppcheck.DefaultTimeout, Usage: "the longest wait for one exchange"},
+			&cli.IntFlag{Name: "concurrent", Value: eppcheck.DefaultConcurrent, EnvVars: envVars("CHECK_CONCURRENT"), Usage: "streams at once in the load check"},
+			&cli.DurationFlag{Name: "timeout", Value: eppcheck.DefaultTimeout, EnvVars: envVars("CHECK_TIMEOUT"), Usage: "the longest wait for one exchange"},
 		},
 		Action: action(func(c *cli.Context) error {
 			maxBody, err := humanize.ParseBytes(c.String("max-body-bytes"))
