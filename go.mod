@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/NVIDIA/go-nvml v0.13.4-1 // GPU discovery (NVML); mocks for tests
 	github.com/dustin/go-humanize v1.1.0 // memory sizes: --cpu-kv-cache parsing, byte formatting
+	github.com/go-zeromq/zmq4 v0.17.0 // KV-cache events: ZMQ PUB/SUB and replay ROUTER/DEALER in pure Go (no libzmq, no cgo)
 	github.com/google/go-cmp v0.7.0 // cmp.Diff in table tests
 	github.com/jedib0t/go-pretty/v6 v6.8.3 // terminal tables: status, gpus, summary
 	github.com/prometheus/client_golang v1.25.0 // /metrics of the warden and the simulator
@@ -15,6 +16,7 @@ require (
 	github.com/tidwall/gjson v1.20.2 // path lookups in request bodies without unmarshalling
 	github.com/tidwall/sjson v1.2.9 // surgical request body edits
 	github.com/urfave/cli/v2 v2.27.7 // command tree, flags with WARDEN_* env vars
+	github.com/vmihailenco/msgpack/v5 v5.4.1 // KV-cache events: msgpack payloads byte-compatible with vLLM's msgspec
 	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // "did you mean" for misspelt commands and flags (urfave/cli's measure)
 	go.uber.org/goleak v1.3.0 // goroutine-leak checks in tests
 	golang.org/x/sys v0.50.0 // CPU affinity of CPU engines (sched_setaffinity)
@@ -39,6 +41,7 @@ require (
 	github.com/ebitengine/purego v0.11.2 // indirect
 	github.com/envoyproxy/protoc-gen-validate v1.3.3 // indirect
 	github.com/go-ole/go-ole v1.2.6 // indirect
+	github.com/go-zeromq/goczmq/v4 v4.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/lufia/plan9stats v0.0.0-20211012122336-39d0f177ccd0 // indirect
@@ -55,8 +58,10 @@ require (
 	github.com/tidwall/pretty v1.3.0 // indirect
 	github.com/tklauser/go-sysconf v0.4.0 // indirect
 	github.com/tklauser/numcpus v0.12.0 // indirect
+	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
 	github.com/yusufpapurcu/wmi v1.2.4 // indirect
 	golang.org/x/net v0.61.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 )

@@ -3,7 +3,7 @@
 // keeps each conversation on the replica whose prefix cache holds it.
 //
 // This package only wires: the command tree, every flag and its WARDEN_*
-// variable are internal/command's, and each command's work is its package's
+// variable are command's, and each command's work is its package's
 // (serve: `warden serve`, `route` and `devices`; run; sweep; bench; gpu;
 // router/panel: `warden status`; sim; internal/wardenproc: `warden wait`).
 package main
@@ -12,7 +12,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/lmwarden/warden/internal/command"
+	"github.com/lmwarden/warden/command"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".

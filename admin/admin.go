@@ -24,12 +24,13 @@ import (
 	"github.com/lmwarden/warden/internal/apierr"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // Core is the narrow view of the router core the endpoints need
 // (*router.Core has it).
 type Core interface {
-	Status() panel.Status
+	Status() schema.Status
 	Starting() bool
 	Ready() bool
 	Policy() router.PolicyInfo

@@ -142,7 +142,7 @@ func configOf(t *testing.T, edit func(*Options)) (Config, error) {
 }
 
 // TestLoadFlags: --load's presets and the flags given over them (their
-// variables reach Options as flags do: internal/command's TestBenchLoadFromTheEnvironment).
+// variables reach Options as flags do: command's TestBenchLoadFromTheEnvironment).
 func TestLoadFlags(t *testing.T) {
 	cfg, err := configOf(t, nil)
 	if err != nil || cfg.Load != "" || cfg.ToolTime.enabled() || cfg.Subagents.enabled() || cfg.Mix != nil {

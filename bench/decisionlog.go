@@ -153,7 +153,8 @@ func writeTurnDecisions(w io.Writer, res *Results, got map[string]decision.Line)
 		scale = 1
 	}
 	tab := report.Table{Header: []string{"variant", "sessions", "session", "session_id", "turn", "subagent", "agent_id", "request_id",
-		"logged", "policy", "route", "replica", "queue_wait_s", "warden_ttfb_s", "warden_duration_s", "status", "session_source"}}
+		"logged", "policy", "route", "replica", "queue_wait_s", "warden_ttfb_s", "warden_duration_s", "status", "session_source",
+		"predicted_cached_tokens", "predicted_from", "miss_reason"}}
 	matched := 0
 	for _, t := range res.Turns {
 		id := t.RequestID()
@@ -161,15 +162,15 @@ func writeTurnDecisions(w io.Writer, res *Results, got map[string]decision.Line)
 			strconv.FormatBool(t.Subagent), t.AgentID, id}
 		d, ok := got[id]
 		if !ok {
-			row = append(row, "false", "", "", "", "", "", "", "", "")
+			row = append(row, "false", "", "", "", "", "", "", "", "", "", "", "")
 		} else {
 			matched++
 			ttfb := -1.0
-			if d.TTFBS >= 0 {
-				ttfb = d.TTFBS * scale
+			if d.TTFTS >= 0 {
+				ttfb = d.TTFTS * scale
 			}
 			row = append(row, "true", d.Policy, d.Route, strconv.Itoa(d.Replica), fsec(d.WaitS*scale), fsec(ttfb),
-				fsec(d.DurationS*scale), strconv.Itoa(d.Status), d.Source)
+				fsec(d.DurationS*scale), strconv.Itoa(d.Status), d.Source, strconv.Itoa(d.Predicted), d.PredFrom, d.MissReason)
 		}
 		tab.Rows = append(tab.Rows, row)
 	}

@@ -81,7 +81,11 @@ func TestJoinDecisionsFromWarden(t *testing.T) {
 		backends = append(backends, router.Backend{Rank: i, URL: eng.URL, MaxNumSeqs: 32})
 	}
 	logPath := filepath.Join(t.TempDir(), "decisions.jsonl")
-	w, err := proxy.New(proxy.Config{Config: router.Config{Policy: place.PolicySticky, Seed: 1, DecisionLog: logPath, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}}, backends)
+	core, err := router.New(router.Config{Policy: place.PolicySticky, Seed: 1, DecisionLog: logPath, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, backends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := proxy.New(core, proxy.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +144,7 @@ func TestJoinDecisionsFromWarden(t *testing.T) {
 		t.Errorf("routes of the turns checked: %v, want off, new and sticky", checked)
 	}
 	t.Logf("%d turns joined, routes %v", matched, checked)
-	if err := w.Core().CloseDecisionLog(); err != nil {
+	if err := core.CloseDecisionLog(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -153,7 +157,7 @@ func TestJoinDecisionsReadsRotatedFiles(t *testing.T) {
 	path := filepath.Join(dir, "d.jsonl")
 	line := func(id string, replica int, wait float64) string {
 		b, _ := json.Marshal(decision.Line{RequestID: id, Policy: "adaptive", Route: "new", Replica: replica,
-			WaitS: wait, TTFBS: 0.25, DurationS: 2, Status: 200, Source: "claude-code-header"})
+			WaitS: wait, TTFTS: 0.25, DurationS: 2, Status: 200, Source: "claude-code-header"})
 		return string(b) + "\n"
 	}
 	os.WriteFile(filepath.Join(dir, "d-2030-01-01T00-00-00.000.jsonl"), []byte(line("s1-1", 3, 1.5)+line("other", 0, 0)), 0o644)

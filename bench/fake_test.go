@@ -14,7 +14,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // fakeServer speaks just enough Anthropic and OpenAI SSE, vLLM /metrics and
@@ -205,7 +205,7 @@ func (f *fakeServer) metrics(w http.ResponseWriter, r *http.Request) {
 
 func (f *fakeServer) status(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
-	st := panel.Status{Policy: f.policy, Affinity: f.policy != "off", Replicas: []panel.Replica{
+	st := schema.Status{Policy: f.policy, Affinity: f.policy != "off", Replicas: []schema.Replica{
 		{Rank: 0, Running: float64(f.running), PrefixHits: f.hits, PrefixQueries: f.queries},
 		{Rank: 1},
 	}}

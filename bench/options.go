@@ -8,7 +8,7 @@ import (
 )
 
 // Options are a bench run's settings as its command line gives them (the
-// command layer, internal/command, fills them from the flags and their
+// command layer, command, fills them from the flags and their
 // WARDEN_BENCH_* variables): numbers as numbers, lists and shapes as the
 // text given. Config parses and checks them.
 type Options struct {

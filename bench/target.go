@@ -15,7 +15,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/promtext"
-	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // Target is the server under load: a warden (it serves /warden/status) or a
@@ -248,13 +248,13 @@ func (t *Target) engineSample(ctx context.Context) (sample, error) {
 
 // status reads the warden's status with the panel's own client, so the
 // bench and `warden status` read one schema one way.
-func (t *Target) status(ctx context.Context) (panel.Status, error) {
-	st, _, err := panel.FetchStatus(ctx, t.hc, t.URL)
+func (t *Target) status(ctx context.Context) (schema.Status, error) {
+	st, _, err := schema.Fetch(ctx, t.hc, t.URL)
 	return st, err
 }
 
 // wardenSample maps the replicas of the warden's status to samples.
-func wardenSample(st panel.Status) sample {
+func wardenSample(st schema.Status) sample {
 	s := sample{}
 	for _, r := range st.Replicas {
 		s[strconv.Itoa(r.Rank)] = replicaSample{Running: r.Running, Waiting: r.Waiting,

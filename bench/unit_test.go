@@ -14,7 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 func TestParseEngineMetrics(t *testing.T) {
@@ -94,7 +94,7 @@ func TestEngineStats(t *testing.T) {
 }
 
 func TestWardenStatusSample(t *testing.T) {
-	body, err := json.Marshal(panel.Status{Policy: "sticky", Replicas: []panel.Replica{
+	body, err := json.Marshal(schema.Status{Policy: "sticky", Replicas: []schema.Replica{
 		{Rank: 0, Running: 3, Waiting: 2, PrefixHits: 7, PrefixQueries: 9, Preemptions: 4}, {Rank: 1}}})
 	if err != nil {
 		t.Fatal(err)

@@ -25,14 +25,18 @@ func TestABAgainstWardenOverSimulators(t *testing.T) {
 		p := simproc.Start(t, "--sim-time-scale", "20", "--max-num-seqs", "32", "--stream-interval", "4")
 		backends = append(backends, router.Backend{Rank: i, URL: p.URL, MaxNumSeqs: 32})
 	}
-	w, err := proxy.New(proxy.Config{Config: router.Config{Policy: "sticky", ScrapeInterval: 50 * time.Millisecond, Seed: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}}, backends)
+	core, err := router.New(router.Config{Policy: "sticky", ScrapeInterval: 50 * time.Millisecond, Seed: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, backends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := proxy.New(core, proxy.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w.Core().CheckNow(ctx)
-	go w.Core().Run(ctx)
+	core.CheckNow(ctx)
+	go core.Run(ctx)
 	front := httptest.NewServer(w.Handler())
 	defer front.Close()
 
@@ -60,7 +64,7 @@ func TestABAgainstWardenOverSimulators(t *testing.T) {
 			t.Errorf("sticky/%d: stayed %.1f%%, want 100 (no spill below 8 in flight)", s.Sessions, *s.StayedPct)
 		}
 	}
-	if got := w.Core().Status().Policy; got != "sticky" {
+	if got := core.Status().Policy; got != "sticky" {
 		t.Errorf("policy after the run = %q, want the original sticky restored", got)
 	}
 }

@@ -1,5 +1,6 @@
-// Package docs holds the project's documentation; its one test checks that
-// what the Markdown names in the repository exists.
+// Package docs holds the project's documentation; its tests check that
+// what the Markdown names in the repository exists, and that no function
+// of the code outgrows maxFuncLines (funclen_test.go).
 package docs
 
 import (

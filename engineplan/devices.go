@@ -7,6 +7,7 @@ import (
 	"github.com/lmwarden/warden/hostcpu"
 	"github.com/lmwarden/warden/internal/argv"
 	"github.com/lmwarden/warden/modelinfo"
+	"github.com/lmwarden/warden/sim/model"
 	"log/slog"
 	"os"
 	"strconv"
@@ -173,7 +174,7 @@ func FindDevices(ctx context.Context, cfg Request, facts Facts, log *slog.Logger
 	}
 	if cfg.Engine == "sim" {
 		if d.Seqs == 0 {
-			d.Seqs = simDefaultMaxNumSeqs
+			d.Seqs = model.Profiles[model.DefaultProfile].DefaultMaxNumSeqs // the reference rig's, which the simulator models
 		}
 		kv, from := cardKV(cfg, facts, nil, d.Seqs)
 		return d, offloadDevices(cfg, facts, kv, from, &d, log)
@@ -306,7 +307,3 @@ func ChooseFlags(cfg Request, facts Facts, log *slog.Logger) (ToolsChoice, Conte
 	log.Info(ctx.Info)
 	return c, ctx
 }
-
-// simDefaultMaxNumSeqs is the reference rig's max_num_seqs, which the
-// simulator's default profile models.
-const simDefaultMaxNumSeqs = 32

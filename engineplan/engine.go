@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/lmwarden/warden/gpu"
+	"github.com/lmwarden/warden/router/engine"
 )
 
 // Engine describes the program that serves one rank.
@@ -33,6 +34,9 @@ type Engine struct {
 	// MaxModelLen is --max-model-len for every engine ("auto": vLLM fits
 	// the longest context its KV cache holds; ContextFlag); omitted when "".
 	MaxModelLen string
+	// KVEvents: the engine publishes its KV-cache events there
+	// (--kv-events-config, unless Extra gives its own); zero: not asked.
+	KVEvents KVEvents
 	// Host is the engine's --host: 127.0.0.1 when empty. An engine in a
 	// container listens on all of the container's addresses (0.0.0.0),
 	// reached through a port published on the host's loopback only.
@@ -106,6 +110,9 @@ func (e Engine) ServeArgs(port int) []string {
 	if e.MaxModelLen != "" {
 		argv = append(argv, "--max-model-len", e.MaxModelLen)
 	}
+	if e.KVEvents.On() && !e.ownKVEvents() {
+		argv = append(argv, KVEventsFlag, e.KVEvents.Config(port))
+	}
 	argv = append(argv, e.ToolFlags...)
 	if e.Kind == "sim" {
 		argv = append(argv, e.SimArgs...)
@@ -117,14 +124,14 @@ const gib = 1 << 30
 
 // DefaultMaxNumSeqs is vLLM's own default for max_num_seqs of an API server
 // on devs: 1024 when every GPU has at least 70 GiB and none is an A100, else
-// 256 (also for no GPUs, e.g. the simulator).
+// engine.VLLMMaxNumSeqs (also for no GPUs, e.g. the simulator).
 func DefaultMaxNumSeqs(devs []gpu.Device) int {
 	if len(devs) == 0 {
-		return 256
+		return engine.VLLMMaxNumSeqs
 	}
 	for _, d := range devs {
 		if d.MemTotal < 70*gib || strings.Contains(strings.ToUpper(d.Name), "A100") {
-			return 256
+			return engine.VLLMMaxNumSeqs
 		}
 	}
 	return 1024

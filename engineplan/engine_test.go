@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -119,5 +120,18 @@ func TestVersion(t *testing.T) {
 	}
 	if v := Version(context.Background(), srv.URL+"/nothing"); v != "" {
 		t.Errorf("Version of a server without /version = %q, want empty", v)
+	}
+}
+
+// TestArgvGivesEveryRankItsTier: every rank's command line names its own
+// port and the host KV tier.
+func TestArgvGivesEveryRankItsTier(t *testing.T) {
+	e := Engine{Kind: "vllm", Model: "m", MaxNumSeqs: 256, OffloadBytes: 48 << 30}
+	for _, port := range []int{8101, 8102, 8103} {
+		got := strings.Join(e.Argv(port), " ")
+		if !strings.Contains(got, "--port "+strconv.Itoa(port)+" ") ||
+			!strings.HasSuffix(got, "--enable-prompt-tokens-details --kv-offloading-backend native --kv-offloading-size 48") {
+			t.Errorf("port %d argv %q", port, got)
+		}
 	}
 }

@@ -150,37 +150,12 @@ func PlanOffload(r OffloadRequest) (OffloadPlan, error) {
 		card = fmt.Sprintf("; a card's KV cache %s (%s)", hostcpu.Bytes(r.CardKV), r.CardKVFrom)
 	}
 	if setting == "auto" {
-		if version == "" {
-			return OffloadPlan{}, fmt.Errorf("--kv-offload auto: the engines' vLLM version could not be read, and " +
-				"how much host memory a tier takes depends on it (pinned tensors rounded up to a power of two " +
-				"before 0.27, an exact /dev/shm file after): give a size (--kv-offload 16GiB) or --kv-offload off")
+		per, off, err := autoTier(r, p.ShmFile, p.Headroom, version, card)
+		if err != nil {
+			return OffloadPlan{}, err
 		}
-		var usable uint64
-		if r.Mem.Available > p.Headroom {
-			usable = r.Mem.Available - p.Headroom
-		}
-		limit := "the memory available"
-		if p.ShmFile && r.Mem.ShmChecked {
-			if shm := uint64(float64(r.Mem.ShmFree) * offloadShmShare); shm < usable {
-				usable, limit = shm, "/dev/shm's free space"
-			}
-		}
-		budget := usable / ranks
-		want := budget
-		if r.CardKV > 0 {
-			want = min(budget, uint64(OffloadTarget*float64(r.CardKV)))
-		}
-		per := alignTier(want, tp, version)
-		floor := uint64(minAutoOffload)
-		if r.CardKV > 0 {
-			floor = max(floor, uint64(OffloadUseful*float64(r.CardKV)))
-		}
-		if per < floor {
-			p.Info = fmt.Sprintf("host KV tier off: --kv-offload auto finds %s a rank (%s %s less %s kept for the "+
-				"OS and the engines, over %d ranks)%s; a tier needs %s a rank to hold more than the GPU already "+
-				"does (%.0f x its KV cache, docs/kv-offload.md), so the engines run without one (--kv-offload SIZE forces one)",
-				hostcpu.Bytes(per), limit, hostcpu.Bytes(availOrShm(r.Mem, limit)), hostcpu.Bytes(p.Headroom), ranks,
-				card, hostcpu.Bytes(floor), OffloadUseful)
+		if off != "" {
+			p.Info = off
 			return p, nil
 		}
 		p.PerRank = per
@@ -220,6 +195,48 @@ func PlanOffload(r OffloadRequest) (OffloadPlan, error) {
 	p.Info = fmt.Sprintf("host KV tier (vLLM native KV offloading): %s a rank (%s), %s pinned%s; turn it off with "+
 		"--kv-offload off", hostcpu.Bytes(p.PerRank), r.Setting, hostcpu.Bytes(p.Pinned), card)
 	return p, nil
+}
+
+// autoTier sizes one rank's tier for --kv-offload auto: what the host can
+// spare (the memory available, or /dev/shm's free space when the tier is a
+// file there, less headroom) over the ranks, at most OffloadTarget x a
+// card's KV cache. off says why there is no tier when that is under what a
+// tier needs to hold more than the GPU does ("" when there is one).
+func autoTier(r OffloadRequest, shmFile bool, headroom uint64, version, card string) (per uint64, off string, err error) {
+	if version == "" {
+		return 0, "", fmt.Errorf("--kv-offload auto: the engines' vLLM version could not be read, and " +
+			"how much host memory a tier takes depends on it (pinned tensors rounded up to a power of two " +
+			"before 0.27, an exact /dev/shm file after): give a size (--kv-offload 16GiB) or --kv-offload off")
+	}
+	ranks, tp := uint64(max(r.Ranks, 1)), max(r.TP, 1)
+	var usable uint64
+	if r.Mem.Available > headroom {
+		usable = r.Mem.Available - headroom
+	}
+	limit := "the memory available"
+	if shmFile && r.Mem.ShmChecked {
+		if shm := uint64(float64(r.Mem.ShmFree) * offloadShmShare); shm < usable {
+			usable, limit = shm, "/dev/shm's free space"
+		}
+	}
+	budget := usable / ranks
+	want := budget
+	if r.CardKV > 0 {
+		want = min(budget, uint64(OffloadTarget*float64(r.CardKV)))
+	}
+	per = alignTier(want, tp, version)
+	floor := uint64(minAutoOffload)
+	if r.CardKV > 0 {
+		floor = max(floor, uint64(OffloadUseful*float64(r.CardKV)))
+	}
+	if per < floor {
+		return 0, fmt.Sprintf("host KV tier off: --kv-offload auto finds %s a rank (%s %s less %s kept for the "+
+			"OS and the engines, over %d ranks)%s; a tier needs %s a rank to hold more than the GPU already "+
+			"does (%.0f x its KV cache, docs/kv-offload.md), so the engines run without one (--kv-offload SIZE forces one)",
+			hostcpu.Bytes(per), limit, hostcpu.Bytes(availOrShm(r.Mem, limit)), hostcpu.Bytes(headroom), ranks,
+			card, hostcpu.Bytes(floor), OffloadUseful), nil
+	}
+	return per, "", nil
 }
 
 // alignTier rounds a tier size down to what vLLM version holds without

@@ -5,8 +5,9 @@
 //
 // Per HTTP request the gateway opens one ext_proc stream. The picker
 // buffers the request body, identifies the conversation and places it
-// through the router core exactly as `warden serve` does (router.Core's
-// Identify, PlaceRequest, Place), hands the body back unchanged, and names
+// through the router core exactly as `warden serve` does (the core's
+// Identify and Place, through the Core view), hands the body back (its model
+// name mapped to the served one), and names
 // the endpoint in the x-gateway-destination-endpoint header and the
 // envoy.lb dynamic metadata (equal values, fallbacks after the first). It
 // then reads the answer as the gateway streams it through (status, the
@@ -44,10 +45,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/lmwarden/warden/internal/apierr"
-	"github.com/lmwarden/warden/proxy/compat"
 	"github.com/lmwarden/warden/router"
-	"github.com/lmwarden/warden/router/decision"
 	"github.com/lmwarden/warden/router/identity"
+	"github.com/lmwarden/warden/router/modelname"
 	"github.com/lmwarden/warden/router/place"
 	"github.com/lmwarden/warden/router/reqedit"
 	"github.com/lmwarden/warden/router/tap"
@@ -73,8 +73,8 @@ const (
 	ServiceName = "envoy.service.ext_proc.v3.ExternalProcessor"
 )
 
-// Defaults of Config's fields.
 const (
+	// DefaultFallbacks is the fallbacks `warden epp` asks for (--fallbacks).
 	DefaultFallbacks = 2
 	// DefaultKeepalive is how long a gateway's connection may be silent
 	// before the picker pings it; DefaultKeepaliveTimeout how long it
@@ -87,28 +87,42 @@ const (
 	bodyChunk = 64 << 10
 )
 
-// Config configures a Server.
+// Config configures a Server: the picker's own settings (the body limit is
+// the core's, router.Config.MaxBodyBytes).
 type Config struct {
-	// MaxBodyBytes bounds the request body the picker buffers to identify
-	// a conversation; a larger one is answered 413. 0 = router.DefaultMaxBodyBytes.
-	MaxBodyBytes int64
 	// Fallbacks is how many endpoints follow the pick, for the gateway to
-	// retry on; 0 = DefaultFallbacks, < 0 = none.
+	// retry on; 0 = none.
 	Fallbacks int
 	// Keepalive and KeepaliveTimeout: the picker's pings of a silent
 	// gateway connection (ServerOptions); 0 = the defaults.
 	Keepalive, KeepaliveTimeout time.Duration
 }
 
+// Core is the view of the router core the endpoint picker needs:
+// identifying, placing and finishing a request, the replicas it names to
+// the gateway, and readiness (router.Core has it; epp_test.go asserts so).
+type Core interface {
+	Config() router.Config
+	Logger() *slog.Logger
+	Now() time.Time
+	Ready() bool
+	Replicas() []*router.Replica
+	Identify(h http.Header, path string, body []byte) (router.Request, error)
+	RewriteModel(body []byte) []byte
+	Place(ctx context.Context, req place.Request) router.Placement
+	Finish(pl *router.Placement, o router.Outcome) router.Placement
+	ForEngine(pl *router.Placement, kind tap.Kind, sessionField bool, body []byte) ([]byte, string)
+}
+
 // Server is the endpoint picker over a router core: the ext_proc service
 // and the gRPC health services. Create it with New.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
-	core    *router.Core
+	core    Core
 	cfg     Config
+	maxBody int64 // the core's MaxBodyBytes
 	log     *slog.Logger
 	health  *health.Server
-	clients *compat.Clients // the model name mapped to the served one, as `warden serve` maps it
 	// draining: readiness stays NOT_SERVING (Drain); the periodic update
 	// no longer reads the core.
 	draining    atomic.Bool
@@ -117,18 +131,9 @@ type Server struct {
 
 // New returns a picker over core. Every replica's URL must name its host
 // by IP address: the gateway is told endpoints as ip:port.
-func New(core *router.Core, cfg Config) (*Server, error) {
-	if cfg.MaxBodyBytes < 0 {
-		return nil, fmt.Errorf("--max-body-bytes must be >= 0, got %d", cfg.MaxBodyBytes)
-	}
-	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = router.DefaultMaxBodyBytes
-	}
-	switch {
-	case cfg.Fallbacks == 0:
-		cfg.Fallbacks = DefaultFallbacks
-	case cfg.Fallbacks < 0:
-		cfg.Fallbacks = 0
+func New(core Core, cfg Config) (*Server, error) {
+	if cfg.Fallbacks < 0 {
+		return nil, fmt.Errorf("--fallbacks must be >= 0, got %d", cfg.Fallbacks)
 	}
 	if cfg.Keepalive <= 0 {
 		cfg.Keepalive = DefaultKeepalive
@@ -141,8 +146,7 @@ func New(core *router.Core, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("replica %d (%s): %w", r.Rank(), r.URL(), err)
 		}
 	}
-	s := &Server{core: core, cfg: cfg, log: core.Logger(), health: health.NewServer(),
-		clients: compat.New(core.Config().ServedModel, false, core.Logger())}
+	s := &Server{core: core, cfg: cfg, maxBody: core.Config().MaxBodyBytes, log: core.Logger(), health: health.NewServer()}
 	s.updateHealth()
 	return s, nil
 }
@@ -171,7 +175,7 @@ func CheckEndpoint(hostport string) error {
 //     released. Gateways may ping every 10 s or more (Envoy's bootstrap
 //     here: 30 s).
 func (s *Server) ServerOptions() []grpc.ServerOption {
-	limit := max(2*s.cfg.MaxBodyBytes, 64<<20) + 1<<20
+	limit := max(2*s.maxBody, 64<<20) + 1<<20
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(min(limit, 1<<30))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.cfg.Keepalive, Timeout: s.cfg.KeepaliveTimeout}),
@@ -271,6 +275,7 @@ type exchange struct {
 	reqDuplex, respDuplex bool
 
 	key     identity.SessionKey
+	id      string // the client's X-Request-Id, for the decision log
 	kind    tap.Kind
 	stream  bool
 	pr      place.Request
@@ -308,9 +313,9 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) ([]*extprocv3.Proces
 			return nil, nil
 		}
 		x.hasBody = true
-		if int64(len(x.body)+len(v.RequestBody.Body)) > x.s.cfg.MaxBodyBytes {
+		if int64(len(x.body)+len(v.RequestBody.Body)) > x.s.maxBody {
 			return x.refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf(
-				"request body exceeds the endpoint picker's limit of %d bytes (warden epp --max-body-bytes)", x.s.cfg.MaxBodyBytes))
+				"request body exceeds the endpoint picker's limit of %d bytes (warden epp --max-body-bytes)", x.s.maxBody))
 		}
 		x.body = append(x.body, v.RequestBody.Body...)
 		// Buffered mode sends the whole body in one message, whose
@@ -401,15 +406,21 @@ func subsetHint(md *corev3.Metadata) []string {
 func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 	x.decided = true
 	core := x.s.core
-	if x.kind = tap.KindOf(x.path); x.kind == tap.None {
+	if tap.KindOf(x.path) == tap.None {
 		return x.passOn()
 	}
-	edited := x.identify()
-	pin, pinned, err := identity.ParsePin(x.header)
+	req, err := core.Identify(x.header, x.path, x.body)
 	if err != nil {
 		return x.refuse(http.StatusBadRequest, err.Error())
 	}
-	x.pr = core.PlaceRequest(x.key, pinned, pin, len(x.body))
+	if req.Model == modelname.Refuse {
+		return x.refuse(http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist. This warden serves `%s`.",
+			req.Fields.Model.Str, core.Config().ServedModel))
+	}
+	x.kind, x.stream, x.key, x.id, x.pr = req.Kind, req.Stream, req.Key, req.ID, req.Place
+	sessionField := req.Fields.SessionID.Exists() // read before the body is edited
+	edited := x.edit(req)
+	x.pr.BodyBytes = len(x.body)
 	if x.subset != nil {
 		x.pr.Skip = x.outside(x.subset)
 		if len(x.pr.Skip) == len(core.Replicas()) {
@@ -423,32 +434,29 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 			return nil, status.Error(codes.Canceled, "the request ended while held")
 		}
 		msg := "no endpoint is ready"
-		if pinned {
-			msg = fmt.Sprintf("replica %d (%s) does not exist or is not available", pin, identity.PinHeader)
+		if x.pr.Pinned {
+			msg = fmt.Sprintf("replica %d (%s) does not exist or is not available", x.pr.Pin, identity.PinHeader)
 		}
 		return x.refuse(http.StatusServiceUnavailable, msg)
 	}
 	x.pl, x.placed = pl, true
-	return x.pick(append([]string{pl.Replica.URL().Host}, x.fallbacks(pl.Replica)...), edited), nil
+	body, label := core.ForEngine(&pl, x.kind, sessionField, x.body)
+	if len(body) > 0 && len(x.body) > 0 && &body[0] != &x.body[0] { // ForEngine edited a copy
+		x.body, edited = body, true
+	}
+	return x.pick(append([]string{pl.Replica.URL().Host}, x.fallbacks(pl.Replica)...), edited, label), nil
 }
 
-// identify finds the conversation and makes the edits `warden serve`
-// makes, in its order: the session key is read first (identity sees the
-// served model name on every turn), since the edits move bytes under the
-// scanned fields (the key is a copy); then an OpenAI stream is asked for
-// its usage chunk, Anthropic server tools are dropped, and the model name
-// is mapped. It reports whether the body changed.
-func (x *exchange) identify() (edited bool) {
-	f := identity.Scan(x.body)
-	x.stream = f.Stream.Bool()
-	model := x.s.clients.ResolveModel(f.Model)
-	if model == compat.ModelRewrite {
-		f.Model = x.s.clients.ServedModel()
-	}
-	x.key = x.s.core.Identify(x.header, f)
+// edit makes the body edits `warden serve` makes, in its order, after the
+// request was identified (the key is a copy; the edits move bytes under
+// req.Fields, read here before each edit): an OpenAI stream is asked for
+// its usage chunk, Anthropic server tools are dropped, the model name is
+// mapped. It reports whether the body changed.
+func (x *exchange) edit(req router.Request) (edited bool) {
+	f := &req.Fields
 	var drop reqedit.ToolDrop
 	if strings.HasPrefix(x.path, "/v1/messages") {
-		drop = reqedit.ServerTools(f.Tools) // read before the edits below
+		drop = reqedit.ServerTools(f.Tools)
 	}
 	if x.stream && x.kind == tap.OpenAI && !f.StreamOptions.Get("include_usage").Bool() {
 		if b, ok := reqedit.IncludeUsage(x.body, f.StreamOptions); ok {
@@ -464,10 +472,10 @@ func (x *exchange) identify() (edited bool) {
 			}
 		}
 	}
-	if model == compat.ModelRewrite {
+	if req.Model == modelname.Rewrite {
 		// Every requested name is served by the one model, as `warden serve`
 		// does: a client's own names (Claude Code's) reach the engines.
-		x.body, edited = x.s.clients.RewriteModel(x.body), true
+		x.body, edited = x.s.core.RewriteModel(x.body), true
 	}
 	return edited
 }
@@ -484,7 +492,7 @@ func (x *exchange) passOn() ([]*extprocv3.ProcessingResponse, error) {
 	if len(eps) == 0 {
 		return x.refuse(http.StatusServiceUnavailable, "no endpoint is ready")
 	}
-	return x.pick(eps, false), nil
+	return x.pick(eps, false, ""), nil
 }
 
 // pick is the answer that names eps (the pick first) and hands the body
@@ -495,8 +503,9 @@ func (x *exchange) passOn() ([]*extprocv3.ProcessingResponse, error) {
 // (CONTINUE_AND_REPLACE: with trailers pending, Envoy 1.40 passes a body
 // streamed back on twice when the route has a retry policy, its retry
 // buffer re-sent when the trailers continue); a request without a body,
-// the headers' answer alone.
-func (x *exchange) pick(eps []string, edited bool) []*extprocv3.ProcessingResponse {
+// the headers' answer alone. label is the conversation's for the engines'
+// KV events ("" none).
+func (x *exchange) pick(eps []string, edited bool, label string) []*extprocv3.ProcessingResponse {
 	dest := strings.Join(eps, ",")
 	cr := &extprocv3.CommonResponse{
 		ClearRouteCache: true,
@@ -508,6 +517,7 @@ func (x *exchange) pick(eps []string, edited bool) []*extprocv3.ProcessingRespon
 			RemoveHeaders: []string{strings.ToLower(identity.PinHeader)},
 		},
 	}
+	labelHeader(cr.HeaderMutation, label)
 	switch {
 	case !x.reqDuplex && x.hasBody:
 		if edited {
@@ -541,6 +551,18 @@ func (x *exchange) pick(eps []string, edited bool) []*extprocv3.ProcessingRespon
 	return append(out, bodyBack(x.body)...)
 }
 
+// labelHeader sets the conversation's label for the engines' KV events
+// (router.SessionIDHeader), or removes a client's own value without one.
+func labelHeader(m *extprocv3.HeaderMutation, label string) {
+	name := strings.ToLower(router.SessionIDHeader)
+	if label == "" {
+		m.RemoveHeaders = append(m.RemoveHeaders, name)
+		return
+	}
+	m.SetHeaders = append(m.SetHeaders, &corev3.HeaderValueOption{
+		Header: &corev3.HeaderValue{Key: name, RawValue: []byte(label)}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
+}
+
 // pickMetadata is the pick as envoy.lb dynamic metadata.
 func pickMetadata(eps string) *structpb.Struct {
 	return &structpb.Struct{Fields: map[string]*structpb.Value{
@@ -550,9 +572,10 @@ func pickMetadata(eps string) *structpb.Struct {
 	}}
 }
 
-// bodyBack hands the buffered body back to the gateway, in pieces, the
-// last one ending the stream (full-duplex mode forwards only what the
-// picker sends back); an empty body is one empty piece that ends it.
+// bodyBack hands the buffered body back to the gateway (its edits made),
+// in pieces, the last one ending the stream (full-duplex mode forwards
+// only what the picker sends back); an empty body is one empty piece that
+// ends it.
 func bodyBack(body []byte) []*extprocv3.ProcessingResponse {
 	var out []*extprocv3.ProcessingResponse
 	for i := 0; ; i += bodyChunk {
@@ -653,43 +676,12 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders, md *corev3.Metadata
 }
 
 // moved accounts a request the gateway served elsewhere than the pick (it
-// retried on a fallback): the pick never reached its engine, which leaves
-// the rotation until a health check succeeds; the request is placed again
-// on the endpoint that served, as the proxy does on a refused connection.
+// retried on a fallback): the core ends the pick, which never reached its
+// engine, and places the request on the endpoint that served, in one call
+// (router.ServedElsewhere).
 func (x *exchange) moved(served string) {
-	core := x.s.core
-	primary := x.pl.Replica
-	core.Finish(&x.pl, router.Outcome{Retry: true})
-	x.placed = false
-	primary.Refused(fmt.Errorf("the gateway served the request on %s instead", served))
-	core.Retrying(primary, "gateway", fmt.Errorf("served on %s", served))
-	skip := x.outside([]string{served})
-	if len(skip) == len(core.Replicas()) {
-		x.s.log.Warn("the gateway served a request on an endpoint that is not a replica: it is not accounted", "endpoint", served)
-		return
-	}
-	x.pr.Skip = skip
-	// The answer is already on its way: decide now, never hold (a done
-	// context makes Place return at once when the policy would wait); the
-	// served endpoint, pinned, when the policy will not take it.
-	now, cancel := context.WithCancel(x.ctx)
-	cancel()
-	pl := core.Place(now, x.pr)
-	if pl.Rank < 0 {
-		pinned := x.pr
-		pinned.Pinned = true
-		for _, r := range core.Replicas() {
-			if r.URL().Host == served {
-				pinned.Pin = r.Rank()
-			}
-		}
-		pl = core.Place(now, pinned)
-	}
-	if pl.Rank >= 0 {
-		x.pl, x.placed = pl, true
-		return
-	}
-	x.s.log.Warn("the gateway served a request on a replica out of rotation: it is not accounted", "endpoint", served)
+	pl := x.s.core.Finish(&x.pl, router.Outcome{Retry: router.ServedElsewhere, ServedOn: served, Request: x.pr})
+	x.pl, x.placed = pl, pl.Rank >= 0
 }
 
 // end accounts the request once, when its answer ended or its stream did
@@ -699,14 +691,8 @@ func (x *exchange) end(err error) {
 		return
 	}
 	x.finish = true
-	o := router.Outcome{Status: x.status, Start: x.start, Key: x.key}
-	if x.s.core.LogsDecisions() {
-		id := x.header.Get(decision.RequestIDHeader)
-		o.RequestID = id[:min(len(id), decision.MaxRequestID)]
-	}
-	switch {
-	case err == nil:
-	default:
+	o := router.Outcome{Status: x.status, Start: x.start, Key: x.key, RequestID: x.id}
+	if err != nil {
 		// The stream ended before the answer did: the client gave up (the
 		// gateway half-closes or resets the stream) or the gateway went
 		// away. The client's 499, as `warden serve` records it: an engine

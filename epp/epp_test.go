@@ -53,8 +53,9 @@ type rig struct {
 }
 
 // newRig is a picker over n fake engines (checked once: in rotation),
-// served on a loopback gRPC port.
-func newRig(t *testing.T, n int, cfg Config) *rig {
+// served on a loopback gRPC port; the core's settings are cc's, its policy
+// sticky.
+func newRig(t *testing.T, n int, cc router.Config, cfg Config) *rig {
 	t.Helper()
 	var bs []router.Backend
 	r := &rig{}
@@ -63,7 +64,8 @@ func newRig(t *testing.T, n int, cfg Config) *rig {
 		bs = append(bs, router.Backend{Rank: i, URL: e.URL, MaxNumSeqs: 32})
 		r.eps = append(r.eps, strings.TrimPrefix(e.URL, "http://"))
 	}
-	core, err := router.New(router.Config{Policy: place.PolicySticky, Logger: slog.New(slog.DiscardHandler)}, bs)
+	cc.Policy, cc.Logger = place.PolicySticky, slog.New(slog.DiscardHandler)
+	core, err := router.New(cc, bs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +198,7 @@ const chat = `{"model":"m","stream":true,"messages":[{"role":"user","content":"h
 // endpoint (header = metadata, a fallback after it), the body comes back
 // unchanged, and the answer's usage lands on the replica that served it.
 func TestPickSticksAndAccounts(t *testing.T) {
-	r := newRig(t, 2, Config{})
+	r := newRig(t, 2, router.Config{}, Config{Fallbacks: DefaultFallbacks})
 	var home string
 	for turn := range 3 {
 		st, out := r.request(t, nil, chat, "x-claude-code-session-id", "conv-1", "x-request-id", fmt.Sprint(turn))
@@ -235,7 +237,7 @@ func TestPickSticksAndAccounts(t *testing.T) {
 // replica that served it, the pick leaves the rotation, and the retry is
 // counted.
 func TestServedElsewhereIsAccountedThere(t *testing.T) {
-	r := newRig(t, 2, Config{})
+	r := newRig(t, 2, router.Config{}, Config{Fallbacks: DefaultFallbacks})
 	st, out := r.request(t, nil, chat, "x-claude-code-session-id", "conv-2")
 	eps, _ := pick(t, out)
 	first, fallback, _ := strings.Cut(eps, ",")
@@ -260,7 +262,7 @@ func TestServedElsewhereIsAccountedThere(t *testing.T) {
 // (as a list or a comma string); one that names no endpoint of the picker
 // gets 503; a body over the limit gets 413 in the API's shape.
 func TestSubsetHintAndRefusals(t *testing.T) {
-	r := newRig(t, 3, Config{MaxBodyBytes: 4096})
+	r := newRig(t, 3, router.Config{MaxBodyBytes: 4096}, Config{Fallbacks: DefaultFallbacks})
 	hint := func(v *structpb.Value) *corev3.Metadata {
 		return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{SubsetNamespace: {Fields: map[string]*structpb.Value{SubsetKey: v}}}}
 	}
@@ -290,7 +292,7 @@ func TestSubsetHintAndRefusals(t *testing.T) {
 // TestHealthServices: liveness, readiness and the ext_proc service are
 // SERVING with a replica in rotation.
 func TestHealthServices(t *testing.T) {
-	r := newRig(t, 1, Config{})
+	r := newRig(t, 1, router.Config{}, Config{Fallbacks: DefaultFallbacks})
 	hc := healthpb.NewHealthClient(r.conn)
 	for _, svc := range []string{"liveness", "readiness", ServiceName} {
 		resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
@@ -424,3 +426,5 @@ func TestWatchEndpointsFollowsAConfigMap(t *testing.T) {
 		t.Errorf("after the swap: %+v", eps)
 	}
 }
+
+var _ Core = (*router.Core)(nil)

@@ -38,7 +38,7 @@ type gwRig struct {
 	lis string
 }
 
-func newGWRig(t *testing.T, n int, served string, cfg Config) *gwRig {
+func newGWRig(t *testing.T, n int, served string, maxBody int64, cfg Config) *gwRig {
 	t.Helper()
 	var bs []router.Backend
 	r := &rig{}
@@ -47,7 +47,7 @@ func newGWRig(t *testing.T, n int, served string, cfg Config) *gwRig {
 		bs = append(bs, router.Backend{Rank: i, URL: e.URL, MaxNumSeqs: 32})
 		r.eps = append(r.eps, strings.TrimPrefix(e.URL, "http://"))
 	}
-	core, err := router.New(router.Config{Policy: place.PolicySticky, ServedModel: served, Logger: slog.New(slog.DiscardHandler)}, bs)
+	core, err := router.New(router.Config{Policy: place.PolicySticky, ServedModel: served, MaxBodyBytes: maxBody, Logger: slog.New(slog.DiscardHandler)}, bs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func settled(t *testing.T, core *router.Core) {
 func TestClientGoneBeforeTheAnswerIsNoEngineFailure(t *testing.T) {
 	for _, bm := range bodyModes {
 		t.Run(bm.name, func(t *testing.T) {
-			r := newGWRig(t, 2, "", Config{})
+			r := newGWRig(t, 2, "", 0, Config{Fallbacks: DefaultFallbacks})
 			for i := range 10 {
 				ctx, cancel := context.WithCancel(context.Background())
 				st, err := r.client.Process(ctx)
@@ -288,7 +288,7 @@ func TestClientGoneBeforeTheAnswerIsNoEngineFailure(t *testing.T) {
 func TestHeadersOnlyAnswerIsTheEnginesError(t *testing.T) {
 	for _, bm := range bodyModes {
 		t.Run(bm.name, func(t *testing.T) {
-			r := newGWRig(t, 2, "", Config{})
+			r := newGWRig(t, 2, "", 0, Config{Fallbacks: DefaultFallbacks})
 			st, out := r.exchange(t, bm.m, "/v1/chat/completions", []byte(chat), 1<<20, false, "x-session-affinity", "s")
 			if destination(t, out) == "" {
 				t.Fatalf("no pick: %v", out)
@@ -319,7 +319,7 @@ func TestHeadersOnlyAnswerIsTheEnginesError(t *testing.T) {
 // pending reaches the engine twice through Envoy 1.40 with a retry policy
 // (realenvoy TestTrailersDoNotRepeatTheBody).
 func TestTrailersEndTheBody(t *testing.T) {
-	r := newGWRig(t, 1, "", Config{})
+	r := newGWRig(t, 1, "", 0, Config{Fallbacks: DefaultFallbacks})
 	_, out := r.exchange(t, duplexMode, "/v1/chat/completions", []byte(chat), 10, true, "x-session-affinity", "t")
 	if destination(t, out) == "" {
 		t.Fatalf("no pick: %v", out)
@@ -338,7 +338,7 @@ func TestTrailersEndTheBody(t *testing.T) {
 func TestEmptyBody(t *testing.T) {
 	for _, bm := range bodyModes {
 		t.Run(bm.name, func(t *testing.T) {
-			r := newGWRig(t, 2, "", Config{})
+			r := newGWRig(t, 2, "", 0, Config{Fallbacks: DefaultFallbacks})
 			done := make(chan []*extprocv3.ProcessingResponse)
 			go func() { // a picker that hangs fails the test instead of blocking it
 				_, out := r.exchange(t, bm.m, "/v1/chat/completions", []byte{}, 1, false, "x-session-affinity", "e")
@@ -365,7 +365,7 @@ func TestEmptyBody(t *testing.T) {
 // one over the picker's gets its 413, never a gRPC error (on which a
 // fail-open gateway skips the picker).
 func TestLargeBufferedBody(t *testing.T) {
-	r := newGWRig(t, 2, "", Config{MaxBodyBytes: 6 << 20})
+	r := newGWRig(t, 2, "", 6<<20, Config{Fallbacks: DefaultFallbacks})
 	big := func(n int) []byte {
 		return []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", n) + `"}]}`)
 	}
@@ -385,7 +385,7 @@ func TestLargeBufferedBody(t *testing.T) {
 func TestNonCompletionPathsAreNotTurns(t *testing.T) {
 	for _, bm := range bodyModes {
 		t.Run(bm.name, func(t *testing.T) {
-			r := newGWRig(t, 2, "", Config{})
+			r := newGWRig(t, 2, "", 0, Config{Fallbacks: DefaultFallbacks})
 			for _, path := range []string{"/v1/models", "/health", "/tokenize"} {
 				var body []byte
 				if path == "/tokenize" {
@@ -418,7 +418,7 @@ func TestNonCompletionPathsAreNotTurns(t *testing.T) {
 func TestBodyKeysSurviveTheModelMapping(t *testing.T) {
 	for _, bm := range bodyModes {
 		t.Run(bm.name, func(t *testing.T) {
-			r := newGWRig(t, 2, "m", Config{})
+			r := newGWRig(t, 2, "m", 0, Config{Fallbacks: DefaultFallbacks})
 			body := func(key, sys string, turns int) []byte {
 				var msgs []string
 				for i := range turns {
@@ -465,7 +465,7 @@ func TestBodyKeysSurviveTheModelMapping(t *testing.T) {
 func TestOpenAIStreamsAskForUsage(t *testing.T) {
 	for _, bm := range bodyModes {
 		t.Run(bm.name, func(t *testing.T) {
-			r := newGWRig(t, 1, "m", Config{})
+			r := newGWRig(t, 1, "m", 0, Config{Fallbacks: DefaultFallbacks})
 			b := []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 			_, out := r.exchange(t, bm.m, "/v1/chat/completions", b, 8, false, "x-session-affinity", "u")
 			if got := handedBack(bm.m, b, out); !gjson.GetBytes(got, "stream_options.include_usage").Bool() {
@@ -481,7 +481,7 @@ func TestOpenAIStreamsAskForUsage(t *testing.T) {
 func TestAnthropicServerToolsAreDropped(t *testing.T) {
 	for _, bm := range bodyModes {
 		t.Run(bm.name, func(t *testing.T) {
-			r := newGWRig(t, 1, "m", Config{})
+			r := newGWRig(t, 1, "m", 0, Config{Fallbacks: DefaultFallbacks})
 			b := []byte(`{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}],"tools":[` +
 				`{"type":"web_search_20250305","name":"web_search","max_uses":5},{"name":"Read","input_schema":{"type":"object"}}]}`)
 			_, out := r.exchange(t, bm.m, "/v1/messages", b, 8, false, "x-session-affinity", "tools")
@@ -497,7 +497,7 @@ func TestAnthropicServerToolsAreDropped(t *testing.T) {
 // status) go NOT_SERVING once the picker drains, and stay so; liveness
 // stays SERVING; with no engine in rotation readiness is NOT_SERVING too.
 func TestHealthServicesWhileDraining(t *testing.T) {
-	r := newGWRig(t, 1, "", Config{})
+	r := newGWRig(t, 1, "", 0, Config{Fallbacks: DefaultFallbacks})
 	hc := healthpb.NewHealthClient(r.conn)
 	status := func(svc string) healthpb.HealthCheckResponse_ServingStatus {
 		resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
@@ -530,7 +530,7 @@ func TestHealthServicesWhileDraining(t *testing.T) {
 // picker's keepalive pings; its streams end and their placements are
 // released, in flight back to 0.
 func TestVanishedGatewayReleasesItsPlacements(t *testing.T) {
-	r := newGWRig(t, 1, "", Config{Keepalive: 100 * time.Millisecond, KeepaliveTimeout: 100 * time.Millisecond})
+	r := newGWRig(t, 1, "", 0, Config{Keepalive: 100 * time.Millisecond, KeepaliveTimeout: 100 * time.Millisecond})
 	// A gateway behind a link the test can cut silently.
 	front, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -10,9 +10,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/lmwarden/warden/engineplan"
-	"github.com/lmwarden/warden/gpu"
 )
 
 func TestStartupErrorMessage(t *testing.T) {
@@ -29,22 +26,6 @@ func TestStateString(t *testing.T) {
 	got := []string{Starting.String(), Loading.String(), Ready.String(), Down.String(), Stopped.String(), State(9).String()}
 	if diff := cmp.Diff([]string{"starting", "loading", "healthy", "down", "stopped", "unknown"}, got); diff != "" {
 		t.Error(diff)
-	}
-}
-
-func TestSpecs(t *testing.T) {
-	groups := [][]gpu.Device{{{Index: 0, UUID: "GPU-a"}, {Index: 1, UUID: "GPU-b"}}, {{Index: 2, UUID: "GPU-c"}, {Index: 3}}}
-	e := engineplan.Engine{Kind: "vllm", Model: "m", TP: 2}
-	got := Specs(e.Argv, []int{8100, 8101}, groups, "/run/w", "HF_HUB_OFFLINE=1")
-	want := []Spec{
-		{Rank: 0, Port: 8100, Argv: e.Argv(8100), Env: []string{"HF_HUB_OFFLINE=1"}, LogPath: "/run/w/rank-0.log", GPUs: []string{"GPU-a", "GPU-b"}},
-		{Rank: 1, Port: 8101, Argv: e.Argv(8101), Env: []string{"HF_HUB_OFFLINE=1"}, LogPath: "/run/w/rank-1.log", GPUs: []string{"GPU-c", "3"}},
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("Specs() (-want +got):\n%s", diff)
-	}
-	if sim := Specs(engineplan.Engine{Kind: "sim", Model: "m"}.Argv, []int{1}, nil, "/l"); sim[0].GPUs != nil {
-		t.Errorf("simulator spec has GPUs %v", sim[0].GPUs)
 	}
 }
 

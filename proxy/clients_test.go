@@ -24,9 +24,9 @@ func TestMappingKeepsSessionIdentityAcrossNames(t *testing.T) {
 	turn1 := `{"model":"` + claudeMain + `","system":"sys","messages":[{"role":"user","content":"task"}]}`
 	turn2 := `{"model":"` + claudeSmall + `","system":"sys","messages":[{"role":"user","content":"task"},{"role":"assistant","content":"ok"},{"role":"user","content":"more"}]}`
 	keys := func(served string) (identity.SessionKey, identity.SessionKey) {
-		p, _ := testProxy(t, Config{Config: router.Config{ServedModel: served}}, newFakeEngine(t))
-		k1 := p.prepare(httptest.NewRequest("POST", "/v1/messages", nil), []byte(turn1)).key
-		k2 := p.prepare(httptest.NewRequest("POST", "/v1/messages", nil), []byte(turn2)).key
+		p, _ := testProxy(t, testConfig{Config: router.Config{ServedModel: served}}, newFakeEngine(t))
+		k1 := mustPrepare(t, p, httptest.NewRequest("POST", "/v1/messages", nil), []byte(turn1)).key
+		k2 := mustPrepare(t, p, httptest.NewRequest("POST", "/v1/messages", nil), []byte(turn2)).key
 		return k1, k2
 	}
 	k1, k2 := keys("served-model")
@@ -40,7 +40,7 @@ func TestMappingKeepsSessionIdentityAcrossNames(t *testing.T) {
 
 func TestModelsAndHelloAreAnsweredLocally(t *testing.T) {
 	e := newFakeEngine(t)
-	_, front := testProxy(t, Config{Config: router.Config{ServedModel: "served-model"}}, e)
+	_, front := testProxy(t, testConfig{Config: router.Config{ServedModel: "served-model"}}, e)
 	resp, err := http.Get(front.URL + "/v1/models?limit=1000")
 	if err != nil {
 		t.Fatal(err)
@@ -68,14 +68,14 @@ func BenchmarkPrepareModelMapping(b *testing.B) {
 	body := claudeCodeTurn1("s-1", strings.Repeat("static system prompt ", 15000), "task")
 	for _, tc := range []struct{ name, model string }{{"same", "claude-opus-5-5"}, {"mapped-shorter", "served-model"}, {"mapped-longer", "Qwen/Qwen3-4B-Instruct-2507"}} {
 		b.Run(tc.name, func(b *testing.B) {
-			p, _ := testProxy(b, Config{Config: router.Config{ServedModel: tc.model}}, newFakeEngine(b))
+			p, _ := testProxy(b, testConfig{Config: router.Config{ServedModel: tc.model}}, newFakeEngine(b))
 			r := httptest.NewRequest("POST", "/v1/messages", nil)
 			r.Header.Set("X-Claude-Code-Session-Id", "s-1")
 			buf := make([]byte, len(body))
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
 				copy(buf, body) // prepare edits its buffer in place
-				if req := p.prepare(r, buf[:len(body)]); req.refuse != "" {
+				if req := mustPrepare(b, p, r, buf[:len(body)]); req.refuse != "" {
 					b.Fatal(req.refuse)
 				}
 			}

@@ -15,10 +15,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	dto "github.com/prometheus/client_model/go"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/simproc"
@@ -158,8 +158,28 @@ func (f *fakeEngine) count() int {
 	return len(f.bodies)
 }
 
+// testConfig is the settings of a test's router core and of the proxy in
+// front of it.
+type testConfig struct {
+	router.Config
+	Proxy Config
+}
+
+// newProxy builds a router core over the backends and the proxy in front
+// of it, as serve does.
+func newProxy(cfg testConfig, bs []router.Backend) (*Proxy, error) {
+	core, err := router.New(cfg.Config, bs)
+	if err != nil {
+		return nil, err
+	}
+	return New(core, cfg.Proxy)
+}
+
+// coreOf is the router core p places through.
+func coreOf(p *Proxy) *router.Core { return p.core.(*router.Core) }
+
 // testProxy builds a proxy over the engines (rank = index) with a frontend.
-func testProxy(t testing.TB, cfg Config, engines ...*fakeEngine) (*Proxy, *httptest.Server) {
+func testProxy(t testing.TB, cfg testConfig, engines ...*fakeEngine) (*Proxy, *httptest.Server) {
 	t.Helper()
 	var bs []router.Backend
 	for i, e := range engines {
@@ -168,7 +188,7 @@ func testProxy(t testing.TB, cfg Config, engines ...*fakeEngine) (*Proxy, *httpt
 	return testProxyBackends(t, cfg, bs)
 }
 
-func testProxyBackends(t testing.TB, cfg Config, bs []router.Backend) (*Proxy, *httptest.Server) {
+func testProxyBackends(t testing.TB, cfg testConfig, bs []router.Backend) (*Proxy, *httptest.Server) {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -179,13 +199,26 @@ func testProxyBackends(t testing.TB, cfg Config, bs []router.Backend) (*Proxy, *
 	if cfg.Seed == 0 {
 		cfg.Seed = 1
 	}
-	p, err := New(cfg, bs)
+	p, err := newProxy(cfg, bs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	front := httptest.NewServer(p.Handler())
 	t.Cleanup(front.Close)
 	return p, front
+}
+
+// fakeClock is a clock the test moves by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
 }
 
 // post sends a JSON body with headers (name, value pairs) and returns the
@@ -212,7 +245,7 @@ func post(t testing.TB, url, body string, kv ...string) (*http.Response, string)
 // settled waits until no request is in flight, i.e. all are accounted.
 func settled(t *testing.T, p *Proxy) {
 	t.Helper()
-	simproc.Poll(t, "no request in flight", func() bool { return p.core.Status().InFlight == 0 })
+	simproc.Poll(t, "no request in flight", func() bool { return coreOf(p).Status().InFlight == 0 })
 }
 
 func chatBody(session string, stream bool, extra string) string {
@@ -253,4 +286,14 @@ func metric(t testing.TB, reg prometheus.Gatherer, name string, labels ...string
 		}
 	}
 	return sum, n
+}
+
+// mustPrepare is p.prepare for a request whose pin (none) cannot fail.
+func mustPrepare(t testing.TB, p *Proxy, r *http.Request, body []byte) *request {
+	t.Helper()
+	req, err := p.prepare(r, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
 }

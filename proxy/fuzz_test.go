@@ -39,7 +39,7 @@ func FuzzPrepareSessionKey(f *testing.F) {
 	} {
 		f.Add(s.path, s.header, []byte(s.body))
 	}
-	p, err := New(Config{Config: router.Config{ServedModel: "m", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}},
+	p, err := newProxy(testConfig{Config: router.Config{ServedModel: "m", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}},
 		[]router.Backend{{Rank: 0, URL: "http://127.0.0.1:1"}})
 	if err != nil {
 		f.Fatal(err)
@@ -49,11 +49,11 @@ func FuzzPrepareSessionKey(f *testing.F) {
 		if header != "" {
 			r.Header["X-Claude-Code-Session-Id"] = []string{header}
 		}
-		req := p.prepare(r, bytes.Clone(body))
+		req := mustPrepare(t, p, r, bytes.Clone(body))
 		if len(req.key.Key) > identity.MaxKeyLen {
 			t.Fatalf("key of %d bytes", len(req.key.Key))
 		}
-		if again := p.prepare(r, bytes.Clone(body)); again.key != req.key {
+		if again := mustPrepare(t, p, r, bytes.Clone(body)); again.key != req.key {
 			t.Fatalf("the key is not deterministic: %v then %v", req.key, again.key)
 		}
 		if req.refuse == "" && json.Valid(body) && !json.Valid(req.body) {

@@ -37,7 +37,7 @@ func TestSlowReaderIsNotTheEnginesFault(t *testing.T) {
 	t.Cleanup(a.Close)
 	t.Cleanup(b.Close)
 	const idle = 100 * time.Millisecond
-	p, front := testProxyBackends(t, Config{StreamIdleTimeout: idle}, []router.Backend{{Rank: 0, URL: a.URL, MaxNumSeqs: 32},
+	p, front := testProxyBackends(t, testConfig{Proxy: Config{StreamIdleTimeout: idle}}, []router.Backend{{Rank: 0, URL: a.URL, MaxNumSeqs: 32},
 		{Rank: 1, URL: b.URL, MaxNumSeqs: 32}})
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, front.URL+"/v1/chat/completions",
 		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))

@@ -92,7 +92,7 @@ func streamRound(t *testing.T, p *Proxy, client *http.Client, url string, n, max
 
 func inFlight(p *Proxy) int {
 	n := 0
-	for _, r := range p.core.Replicas() {
+	for _, r := range coreOf(p).Replicas() {
 		n += int(r.InFlight())
 	}
 	return n
@@ -144,7 +144,7 @@ func TestLoadThousandConcurrentStreamsThenNoGrowth(t *testing.T) {
 	for i := range bs {
 		bs[i].MaxNumSeqs = 256
 	}
-	p, front := testProxyBackends(t, Config{}, bs)
+	p, front := testProxyBackends(t, testConfig{}, bs)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n, DisableCompression: true}}
 	quiet := func() (heap uint64, gor int) {
 		settled(t, p)
@@ -177,7 +177,7 @@ func TestLoadThousandConcurrentStreamsThenNoGrowth(t *testing.T) {
 	if heap1 > heap0+4<<20 {
 		t.Errorf("heap grew from %d to %d bytes over %d streams", heap0, heap1, n)
 	}
-	st := p.core.Status()
+	st := coreOf(p).Status()
 	for _, r := range st.Replicas {
 		if r.Errors != 0 || !r.Up {
 			t.Errorf("replica %d: %d errors, up %v", r.Rank, r.Errors, r.Up)

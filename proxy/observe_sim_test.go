@@ -34,8 +34,8 @@ type observed struct {
 func TestSimStatusNumbersMatchWhatHappened(t *testing.T) {
 	procs, bs := startSims(t, 2)
 	reg := prometheus.NewPedanticRegistry()
-	p, front := testProxyBackends(t, Config{Config: router.Config{Policy: place.PolicySticky, Registry: reg}}, bs)
-	p.core.CheckNow(context.Background()) // baseline of the engine counters: zero
+	p, front := testProxyBackends(t, testConfig{Config: router.Config{Policy: place.PolicySticky, Registry: reg}}, bs)
+	coreOf(p).CheckNow(context.Background()) // baseline of the engine counters: zero
 	o := observed{requests: map[int]int{}, newTurns: map[int]int{}, sticky: map[int]int{},
 		prompt: map[int]int64{}, cached: map[int]int64{}, completion: map[int]int64{}, sessions: map[string]bool{}}
 
@@ -68,8 +68,8 @@ func TestSimStatusNumbersMatchWhatHappened(t *testing.T) {
 		}
 	}
 	settled(t, p)
-	p.core.CheckNow(context.Background())
-	st := p.core.Status()
+	coreOf(p).CheckNow(context.Background())
+	st := coreOf(p).Status()
 
 	for r, proc := range procs {
 		row := st.Replicas[r]
@@ -114,7 +114,7 @@ func TestSimStatusNumbersMatchWhatHappened(t *testing.T) {
 	if st.Totals.Requests != uint64(total) {
 		t.Errorf("total requests %d, clients made %d", st.Totals.Requests, total)
 	}
-	if got, _ := metric(t, p.core.Registry(), "warden_requests_total", "route", "sticky"); got != float64(total-len(o.sessions)) {
+	if got, _ := metric(t, coreOf(p).Registry(), "warden_requests_total", "route", "sticky"); got != float64(total-len(o.sessions)) {
 		t.Errorf("warden_requests_total{route=sticky} = %v, want %d", got, total-len(o.sessions))
 	}
 	var sum bytes.Buffer

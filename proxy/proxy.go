@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,8 @@ import (
 	"github.com/lmwarden/warden/internal/apierr"
 	"github.com/lmwarden/warden/proxy/compat"
 	"github.com/lmwarden/warden/router"
+	"github.com/lmwarden/warden/router/place"
+	"github.com/lmwarden/warden/router/tap"
 )
 
 // The defaults of the HTTP data plane's settings, stated once (the command
@@ -30,19 +33,12 @@ const (
 	DefaultStreamIdleTimeout = 5 * time.Minute
 )
 
-// Config configures a Proxy: the router core's settings and the HTTP data
-// plane's own. Each field says what its zero value means.
+// Config configures a Proxy: the HTTP data plane's own settings (the
+// core's are router.Config). Each field says what its zero value means.
 type Config struct {
-	router.Config
-
-	// StrictModel refuses (404, like vLLM) a model name other than
-	// ServedModel instead of mapping it to the served one.
-	StrictModel bool
 	// KeepBillingHeader forwards Claude Code's billing system block
 	// instead of removing it.
 	KeepBillingHeader bool
-	// MaxBodyBytes is the request body limit; 0 = router.DefaultMaxBodyBytes.
-	MaxBodyBytes int64
 	// AdminToken is the bearer token for admin changes from callers that
 	// are not on loopback; "" = loopback only.
 	AdminToken string
@@ -72,18 +68,30 @@ type Config struct {
 }
 
 // Validate checks the settings a user gives (each named by the warden flag
-// that sets it): the core's and the data plane's; zero values are valid.
+// that sets it); zero values are valid. The core's are router.Config.Validate's.
 func (c Config) Validate() error {
-	if err := c.Config.Validate(); err != nil {
-		return err
-	}
-	switch {
-	case c.MaxBodyBytes < 0:
-		return fmt.Errorf("--max-body-bytes must be >= 0 (0 means %d MiB), got %d", router.DefaultMaxBodyBytes>>20, c.MaxBodyBytes)
-	case c.ResponseHeaderTimeout < 0:
+	if c.ResponseHeaderTimeout < 0 {
 		return fmt.Errorf("--response-header-timeout must be >= 0 (0 means %v), got %v", DefaultResponseHeaderTimeout, c.ResponseHeaderTimeout)
 	}
 	return nil
+}
+
+// Core is the view of the router core the HTTP data plane needs: the admin
+// endpoints' view, identifying, placing and finishing a request, and what
+// /v1/models answers (router.Core has it; proxy_test.go asserts so).
+type Core interface {
+	admin.Core
+	Config() router.Config
+	Logger() *slog.Logger
+	Client() *http.Client
+	Since() time.Time
+	Models(ctx context.Context) ([]byte, bool)
+	Identify(h http.Header, path string, body []byte) (router.Request, error)
+	RewriteModel(body []byte) []byte
+	Place(ctx context.Context, req place.Request) router.Placement
+	Finish(pl *router.Placement, o router.Outcome) router.Placement
+	ForEngine(pl *router.Placement, kind tap.Kind, sessionField bool, body []byte) ([]byte, string)
+	ReplayRefused()
 }
 
 // Proxy is the HTTP data plane over a router core: it reads a client's
@@ -91,24 +99,22 @@ func (c Config) Validate() error {
 // answer streamed back through the usage tap, and hands the outcome to the
 // core. Create it with New.
 type Proxy struct {
-	core    *router.Core
+	core    Core
 	cfg     Config
+	maxBody int64  // the core's MaxBodyBytes
+	served  string // the core's ServedModel
 	log     *slog.Logger
 	clock   func() time.Time
 	handler http.Handler
-	clients *compat.Clients        // model-name mapping and request adaptation
+	clients *compat.Clients        // request adaptations logged
 	rp      *httputil.ReverseProxy // one for every replica: the attempt names the target
 	tr      *http.Transport        // the requests' connections to the engines
 }
 
-// New builds the router core over the backends (at least one, unique
-// ranks) and the HTTP data plane in front of it.
-func New(cfg Config, backends []router.Backend) (*Proxy, error) {
+// New builds the HTTP data plane in front of core.
+func New(core Core, cfg Config) (*Proxy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = router.DefaultMaxBodyBytes
 	}
 	if cfg.ResponseHeaderTimeout == 0 {
 		cfg.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
@@ -122,16 +128,12 @@ func New(cfg Config, backends []router.Backend) (*Proxy, error) {
 	case cfg.MaxReplays < 0:
 		cfg.MaxReplays = 0
 	}
-	core, err := router.New(cfg.Config, backends)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Config = core.Config()
-	p := &Proxy{core: core, cfg: cfg, log: core.Logger(), clock: cfg.Clock}
-	p.clients = compat.New(cfg.ServedModel, cfg.StrictModel, p.log)
-	hints := compat.FlagHints{Launched: cfg.Engines != nil}
-	if cfg.Engines != nil {
-		hints.ToolsFix = cfg.Engines.ToolsFix
+	cc := core.Config()
+	p := &Proxy{core: core, cfg: cfg, maxBody: cc.MaxBodyBytes, served: cc.ServedModel, log: core.Logger(), clock: cc.Clock}
+	p.clients = compat.New(p.log)
+	hints := compat.FlagHints{Launched: cc.Engines != nil}
+	if cc.Engines != nil {
+		hints.ToolsFix = cc.Engines.ToolsFix
 	}
 	p.tr = router.NewTransport()
 	p.rp = p.reverseProxy(&compat.Transport{Next: p.tr, Clients: p.clients, Hints: hints})
@@ -143,10 +145,6 @@ func New(cfg Config, backends []router.Backend) (*Proxy, error) {
 	p.handler = mux
 	return p, nil
 }
-
-// Core is the router core the proxy places through: the replicas, their
-// state, placement, accounting and the status.
-func (p *Proxy) Core() *router.Core { return p.core }
 
 // Handler returns the warden's HTTP handler: proxied /v1/* and the admin
 // endpoints.
@@ -164,7 +162,7 @@ func (p *Proxy) CloseIdleConnections() {
 // it answers with the name alone; with no served name configured it passes
 // the request to a replica.
 func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) {
-	if p.cfg.ServedModel == "" {
+	if p.served == "" {
 		p.serveProxied(w, r)
 		return
 	}
@@ -175,7 +173,7 @@ func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []map[string]any{{
-		"id": p.cfg.ServedModel, "object": "model", "created": p.core.Since().Unix(), "owned_by": "warden",
+		"id": p.served, "object": "model", "created": p.core.Since().Unix(), "owned_by": "warden",
 	}}})
 }
 

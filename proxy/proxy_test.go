@@ -22,7 +22,7 @@ import (
 
 func TestStreamWithoutIncludeUsageNeverShowsTheUsageChunk(t *testing.T) {
 	e := newFakeEngine(t)
-	p, front := testProxy(t, Config{}, e)
+	p, front := testProxy(t, testConfig{}, e)
 	resp, body := post(t, front.URL+"/v1/chat/completions", chatBody("s1", true, ""))
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
@@ -37,7 +37,7 @@ func TestStreamWithoutIncludeUsageNeverShowsTheUsageChunk(t *testing.T) {
 		t.Errorf("engine was not asked for usage: %s", e.lastBody())
 	}
 	settled(t, p)
-	r := p.core.Status().Replicas[0]
+	r := coreOf(p).Status().Replicas[0]
 	if r.PromptTokens != 100 || r.CachedTokens != 64 || r.CompletionTokens != 3 {
 		t.Errorf("usage not collected: prompt %d cached %d completion %d", r.PromptTokens, r.CachedTokens, r.CompletionTokens)
 	}
@@ -51,20 +51,20 @@ func TestStreamWithoutIncludeUsageNeverShowsTheUsageChunk(t *testing.T) {
 
 func TestStreamWithIncludeUsageKeepsTheUsageChunk(t *testing.T) {
 	e := newFakeEngine(t)
-	p, front := testProxy(t, Config{}, e)
+	p, front := testProxy(t, testConfig{}, e)
 	_, body := post(t, front.URL+"/v1/chat/completions", chatBody("s1", true, `,"stream_options":{"include_usage":true}`))
 	if !strings.Contains(body, `"choices":[],"usage":{"prompt_tokens":100`) {
 		t.Errorf("client that asked lost the usage chunk:\n%s", body)
 	}
 	settled(t, p)
-	if got := p.core.Status().Totals.CachedTokens; got != 64 {
+	if got := coreOf(p).Status().Totals.CachedTokens; got != 64 {
 		t.Errorf("cached tokens = %d, want 64", got)
 	}
 }
 
 func TestNonStreamingAndAnthropicUsage(t *testing.T) {
 	e := newFakeEngine(t)
-	p, front := testProxy(t, Config{}, e)
+	p, front := testProxy(t, testConfig{}, e)
 	_, body := post(t, front.URL+"/v1/chat/completions", chatBody("s1", false, ""))
 	if !strings.Contains(body, `"cached_tokens":64`) {
 		t.Errorf("JSON response changed: %s", body)
@@ -72,7 +72,7 @@ func TestNonStreamingAndAnthropicUsage(t *testing.T) {
 	post(t, front.URL+"/v1/messages?beta=true", `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`,
 		"X-Claude-Code-Session-Id", ccID)
 	settled(t, p)
-	tot := p.core.Status().Totals
+	tot := coreOf(p).Status().Totals
 	if tot.PromptTokens != 300 || tot.CachedTokens != 224 || tot.CompletionTokens != 10 {
 		t.Errorf("totals prompt %d cached %d completion %d, want 300 224 10", tot.PromptTokens, tot.CachedTokens, tot.CompletionTokens)
 	}
@@ -89,7 +89,7 @@ func TestStreamedEventsArriveBeforeTheStreamEnds(t *testing.T) {
 		<-release
 		fmt.Fprint(w, "data: [DONE]\n\n")
 	})
-	_, front := testProxy(t, Config{}, e)
+	_, front := testProxy(t, testConfig{}, e)
 	resp, err := http.Post(front.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("s", true, "")))
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +106,7 @@ func TestClaudeBillingBlockIsRemovedUnlessKept(t *testing.T) {
 	body := `{"model":"m","stream":true,"system":[` + billing + `,{"type":"text","text":"You are Claude Code."}],"messages":[{"role":"user","content":"x"}]}`
 	for _, keep := range []bool{false, true} {
 		e := newFakeEngine(t)
-		_, front := testProxy(t, Config{KeepBillingHeader: keep}, e)
+		_, front := testProxy(t, testConfig{Proxy: Config{KeepBillingHeader: keep}}, e)
 		post(t, front.URL+"/v1/messages?beta=true", body)
 		sys := gjson.Get(e.lastBody(), "system")
 		has := strings.Contains(sys.Raw, identity.BillingPrefix)
@@ -124,7 +124,7 @@ func TestRetryOnAnotherReplicaWhenTheFirstRefusesConnections(t *testing.T) {
 	dead := "http://" + l.Addr().String()
 	l.Close() // nothing listens there now: connection refused
 	e := newFakeEngine(t)
-	p, front := testProxyBackends(t, Config{Config: router.Config{Policy: place.PolicyOff}}, []router.Backend{{Rank: 0, URL: dead}, {Rank: 1, URL: e.srv.URL}})
+	p, front := testProxyBackends(t, testConfig{Config: router.Config{Policy: place.PolicyOff}}, []router.Backend{{Rank: 0, URL: dead}, {Rank: 1, URL: e.srv.URL}})
 	resp, body := post(t, front.URL+"/v1/chat/completions", chatBody("s", false, ""))
 	if resp.StatusCode != 200 || resp.Header.Get(identity.PinHeader) != "1" {
 		t.Fatalf("status %d replica %q: %s", resp.StatusCode, resp.Header.Get(identity.PinHeader), body)
@@ -133,7 +133,7 @@ func TestRetryOnAnotherReplicaWhenTheFirstRefusesConnections(t *testing.T) {
 		t.Errorf("the retry did not replay the body: %q", e.lastBody())
 	}
 	settled(t, p)
-	if st := p.core.Status(); st.Replicas[0].Up || st.Replicas[0].InFlight != 0 || st.Replicas[1].Requests != 1 {
+	if st := coreOf(p).Status(); st.Replicas[0].Up || st.Replicas[0].InFlight != 0 || st.Replicas[1].Requests != 1 {
 		t.Errorf("after retry: replica 0 up=%v in-flight=%d; replica 1 requests %d",
 			st.Replicas[0].Up, st.Replicas[0].InFlight, st.Replicas[1].Requests)
 	}
@@ -141,7 +141,7 @@ func TestRetryOnAnotherReplicaWhenTheFirstRefusesConnections(t *testing.T) {
 
 func TestBodyOverTheLimitGets413(t *testing.T) {
 	e := newFakeEngine(t)
-	_, front := testProxy(t, Config{MaxBodyBytes: 1000}, e)
+	_, front := testProxy(t, testConfig{Config: router.Config{MaxBodyBytes: 1000}}, e)
 	resp, body := post(t, front.URL+"/v1/chat/completions", chatBody("s", false, `,"pad":"`+strings.Repeat("x", 2000)+`"`))
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "1000 B (--max-body-bytes)") {
 		t.Errorf("status %d body %s", resp.StatusCode, body)
@@ -156,7 +156,7 @@ func TestBodyOverTheLimitGets413(t *testing.T) {
 // message instead of a broken pipe.
 func TestBodyOverTheLimitWithoutExpectReadsThe413(t *testing.T) {
 	e := newFakeEngine(t)
-	_, front := testProxy(t, Config{MaxBodyBytes: 64 << 10}, e)
+	_, front := testProxy(t, testConfig{Config: router.Config{MaxBodyBytes: 64 << 10}}, e)
 	body := `{"model":"m","pad":"` + strings.Repeat("x", 4<<20) + `"}`
 	conn, err := net.Dial("tcp", strings.TrimPrefix(front.URL, "http://"))
 	if err != nil {
@@ -180,7 +180,7 @@ func TestBodyOverTheLimitWithoutExpectReadsThe413(t *testing.T) {
 
 func TestMalformedJSONIsForwardedAndTheEngineAnswers(t *testing.T) {
 	e := newFakeEngine(t)
-	_, front := testProxy(t, Config{}, e)
+	_, front := testProxy(t, testConfig{}, e)
 	resp, _ := post(t, front.URL+"/v1/chat/completions", `{"model":"m","messages":[`)
 	if resp.StatusCode != http.StatusBadRequest || e.count() != 1 {
 		t.Errorf("status %d, engine saw %d requests", resp.StatusCode, e.count())
@@ -190,7 +190,7 @@ func TestMalformedJSONIsForwardedAndTheEngineAnswers(t *testing.T) {
 func TestClientDisconnectCancelsTheEngineRequest(t *testing.T) {
 	e := newFakeEngine(t)
 	e.hold = make(chan struct{})
-	p, front := testProxy(t, Config{}, e)
+	p, front := testProxy(t, testConfig{}, e)
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, front.URL+"/v1/chat/completions", strings.NewReader(chatBody("s", true, "")))
 	done := make(chan struct{})
@@ -205,7 +205,7 @@ func TestClientDisconnectCancelsTheEngineRequest(t *testing.T) {
 	<-e.gone // the engine saw its request cancelled
 	<-done
 	settled(t, p)
-	if st := p.core.Status(); st.Replicas[0].Errors != 0 || st.Replicas[0].Requests != 0 {
+	if st := coreOf(p).Status(); st.Replicas[0].Errors != 0 || st.Replicas[0].Requests != 0 {
 		t.Errorf("a client cancel counted as errors=%d requests=%d", st.Replicas[0].Errors, st.Replicas[0].Requests)
 	}
 }
@@ -219,7 +219,7 @@ func TestBurstOfNewConversationsSpreadsEvenly(t *testing.T) {
 		e.hold = hold
 		es = append(es, e)
 	}
-	p, front := testProxy(t, Config{}, es...)
+	p, front := testProxy(t, testConfig{}, es...)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
@@ -228,8 +228,8 @@ func TestBurstOfNewConversationsSpreadsEvenly(t *testing.T) {
 			post(t, front.URL+"/v1/chat/completions", chatBody(fmt.Sprintf("burst-%d", i), false, ""))
 		}()
 	}
-	simproc.Poll(t, "all requests in flight", func() bool { return p.core.Status().InFlight == n })
-	for _, r := range p.core.Status().Replicas {
+	simproc.Poll(t, "all requests in flight", func() bool { return coreOf(p).Status().InFlight == n })
+	for _, r := range coreOf(p).Status().Replicas {
 		if r.InFlight != n/replicas || r.ActiveSessions != n/replicas {
 			t.Errorf("replica %d: in flight %d, sessions %d; want %d each", r.Rank, r.InFlight, r.ActiveSessions, n/replicas)
 		}
@@ -240,7 +240,7 @@ func TestBurstOfNewConversationsSpreadsEvenly(t *testing.T) {
 
 func TestPinHeader(t *testing.T) {
 	e0, e1 := newFakeEngine(t), newFakeEngine(t)
-	p, front := testProxy(t, Config{}, e0, e1)
+	p, front := testProxy(t, testConfig{}, e0, e1)
 	resp, _ := post(t, front.URL+"/v1/chat/completions", chatBody("s", false, ""), identity.PinHeader, "1")
 	if resp.Header.Get(identity.PinHeader) != "1" || resp.Header.Get(routeHeader) != "pinned" {
 		t.Errorf("pinned request went to %s (%s)", resp.Header.Get(identity.PinHeader), resp.Header.Get(routeHeader))
@@ -249,7 +249,7 @@ func TestPinHeader(t *testing.T) {
 		t.Errorf("pin header forwarded to the engine: %q", h)
 	}
 	settled(t, p)
-	if p.core.Status().Replicas[1].Pinned != 1 {
+	if coreOf(p).Status().Replicas[1].Pinned != 1 {
 		t.Error("pinned turn not counted")
 	}
 	for _, v := range []string{"7", "x"} {
@@ -267,7 +267,7 @@ func TestPinHeader(t *testing.T) {
 func TestForwardedHeaders(t *testing.T) {
 	dead, e := newFakeEngine(t), newFakeEngine(t)
 	dead.srv.Close() // connection refused: the attempt is retried on e
-	_, front := testProxy(t, Config{APIKey: "k3y"}, dead, e)
+	_, front := testProxy(t, testConfig{Proxy: Config{APIKey: "k3y"}}, dead, e)
 	for i := range 4 { // new sessions go to the least loaded: some try the dead replica first
 		resp, body := post(t, front.URL+"/v1/chat/completions", chatBody(fmt.Sprintf("s%d", i), false, ""),
 			"Authorization", "Bearer k3y", "Accept-Encoding", "br", "X-Custom", "kept", "session_id", fmt.Sprintf("s%d", i))
@@ -294,13 +294,15 @@ func TestForwardedHeaders(t *testing.T) {
 // 404 in the API's shape naming the path, and counts no turn.
 func TestUnknownPathIsNotATurn(t *testing.T) {
 	e := newFakeEngine(t)
-	p, front := testProxy(t, Config{}, e)
+	p, front := testProxy(t, testConfig{}, e)
 	resp, body := post(t, front.URL+"/v1/foo", `{"model":"m"}`)
 	if resp.StatusCode != 404 || !strings.Contains(gjson.Get(body, "error.message").Str, "does not serve /v1/foo") {
 		t.Errorf("POST /v1/foo: %d %s", resp.StatusCode, body)
 	}
 	settled(t, p)
-	if n := p.core.Status().Totals.Requests; n != 0 {
+	if n := coreOf(p).Status().Totals.Requests; n != 0 {
 		t.Errorf("%d turns counted for an unknown path, want 0", n)
 	}
 }
+
+var _ Core = (*router.Core)(nil)

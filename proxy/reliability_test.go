@@ -99,7 +99,7 @@ func openStream(t *testing.T, ctx context.Context, url, body string, kv ...strin
 
 func TestEngineKilledMidStreamEndsWithAnErrorEventAndSessionsFailOver(t *testing.T) {
 	procs, bs := simSet(t, slow, fast)
-	p, front := testProxyBackends(t, Config{}, bs)
+	p, front := testProxyBackends(t, testConfig{}, bs)
 	// The victim stream is pinned to replica 0, its session lives there.
 	resp, rest := openStream(t, context.Background(), front.URL, streamBody("victim", 4000), identity.PinHeader, "0")
 	if resp.Header.Get(identity.PinHeader) != "0" {
@@ -129,7 +129,7 @@ func TestEngineKilledMidStreamEndsWithAnErrorEventAndSessionsFailOver(t *testing
 		t.Errorf("the dead replica's session: status %d route %q: %s", r.StatusCode, r.Header.Get(routeHeader), body)
 	}
 	settled(t, p)
-	st := p.core.Status()
+	st := coreOf(p).Status()
 	if st.Replicas[0].Up || st.Replicas[0].Errors == 0 || st.Replicas[1].Requests < 21 {
 		t.Errorf("after the kill: replica 0 up=%v errors=%d; replica 1 requests %d",
 			st.Replicas[0].Up, st.Replicas[0].Errors, st.Replicas[1].Requests)
@@ -147,7 +147,7 @@ func goroutines() int { return runtime.NumGoroutine() }
 
 func TestEngineDiesBeforeHeadersGets502NamingTheReplica(t *testing.T) {
 	_, bs := simSet(t, append([]string{"--sim-die-after", "1"}, fast...))
-	p, front := testProxyBackends(t, Config{}, bs)
+	p, front := testProxyBackends(t, testConfig{}, bs)
 	resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"))
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(gjson.Get(body, "error.message").Str, "replica 0") {
 		t.Errorf("status %d: %s", resp.StatusCode, body)
@@ -158,7 +158,7 @@ func TestEngineDiesBeforeHeadersGets502NamingTheReplica(t *testing.T) {
 func TestEngineAnswering500sIsNamedThenTakenOutAndBackWhenHealthy(t *testing.T) {
 	_, bs := simSet(t, append([]string{"--sim-http-error", "500"}, fast...), fast)
 	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
-	p, front := testProxyBackends(t, Config{Config: router.Config{Clock: clock.now, FailCooldown: time.Minute}}, bs)
+	p, front := testProxyBackends(t, testConfig{Config: router.Config{Clock: clock.now, FailCooldown: time.Minute}}, bs)
 	for i := range engine.ReqFailsDown {
 		resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"), identity.PinHeader, "0")
 		msg := gjson.Get(body, "error.message").Str
@@ -167,7 +167,7 @@ func TestEngineAnswering500sIsNamedThenTakenOutAndBackWhenHealthy(t *testing.T) 
 		}
 	}
 	settled(t, p)
-	if st := p.core.Status(); st.Replicas[0].Up || st.Replicas[0].Errors != engine.ReqFailsDown {
+	if st := coreOf(p).Status(); st.Replicas[0].Up || st.Replicas[0].Errors != engine.ReqFailsDown {
 		t.Fatalf("after %d failures: replica 0 up=%v errors=%d", engine.ReqFailsDown, st.Replicas[0].Up, st.Replicas[0].Errors)
 	}
 	for i := range 10 {
@@ -176,23 +176,23 @@ func TestEngineAnswering500sIsNamedThenTakenOutAndBackWhenHealthy(t *testing.T) 
 			t.Fatalf("request %d while replica 0 is out: status %d replica %s", i, resp.StatusCode, resp.Header.Get(identity.PinHeader))
 		}
 	}
-	p.core.CheckNow(context.Background()) // healthy, but still within the cooldown
-	if p.core.Status().Replicas[0].Up {
+	coreOf(p).CheckNow(context.Background()) // healthy, but still within the cooldown
+	if coreOf(p).Status().Replicas[0].Up {
 		t.Fatal("back in rotation before the cooldown ended")
 	}
 	clock.add(time.Minute)
-	p.core.CheckNow(context.Background())
-	if !p.core.Status().Replicas[0].Up {
+	coreOf(p).CheckNow(context.Background())
+	if !coreOf(p).Status().Replicas[0].Up {
 		t.Fatal("not back in rotation after the cooldown and a good health check")
 	}
 }
 
 func TestHungEngineTimesOutNamedAndIsBackAfterItRecovers(t *testing.T) {
 	procs, bs := simSet(t, fast, fast)
-	p, front := testProxyBackends(t, Config{Config: router.Config{FailCooldown: time.Millisecond, ScrapeInterval: 50 * time.Millisecond}, ResponseHeaderTimeout: 300 * time.Millisecond}, bs)
+	p, front := testProxyBackends(t, testConfig{Config: router.Config{FailCooldown: time.Millisecond, ScrapeInterval: 50 * time.Millisecond}, Proxy: Config{ResponseHeaderTimeout: 300 * time.Millisecond}}, bs)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go p.core.Run(ctx)
+	go coreOf(p).Run(ctx)
 	pid := procs[0].Cmd.Process.Pid
 	if err := syscall.Kill(-pid, syscall.SIGSTOP); err != nil { // a real hang: the process is frozen
 		t.Fatal(err)
@@ -204,7 +204,7 @@ func TestHungEngineTimesOutNamedAndIsBackAfterItRecovers(t *testing.T) {
 			t.Fatalf("hung engine: status %d: %s", resp.StatusCode, body)
 		}
 	}
-	simproc.Poll(t, "the hung replica out of rotation", func() bool { return !p.core.Status().Replicas[0].Up })
+	simproc.Poll(t, "the hung replica out of rotation", func() bool { return !coreOf(p).Status().Replicas[0].Up })
 	for i := range 5 {
 		resp, _ := post(t, front.URL+"/v1/chat/completions", simChat(fmt.Sprintf("n%d", i)))
 		if resp.StatusCode != http.StatusOK || resp.Header.Get(identity.PinHeader) != "1" {
@@ -214,7 +214,7 @@ func TestHungEngineTimesOutNamedAndIsBackAfterItRecovers(t *testing.T) {
 	if err := syscall.Kill(-pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	simproc.Poll(t, "the recovered replica back in rotation", func() bool { return p.core.Status().Replicas[0].Up })
+	simproc.Poll(t, "the recovered replica back in rotation", func() bool { return coreOf(p).Status().Replicas[0].Up })
 	resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"), identity.PinHeader, "0")
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("after recovery: status %d: %s", resp.StatusCode, body)
@@ -223,7 +223,7 @@ func TestHungEngineTimesOutNamedAndIsBackAfterItRecovers(t *testing.T) {
 
 func TestClientDisconnectMidStreamCancelsTheEngineWork(t *testing.T) {
 	procs, bs := simSet(t, slow)
-	p, front := testProxyBackends(t, Config{}, bs)
+	p, front := testProxyBackends(t, testConfig{}, bs)
 	before := goroutines()
 	ctx, cancel := context.WithCancel(context.Background())
 	openStream(t, ctx, front.URL, streamBody("leaver", 4000))
@@ -237,14 +237,14 @@ func TestClientDisconnectMidStreamCancelsTheEngineWork(t *testing.T) {
 	settled(t, p)
 	http.DefaultClient.CloseIdleConnections()
 	simproc.Poll(t, "goroutines to settle", func() bool { return goroutines() <= before })
-	if st := p.core.Status(); st.Replicas[0].Errors != 0 || !st.Replicas[0].Up {
+	if st := coreOf(p).Status(); st.Replicas[0].Errors != 0 || !st.Replicas[0].Up {
 		t.Errorf("a client cancel counted against the replica: errors %d up %v", st.Replicas[0].Errors, st.Replicas[0].Up)
 	}
 }
 
 func TestTheLastReplicaInRotationStaysDespiteFailures(t *testing.T) {
 	_, bs := simSet(t, append([]string{"--sim-http-error", "500"}, fast...))
-	p, front := testProxyBackends(t, Config{}, bs)
+	p, front := testProxyBackends(t, testConfig{}, bs)
 	for i := range 2 * engine.ReqFailsDown {
 		resp, body := post(t, front.URL+"/v1/chat/completions", simChat("s"))
 		if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "replica 0: ") {
@@ -252,7 +252,7 @@ func TestTheLastReplicaInRotationStaysDespiteFailures(t *testing.T) {
 		}
 	}
 	settled(t, p)
-	if r := p.core.Status().Replicas[0]; !r.Up || r.Errors != 2*engine.ReqFailsDown {
+	if r := coreOf(p).Status().Replicas[0]; !r.Up || r.Errors != 2*engine.ReqFailsDown {
 		t.Errorf("the only replica: up %v, errors %d", r.Up, r.Errors)
 	}
 }
@@ -265,7 +265,7 @@ func TestTheLastReplicaInRotationStaysDespiteFailures(t *testing.T) {
 func TestStalledStreamEndsWithinTheIdleTimeout(t *testing.T) {
 	procs, bs := simSet(t, slow, fast)
 	const idle = 500 * time.Millisecond
-	_, front := testProxyBackends(t, Config{StreamIdleTimeout: idle}, bs)
+	_, front := testProxyBackends(t, testConfig{Proxy: Config{StreamIdleTimeout: idle}}, bs)
 	resp, rest := openStream(t, context.Background(), front.URL, streamBody("stalled", 4000), identity.PinHeader, "0")
 	if resp.Header.Get(identity.PinHeader) != "0" {
 		t.Fatalf("stream went to replica %s", resp.Header.Get(identity.PinHeader))

@@ -34,7 +34,7 @@ func TestReplaysAreBounded(t *testing.T) {
 		t.Cleanup(srv.Close)
 		bs = append(bs, router.Backend{Rank: i, URL: srv.URL, MaxNumSeqs: 32})
 	}
-	p, front := testProxyBackends(t, Config{Config: router.Config{Policy: place.PolicySticky}}, bs)
+	p, front := testProxyBackends(t, testConfig{Config: router.Config{Policy: place.PolicySticky}}, bs)
 	resp, out := post(t, front.URL+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"poison"}]}`)
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(out, "replayed") {
 		t.Errorf("status %d %s; want 502 saying the request was replayed", resp.StatusCode, out)

@@ -23,8 +23,8 @@ import (
 	"github.com/lmwarden/warden/internal/apierr"
 	"github.com/lmwarden/warden/proxy/compat"
 	"github.com/lmwarden/warden/router"
-	"github.com/lmwarden/warden/router/decision"
 	"github.com/lmwarden/warden/router/identity"
+	"github.com/lmwarden/warden/router/modelname"
 	"github.com/lmwarden/warden/router/place"
 	"github.com/lmwarden/warden/router/tap"
 )
@@ -49,20 +49,19 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Identify.
-	req := p.prepare(r, body)
-	if req.refuse != "" {
-		compat.WriteModelNotFound(w, r.URL.Path, req.refuse, p.cfg.ServedModel)
-		return
-	}
-	pin, pinned, err := identity.ParsePin(r.Header)
+	req, err := p.prepare(r, body)
 	if err != nil {
 		writeError(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	if req.refuse != "" {
+		compat.WriteModelNotFound(w, r.URL.Path, req.refuse, p.served)
 		return
 	}
 	// Place or hold, then forward (and account); again elsewhere while the
 	// request never reached an engine. Each try skips the replicas tried
 	// before (they are unavailable to the policies), so the tries end.
-	pr := p.core.PlaceRequest(req.key, pinned, pin, len(req.body))
+	pr := req.place
 	var failed string // the last try that never reached its engine: "replica N: why"
 	for {
 		pl := p.core.Place(r.Context(), pr)
@@ -83,8 +82,8 @@ func (p *Proxy) serveProxied(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case failed != "": // no other replica to try: the engine's failure is the answer
 		writeError(w, r, http.StatusBadGateway, failed+" (no other replica available)")
-	case pinned:
-		writeError(w, r, http.StatusServiceUnavailable, fmt.Sprintf("replica %d (X-Warden-Replica) does not exist or is not available", pin))
+	case pr.Pinned:
+		writeError(w, r, http.StatusServiceUnavailable, fmt.Sprintf("replica %d (X-Warden-Replica) does not exist or is not available", pr.Pin))
 	default:
 		writeError(w, r, http.StatusServiceUnavailable, "no replica is available")
 	}
@@ -132,18 +131,18 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, true
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, p.cfg.MaxBodyBytes+1))
+	body, err := io.ReadAll(io.LimitReader(r.Body, p.maxBody+1))
 	if err != nil {
 		writeError(w, r, http.StatusBadRequest, "reading request body: "+err.Error())
 		return nil, false
 	}
-	if int64(len(body)) > p.cfg.MaxBodyBytes {
+	if int64(len(body)) > p.maxBody {
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(drainMaxTime))
 		if n, _ := io.CopyN(io.Discard, r.Body, drainMaxBytes); n == drainMaxBytes {
 			w.Header().Set("Connection", "close") // more is coming: this connection cannot be reused
 		}
 		writeError(w, r, http.StatusRequestEntityTooLarge,
-			fmt.Sprintf("request body exceeds the warden's limit of %s (--max-body-bytes)", humanize.IBytes(uint64(p.cfg.MaxBodyBytes))))
+			fmt.Sprintf("request body exceeds the warden's limit of %s (--max-body-bytes)", humanize.IBytes(uint64(p.maxBody))))
 		return nil, false
 	}
 	return body, true
@@ -153,39 +152,36 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 type request struct {
 	body   []byte
 	key    identity.SessionKey // Key is the placement key: a subagent's own unless SubagentsWithParent
+	place  place.Request
 	kind   tap.Kind
 	stream bool
-	strip  bool // the warden asked for the usage chunk: drop it from the stream
+	strip  bool   // the warden asked for the usage chunk: drop it from the stream
+	refuse string // a model name refused in strict mode: answer 404
+	id     string // the client's X-Request-Id, for the decision log
+	sessID bool   // the body has a top-level session_id (the engine's label replaces it)
 	// replays is how often the request was replayed after an engine closed
 	// the connection before answering (Config.MaxReplays bounds it).
 	replays int
-	refuse  string // a model name refused in strict mode: answer 404
-	id      string // the client's X-Request-Id, for the decision log
 }
 
-// prepare classifies the request, maps its model name to the served one (or
-// marks it refused in strict mode), removes Claude Code's billing block
-// (unless kept) and the server tools vLLM rejects, asks an OpenAI stream for
-// its usage chunk when the client did not, and finds the session key.
-func (p *Proxy) prepare(r *http.Request, body []byte) *request {
-	req := &request{body: body, kind: tap.KindOf(r.URL.Path)}
-	if p.core.LogsDecisions() {
-		req.id = r.Header.Get(decision.RequestIDHeader)
-		req.id = req.id[:min(len(req.id), decision.MaxRequestID)]
+// prepare identifies the request (router.Core.Identify: its API, model
+// name and session key; the error is a malformed pin), marks a refused
+// model name (strict mode), removes Claude Code's billing block (unless
+// kept) and the server tools vLLM rejects, asks an OpenAI stream for its
+// usage chunk when the client did not, and maps the model name to the
+// served one.
+func (p *Proxy) prepare(r *http.Request, body []byte) (*request, error) {
+	id, err := p.core.Identify(r.Header, r.URL.Path, body)
+	if err != nil {
+		return nil, err
 	}
-	f := identity.Scan(body) // one pass over the top-level keys
-	if req.kind != tap.None {
-		req.stream = f.Stream.Bool()
-	}
-	model := p.clients.ResolveModel(f.Model)
-	switch model {
-	case compat.ModelRefuse:
+	f := &id.Fields
+	req := &request{body: body, kind: id.Kind, stream: id.Stream, key: id.Key, place: id.Place, id: id.ID,
+		sessID: id.Fields.SessionID.Exists()}
+	if id.Model == modelname.Refuse {
 		req.refuse = strings.Clone(f.Model.Str)
-		return req
-	case compat.ModelRewrite:
-		f.Model = p.clients.ServedModel() // identity sees the served name on every turn
+		return req, nil
 	}
-	req.key = p.core.Identify(r.Header, f)
 	var drop compat.ToolDrop
 	if strings.HasPrefix(r.URL.Path, "/v1/messages") {
 		drop = compat.ServerTools(f.Tools) // read now: the edits below move bytes under f
@@ -200,10 +196,11 @@ func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 		}
 	}
 	req.body = p.clients.DropTools(req.body, drop)
-	if model == compat.ModelRewrite {
-		req.body = p.clients.RewriteModel(req.body)
+	if id.Model == modelname.Rewrite {
+		req.body = p.core.RewriteModel(req.body)
 	}
-	return req
+	req.place.BodyBytes = len(req.body)
+	return req, nil
 }
 
 // attempt is one try of forwarding a request to one replica; the reverse
@@ -211,7 +208,8 @@ func (p *Proxy) prepare(r *http.Request, body []byte) *request {
 type attempt struct {
 	rep        *router.Replica
 	req        *request
-	retry      bool                    // never reached the engine: try another replica
+	retry      router.Retry            // not Served: never reached the engine, try another replica
+	err        error                   // the connection error of a retry
 	noEndpoint bool                    // the engine has no such endpoint: not a turn
 	client     context.Context         // the client's request context (the attempt's is derived from it)
 	cancel     context.CancelCauseFunc // cancels the attempt (header timeout, a stalled stream)
@@ -221,6 +219,7 @@ type attempt struct {
 	timer      *time.Timer // the response-header timeout; stopped when headers arrive
 	cause      string      // why the attempt failed, for the failure streak
 	body       bodyReader  // the body sent (in the attempt: no allocation of its own)
+	label      []string    // the conversation's label for the engine (router.SessionIDHeader); nil none
 }
 
 // bodyReader is the request body of one attempt.
@@ -265,20 +264,28 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 	// A shallow copy: the ReverseProxy clones it, header included, for the
 	// engine, and Rewrite edits that clone, so r stays as the client sent
 	// it for a retry.
-	out := r.WithContext(compat.WithRequest(context.WithValue(ctx, attemptKey{}, at), req.body, req.kind))
-	at.body.Reset(req.body)
+	body, label := p.core.ForEngine(pl, req.kind, req.sessID, req.body)
+	if label != "" {
+		at.label = []string{label}
+	}
+	out := r.WithContext(compat.WithRequest(context.WithValue(ctx, attemptKey{}, at), body, req.kind))
+	at.body.Reset(body)
 	out.Body = &at.body
-	out.ContentLength = int64(len(req.body))
+	out.ContentLength = int64(len(body))
 	out.GetBody = nil
 	h := w.Header()
 	h[identity.PinHeader] = rep.RankValue() // shared, never changed: Set would allocate per request
 	h[routeHeader] = routeValue(pl.Reason)
 	p.rp.ServeHTTP(w, out)
-	if at.retry {
+	if at.retry != router.Served {
 		h.Del(identity.PinHeader)
 		h.Del(routeHeader)
+		if at.retry == router.Reset {
+			return true, "the engine closed the connection before answering: " + at.err.Error()
+		}
+		return true, at.err.Error()
 	}
-	return at.retry, at.cause
+	return false, ""
 }
 
 // reverseProxy is the hop to every replica: the placed engine's URL (the
@@ -287,11 +294,17 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, req *request, pl
 func (p *Proxy) reverseProxy(tr http.RoundTripper) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			rep := pr.In.Context().Value(attemptKey{}).(*attempt).rep
+			at := pr.In.Context().Value(attemptKey{}).(*attempt)
+			rep := at.rep
 			pr.SetURL(rep.URL())
 			pr.SetXForwarded()
 			h := pr.Out.Header
 			h.Del(identity.PinHeader)
+			if at.label != nil { // the warden's label, never the client's own value (the engine publishes it)
+				h[router.SessionIDHeader] = at.label
+			} else {
+				h.Del(router.SessionIDHeader)
+			}
 			if dp := rep.DPRank(); dp != nil { // one engine of a vLLM data-parallel server
 				h[router.DPRankHeader] = dp
 				if strings.HasPrefix(pr.In.URL.Path, "/v1/responses") {
@@ -437,9 +450,7 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
-		at.retry, at.cause = true, err.Error()
-		at.rep.Refused(err)
-		p.core.Retrying(at.rep, "refused", err)
+		at.retry, at.err = router.Refused, err // the core takes the replica out of rotation
 		return
 	}
 	if closedBeforeAnswer(err) {
@@ -462,8 +473,7 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 			return
 		}
 		at.req.replays++
-		at.retry, at.cause = true, cause
-		p.core.Retrying(at.rep, "reset", err)
+		at.retry, at.err = router.Reset, err
 		return
 	}
 	at.status, at.cause = http.StatusBadGateway, err.Error()
@@ -483,7 +493,7 @@ func closedBeforeAnswer(err error) bool {
 // outcome is what the attempt saw, for the core's accounting: a stream
 // that broke off after its headers counts as a 502.
 func (p *Proxy) outcome(at *attempt, req *request, start time.Time) router.Outcome {
-	o := router.Outcome{Retry: at.retry, NoEndpoint: at.noEndpoint, Status: at.status, Cause: at.cause, Start: start, Key: req.key, RequestID: req.id}
+	o := router.Outcome{Retry: at.retry, Err: at.err, NoEndpoint: at.noEndpoint, Status: at.status, Cause: at.cause, Start: start, Key: req.key, RequestID: req.id}
 	if at.tap != nil {
 		if err := at.tap.Failed(); err != nil {
 			o.Status, o.Cause = http.StatusBadGateway, err.Error()

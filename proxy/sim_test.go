@@ -88,7 +88,7 @@ func (c *conversation) turn(t *testing.T, next string) (rank int, route string, 
 
 func TestSimConversationStaysAndItsHitsRise(t *testing.T) {
 	_, bs := startSims(t, 2)
-	p, front := testProxyBackends(t, Config{}, bs)
+	p, front := testProxyBackends(t, testConfig{}, bs)
 	sys := words("sys", 400)
 	c := newConversation(front.URL, "conv-a", sys, words("task", 300))
 	home, route, prevPrompt, cached0 := c.turn(t, words("more", 50))
@@ -113,7 +113,7 @@ func TestSimConversationStaysAndItsHitsRise(t *testing.T) {
 		lastRate = rate
 	}
 	settled(t, p)
-	if st := p.core.Status(); st.StickyShare != 1 || st.Replicas[home].Sticky != 3 || st.Totals.CachedTokens == 0 {
+	if st := coreOf(p).Status(); st.StickyShare != 1 || st.Replicas[home].Sticky != 3 || st.Totals.CachedTokens == 0 {
 		t.Errorf("status: sticky share %v, sticky turns %d, cached %d", st.StickyShare, st.Replicas[home].Sticky, st.Totals.CachedTokens)
 	}
 	// Distinct conversations spread: the next one goes to the other replica.
@@ -125,7 +125,7 @@ func TestSimConversationStaysAndItsHitsRise(t *testing.T) {
 
 func TestSimDeadReplicaFailsOver(t *testing.T) {
 	procs, bs := startSims(t, 2)
-	p, front := testProxyBackends(t, Config{}, bs)
+	p, front := testProxyBackends(t, testConfig{}, bs)
 	c := newConversation(front.URL, "conv-f", words("sys", 100), words("task", 100))
 	home, _, _, _ := c.turn(t, "next")
 	procs[home].Kill()
@@ -138,7 +138,7 @@ func TestSimDeadReplicaFailsOver(t *testing.T) {
 		t.Errorf("after failover: replica %d route %s cached %d; want the new home, sticky, cached", rank, route, cached)
 	}
 	settled(t, p)
-	if st := p.core.Status(); st.Replicas[home].Up || st.Replicas[1-home].Failover != 1 {
+	if st := coreOf(p).Status(); st.Replicas[home].Up || st.Replicas[1-home].Failover != 1 {
 		t.Errorf("status: dead replica up=%v, failovers %d", st.Replicas[home].Up, st.Replicas[1-home].Failover)
 	}
 }
@@ -160,11 +160,11 @@ func TestSimBillingStripGivesCrossConversationHits(t *testing.T) {
 	for _, keep := range []bool{false, true} {
 		t.Run(fmt.Sprintf("keep=%v", keep), func(t *testing.T) {
 			_, bs := startSims(t, 1)
-			p, front := testProxyBackends(t, Config{KeepBillingHeader: keep}, bs)
+			p, front := testProxyBackends(t, testConfig{Proxy: Config{KeepBillingHeader: keep}}, bs)
 			post(t, front.URL+"/v1/messages?beta=true", claudeTurn("0b8", system, words("one", 200)), "X-Claude-Code-Session-Id", "a")
 			post(t, front.URL+"/v1/messages?beta=true", claudeTurn("1c9", system, words("two", 200)), "X-Claude-Code-Session-Id", "b")
 			settled(t, p)
-			cached := p.core.Status().Totals.CachedTokens
+			cached := coreOf(p).Status().Totals.CachedTokens
 			t.Logf("keep billing header=%v: cached tokens on the second conversation's first turn: %d", keep, cached)
 			if !keep && cached < 900 {
 				t.Errorf("with the billing block removed the shared system prompt should hit: cached %d", cached)
@@ -179,7 +179,7 @@ func TestSimBillingStripGivesCrossConversationHits(t *testing.T) {
 func TestSimOffSpreadsByQueueAndStickyKeepsTheCache(t *testing.T) {
 	_, bs := startSims(t, 4)
 	clk := &fakeClock{t: time.Unix(1_000_000, 0)} // frozen: one balancer stats period
-	p, front := testProxyBackends(t, Config{Config: router.Config{Policy: place.PolicyOff, Clock: clk.now}}, bs)
+	p, front := testProxyBackends(t, testConfig{Config: router.Config{Policy: place.PolicyOff, Clock: clk.now}}, bs)
 	c := newConversation(front.URL, "conv-off", words("sys", 200), words("task", 200))
 	var got []string
 	for turn := range 4 {
@@ -191,7 +191,7 @@ func TestSimOffSpreadsByQueueAndStickyKeepsTheCache(t *testing.T) {
 	if want := "[0:off:0 1:off:0 2:off:0 3:off:0]"; fmt.Sprint(got) != want {
 		t.Errorf("off: %v, want %s", got, want)
 	}
-	if _, err := p.core.SetPolicy(place.PolicySticky); err != nil {
+	if _, err := coreOf(p).SetPolicy(place.PolicySticky); err != nil {
 		t.Fatal(err)
 	}
 	rank, route, _, cached := c.turn(t, "back home")

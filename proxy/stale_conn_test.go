@@ -45,7 +45,7 @@ func resettingEngine(t *testing.T, resetOn int32) (*httptest.Server, *atomic.Int
 func TestResetOnAKeptAliveConnectionGoesToAnotherReplica(t *testing.T) {
 	a, na := resettingEngine(t, 2)
 	b, nb := resettingEngine(t, 2)
-	_, front := testProxyBackends(t, Config{Config: router.Config{Policy: place.PolicySticky}},
+	_, front := testProxyBackends(t, testConfig{Config: router.Config{Policy: place.PolicySticky}},
 		[]router.Backend{{Rank: 0, URL: a.URL, MaxNumSeqs: 32}, {Rank: 1, URL: b.URL, MaxNumSeqs: 32}})
 	body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 	resp, _ := post(t, front.URL+"/v1/chat/completions", body, "X-Claude-Code-Session-Id", "s1")
@@ -88,7 +88,7 @@ func TestResetBeforeAnyAnswerByteGoesToAnotherReplica(t *testing.T) {
 		return srv
 	}
 	a, b := engine(), engine()
-	p, front := testProxyBackends(t, Config{Config: router.Config{Policy: place.PolicySticky}},
+	p, front := testProxyBackends(t, testConfig{Config: router.Config{Policy: place.PolicySticky}},
 		[]router.Backend{{Rank: 0, URL: a.URL, MaxNumSeqs: 32}, {Rank: 1, URL: b.URL, MaxNumSeqs: 32}})
 	resp, out := post(t, front.URL+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	if resp.StatusCode != 200 {
@@ -97,7 +97,7 @@ func TestResetBeforeAnyAnswerByteGoesToAnotherReplica(t *testing.T) {
 	if n := seen.Load(); n != 2 {
 		t.Errorf("the engines saw %d requests, want 2 (the reset, then the replay)", n)
 	}
-	if n, _ := metric(t, p.core.Registry(), "warden_retries_total", "reason", "reset"); n != 1 {
+	if n, _ := metric(t, coreOf(p).Registry(), "warden_retries_total", "reason", "reset"); n != 1 {
 		t.Errorf("warden_retries_total{reason=reset} = %v, want 1", n)
 	}
 }

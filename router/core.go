@@ -12,19 +12,22 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lmwarden/warden/router/modelname"
 	"github.com/lmwarden/warden/router/panel"
 	"github.com/lmwarden/warden/router/place"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // The defaults of Config's fields, stated once. The command layer gives
-// its flags these values; a zero field means the same.
+// its flags these values, and a zero field means the same, except RampUp:
+// its zero is "at once" (DefaultRampUp is the flag's value only).
 const (
 	DefaultScrapeInterval   = time.Second
 	DefaultBalancerInterval = 100 * time.Millisecond
 	DefaultRampUp           = 30 * time.Second
 	DefaultFailCooldown     = 10 * time.Second
 	DefaultSessionTTL       = time.Hour
-	DefaultMaxSessions      = 100_000
+	DefaultMaxSessions      = place.DefaultMaxSessions
 	DefaultDecisionLogMaxMB = 100
 	// DefaultMaxBodyBytes bounds the request body a data plane reads to
 	// identify a conversation (agent conversations reach a few MB).
@@ -38,7 +41,14 @@ const (
 type Config struct {
 	// ServedModel is the one model name the replicas answer to, reported
 	// in the status; "" = not configured (the data plane asks a replica).
+	// Every other name a request gives is mapped to it (router/modelname).
 	ServedModel string
+	// StrictModel refuses a model name other than ServedModel (the data
+	// plane answers 404, like vLLM) instead of mapping it to the served one.
+	StrictModel bool
+	// MaxBodyBytes bounds the request body a data plane reads to identify
+	// a conversation; a larger one is answered 413. 0 = DefaultMaxBodyBytes.
+	MaxBodyBytes int64
 	// Policy is the placement policy (place.Policies()); "" = adaptive.
 	Policy string
 	// SpillThreshold is the in-flight count above which a sticky turn
@@ -84,7 +94,7 @@ type Config struct {
 	DecisionLogMaxMB int
 	// Engines is how `warden serve` started the engines, reported in the
 	// status; nil when the warden did not start them.
-	Engines *panel.EngineSetup
+	Engines *schema.EngineSetup
 
 	Logger   *slog.Logger         // nil = slog.Default()
 	Registry *prometheus.Registry // nil = a new registry
@@ -124,6 +134,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("the fail cooldown must be >= 0 (0 means %v), got %v", DefaultFailCooldown, c.FailCooldown)
 	case c.RampUp < 0:
 		return fmt.Errorf("--ramp-up must be >= 0 (0: at once), got %v", c.RampUp)
+	case c.MaxBodyBytes < 0:
+		return fmt.Errorf("--max-body-bytes must be >= 0 (0 means %d MiB), got %d", DefaultMaxBodyBytes>>20, c.MaxBodyBytes)
 	case c.DecisionLogMaxMB < 0:
 		return fmt.Errorf("--decision-log-max-mb must be >= 0 (0 means %d), got %d", DefaultDecisionLogMaxMB, c.DecisionLogMaxMB)
 	}
@@ -145,6 +157,7 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.BalancerInterval, DefaultBalancerInterval)
 	setDefault(&c.FailCooldown, DefaultFailCooldown)
 	setDefault(&c.DecisionLogMaxMB, DefaultDecisionLogMaxMB)
+	setDefault(&c.MaxBodyBytes, DefaultMaxBodyBytes)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -202,20 +215,23 @@ const checkTimeout = 2 * time.Second
 // never the other way round. engine.Health has its own lock, taken under
 // any of them and taking none; peak.mu and series.mu take none either.
 type Core struct {
-	cfg       Config
-	log       *slog.Logger
-	clock     func() time.Time
-	since     time.Time
-	starting  atomic.Bool                // engines still starting (SetStarting)
-	set       atomic.Pointer[replicaSet] // the replicas, read without a lock (membership.go)
-	dyn       dynState                   // adding and removing replicas (membership.go)
-	placer    *place.Placer[*Replica]    // placement: decisions, sessions, held requests
-	client    *http.Client               // health, scrape and the engines' admin endpoints
-	metrics   *metrics
-	series    *series
-	peak      peakState     // the worst KV overcommit (status.go)
-	decisions *decisionLog  // --decision-log; nil = off
-	timeScale atomic.Uint64 // the engines' time scale as float64 bits (noteTimeScale); 0 = not said
+	cfg          Config
+	log          *slog.Logger
+	clock        func() time.Time
+	since        time.Time
+	starting     atomic.Bool                // engines still starting (SetStarting)
+	set          atomic.Pointer[replicaSet] // the replicas, read without a lock (membership.go)
+	dyn          dynState                   // adding and removing replicas (membership.go)
+	placer       *place.Placer[*Replica]    // placement: decisions, sessions, held requests
+	client       *http.Client               // health, scrape and the engines' admin endpoints
+	metrics      *metrics
+	series       *series
+	peak         peakState      // the worst KV overcommit (status.go)
+	names        *modelname.Map // the model names requests give, mapped to ServedModel
+	decisions    *decisionLog   // --decision-log; nil = off
+	feeds        feeds          // the engines' KV-event subscribers (truth.go)
+	truthMetrics *truthMetrics
+	timeScale    atomic.Uint64 // the engines' time scale as float64 bits (noteTimeScale); 0 = not said
 }
 
 // Placement is one decision of the Core's Placer.
@@ -230,7 +246,7 @@ func New(cfg Config, backends []Backend) (*Core, error) {
 	if len(backends) == 0 {
 		return nil, errors.New("router: no backends")
 	}
-	c := &Core{cfg: cfg, log: cfg.Logger, clock: cfg.Clock}
+	c := &Core{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, names: modelname.New(cfg.ServedModel, cfg.StrictModel, cfg.Logger)}
 	c.since = c.clock()
 	c.placer = place.NewPlacer[*Replica](place.PlacerConfig{Config: cfg.placeConfig(),
 		SessionTTL: cfg.SessionTTL, MaxSessions: cfg.MaxSessions, BalancerInterval: cfg.BalancerInterval,
@@ -256,6 +272,9 @@ func New(cfg Config, backends []Backend) (*Core, error) {
 		return nil, fmt.Errorf("router: metrics: %w", err)
 	}
 	c.metrics = m
+	if c.truthMetrics, err = newTruthMetrics(cfg.Registry); err != nil {
+		return nil, fmt.Errorf("router: metrics: %w", err)
+	}
 	if err := cfg.Registry.Register(panel.NewCollector(c.Status)); err != nil {
 		return nil, fmt.Errorf("router: panel collector: %w", err)
 	}
@@ -338,12 +357,13 @@ func (c *Core) NoteRestart(rank int) {
 	r.eng.Restarted()
 	r.mu.Unlock()
 	r.maxModelLen.Store(0) // learned again: the new engine may fit another context
+	r.kv.ledger.Reset(false, r.kv.ledger.Live())
 	c.cacheWiped(rank, "the engine restarted")
 }
 
 // SetReplicaCrash records how the replica's engine last went down and
 // where its restarts stand (the launcher's OnCrash), for the status.
-func (c *Core) SetReplicaCrash(rank int, crash panel.Crash) {
+func (c *Core) SetReplicaCrash(rank int, crash schema.Crash) {
 	r := c.Lookup(rank)
 	if r == nil {
 		return

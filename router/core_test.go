@@ -1,8 +1,11 @@
 package router
 
 // The core's own tests: placement driven without a data plane, the
-// balancer's refresh, and the decision log's writer. The request path end
-// to end is the data planes' (proxy's tests).
+// balancer's refresh, and the decision log's writer. The core's behaviour
+// as clients reach it (placement, holds, the session table, membership,
+// scrapes, cache wipes, the decision log) is tested through real HTTP in
+// package router_test (http_fixture_test.go); the HTTP data plane's own
+// behaviour is proxy's tests.
 
 import (
 	"bytes"
@@ -118,7 +121,7 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 func testDecision(i int) decision.Record {
 	return decision.Record{At: time.Unix(int64(i), 0), RequestID: fmt.Sprintf("req-%d", i), Source: identity.SourceClaudeHeader,
 		Key: fmt.Sprintf("session-%d", i%50), Policy: place.PolicyAdaptive, Route: string(place.ReasonSticky), Replica: i % 4,
-		Prompt: 12_000, Cached: 11_000, Completion: 256, TTFB: 300 * time.Millisecond, Duration: 4 * time.Second, Status: 200}
+		Prompt: 12_000, Cached: 11_000, Completion: 256, TTFT: 300 * time.Millisecond, Duration: 4 * time.Second, Status: 200}
 }
 
 // TestDecisionLogRotates: at the size limit the file is rotated into

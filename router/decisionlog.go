@@ -200,7 +200,7 @@ func (c *Core) startDecisionLog() error {
 	}
 	c.decisions = newDecisionLog(w, decisionBuffer, c.log, c.clock)
 	if err := c.decisions.register(c.cfg.Registry); err != nil {
-		return errors.Join(fmt.Errorf("proxy: decision log metric: %w", err), c.decisions.close())
+		return errors.Join(fmt.Errorf("router: decision log metric: %w", err), c.decisions.close())
 	}
 	return nil
 }

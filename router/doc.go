@@ -1,7 +1,8 @@
 // Package router is the warden's router core: what routing needs and no
 // transport. A data plane — proxy (HTTP, `warden serve` and `warden
-// route`) or epp (a gateway's external processor) — imports it; it imports
-// no data plane.
+// route`) or epp (a gateway's external processor) — imports it and holds
+// the core through a view of the methods it needs (proxy.Core, epp.Core,
+// admin.Core); it imports no data plane.
 //
 // What it owns (Core):
 //   - the replica set and its membership: the backends given at start, and
@@ -12,8 +13,10 @@
 //     max_model_len), each replica's rotation state (router/engine);
 //   - placement: one place.Placer over the replicas (router/place), which
 //     keeps the policy, the session table and the adaptive memory;
+//   - identifying a request (Identify: the API, the model name mapped to the
+//     served one by router/modelname, the session key, the pin);
 //   - the accounting of a finished request: turns by route, tokens,
-//     cached tokens, time to first byte, the replica's failure streak, the
+//     cached tokens, time to first token, the replica's failure streak, the
 //     decision log (decisionlog.go), the token series (stats.go) and the
 //     Prometheus metrics (metrics.go);
 //   - the status the panel, /metrics' collector and the exit summary read
@@ -22,16 +25,20 @@
 //
 // One request's life, as every data plane drives it (request.go):
 //
-//	Identify (the session key from headers and the body's top-level fields)
-//	→ PlaceRequest → Place (the Placer decides, or holds the request while
+//	Identify (the model name, the session key from headers and the body's
+//	  top-level fields, the placement request)
+//	→ Place (the Placer decides, or holds the request while
 //	  the policy says wait; the chosen replica counts it in flight in the
 //	  same critical section)
 //	→ the data plane carries the bytes (forward, stream, tap)
 //	→ Finish(Outcome) (accounted, the Placer's End, then out of flight).
 //
-// A placement with a replica is finished exactly once; an Outcome with
-// Retry (the request never reached the engine) only ends it, and the data
-// plane places the request again with that rank skipped.
+// A placement with a replica is finished exactly once; an Outcome whose
+// Retry says the request never reached the engine (Refused, Reset) is
+// counted as retried and ends it, and the data plane places the request
+// again with that rank skipped; one the gateway served elsewhere
+// (ServedElsewhere) is placed again on the endpoint that served, in the
+// same Finish call.
 //
 // Locks: placement is the Placer's, under its own lock; dyn.mu serialises
 // changes of the replica set; each Replica guards its scraped state with

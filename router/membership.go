@@ -98,6 +98,10 @@ func ParseReplica(spec string) (Backend, error) {
 				return Backend{}, fmt.Errorf("replica %q: dp (the server's data-parallel engines) must be a positive integer, not %q", spec, v)
 			}
 			b.DP = n
+		case "kv", "kv_events":
+			b.KVEvents.Endpoint = v
+		case "kv_replay":
+			b.KVEvents.Replay = v
 		case "dp_rank":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
@@ -105,8 +109,11 @@ func ParseReplica(spec string) (Backend, error) {
 			}
 			b.DPPinned, b.DPRank = true, n
 		default:
-			return Backend{}, fmt.Errorf("replica %q: unknown setting %q after # (known: max_num_seqs=N, dp=N, dp_rank=R)", spec, k)
+			return Backend{}, fmt.Errorf("replica %q: unknown setting %q after # (known: max_num_seqs=N, dp=N, dp_rank=R, kv=ENDPOINT, kv_replay=ENDPOINT)", spec, k)
 		}
+	}
+	if err := b.KVEvents.check(spec); err != nil {
+		return Backend{}, err
 	}
 	if b.DPPinned && b.DP > 0 && b.DPRank >= b.DP {
 		return Backend{}, fmt.Errorf("replica %q: dp_rank %d is not one of the server's %d engines (0..%d)", spec, b.DPRank, b.DP, b.DP-1)
@@ -168,7 +175,7 @@ func (c *Core) AddReplica(b Backend) (ReplicaInfo, error) {
 }
 
 // RemoveReplica takes the replica with the given URL (or, when url is "",
-// rank) out of the proxy at run time; a URL without #dp_rank= takes every
+// rank) out of the core at run time; a URL without #dp_rank= takes every
 // replica at that URL (all engines of a data-parallel server). Requests in
 // flight on it finish; the session table is kept, and sessions homed on it
 // fail over on their next turn (or come back if it is added again). The
@@ -307,22 +314,17 @@ func maxNumSeqsFrom(body []byte, field string) int {
 
 // FallbackMaxNumSeqs is the max_num_seqs assumed for a replica added over
 // HTTP until (unless) the server says its own: the largest of the current
-// replicas' fallbacks, else DefaultMaxNumSeqs.
+// replicas' fallbacks, else vLLM's default (engine.VLLMMaxNumSeqs).
 func (c *Core) FallbackMaxNumSeqs() int {
 	n := 0
 	for _, r := range c.Replicas() {
 		n = max(n, r.fallbackSeqs)
 	}
 	if n == 0 {
-		n = DefaultMaxNumSeqs
+		n = engine.VLLMMaxNumSeqs
 	}
 	return n
 }
-
-// DefaultMaxNumSeqs is vLLM's default max_num_seqs on most GPUs (1024 only
-// on large non-A100 cards), assumed for a probed replica when neither the
-// server nor the user says otherwise.
-const DefaultMaxNumSeqs = 256
 
 // CheckReplica polls the replica with rank once (its server's health and
 // metrics), so that one just added enters the rotation as soon as it
@@ -369,6 +371,7 @@ func (c *Core) expandDP(lead *Replica, ids []string) []*Replica {
 		}
 		b := lead.spec
 		b.DPPinned, b.DPRank, b.DP, b.LearnDP = true, dp, len(ids), false
+		b.KVEvents = lead.spec.KVEvents.ForRank(dp)
 		rank, seen := c.dyn.rankOf[b.Key()]
 		switch {
 		case seen && !used[rank]:

@@ -37,7 +37,7 @@ type savedSession struct {
 
 // snapshotSessions copies the session table, least recently used first,
 // with each home as its replica's URL. Sessions homed on a replica that is
-// not current are saved with the URL it had (the proxy remembers URLs of
+// not current are saved with the URL it had (the core remembers URLs of
 // removed replicas), so a later run that has it again sends them home.
 func (c *Core) snapshotSessions() savedState {
 	c.dyn.mu.Lock() // the URLs and the table as of one instant

@@ -10,8 +10,9 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/router/engine"
-	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/ledger"
 	"github.com/lmwarden/warden/router/place"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // Backend is one engine replica the core routes to.
@@ -45,6 +46,9 @@ type Backend struct {
 	// reports more than one, become one pinned replica per engine (warden
 	// route's default for a URL without #dp=).
 	LearnDP bool
+	// KVEvents is where its engine publishes KV-cache events (truth.go);
+	// zero: none, placement uses the estimate for it.
+	KVEvents KVEvents
 }
 
 // ExpandDP is b as its replicas: one pinned to each of its DP engines when
@@ -57,6 +61,7 @@ func (b Backend) ExpandDP() []Backend {
 	for i := range out {
 		out[i] = b
 		out[i].DPPinned, out[i].DPRank, out[i].LearnDP = true, i, false
+		out[i].KVEvents = b.KVEvents.ForRank(i)
 	}
 	return out
 }
@@ -100,10 +105,11 @@ type Replica struct {
 	prompt, cached, completion                                                atomic.Uint64
 
 	health *engine.Health
+	kv     kvState // the engine's truth: its part of the ledger and its feed (truth.go)
 
 	mu        sync.Mutex
 	restarts  int
-	lastCrash *panel.Crash // the launcher's last report of a crash; nil = none
+	lastCrash *schema.Crash // the launcher's last report of a crash; nil = none
 	eng       engine.Scraped
 }
 
@@ -125,6 +131,7 @@ func newReplica(b Backend, cfg *Config) (*Replica, error) {
 		r.log = r.log.With("dp_rank", b.DPRank)
 	}
 	r.learnDP.Store(b.LearnDP && !b.DPPinned)
+	r.kv.ledger, r.kv.cfg = ledger.NewEngine(cfg.MaxSessions, cfg.Clock), b.KVEvents
 	r.health = engine.NewHealth(b.Probe, r.log) // a probed server: out until it answers
 	r.maxNumSeqs.Store(int64(b.MaxNumSeqs))
 	if b.Probe && b.MaxNumSeqs == 0 {

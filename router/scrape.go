@@ -232,6 +232,7 @@ func (c *Core) Run(ctx context.Context) {
 	for {
 		c.CheckNow(ctx)
 		c.housekeep()
+		c.syncFeeds(ctx)
 		select {
 		case <-ctx.Done():
 			return

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 	"github.com/lmwarden/warden/router/tap"
 )
 
@@ -42,13 +42,13 @@ func (s *series) add(t time.Time, u tap.Usage) {
 
 // points returns the buckets of the window ending at now, oldest first,
 // from the first non-empty one on (empty buckets in between are zeros).
-func (s *series) points(now time.Time) []panel.Point {
+func (s *series) points(now time.Time) []schema.Point {
 	w := int64(s.width)
 	end := now.UnixNano() - now.UnixNano()%w
 	n := int64(len(s.buckets))
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []panel.Point
+	var out []schema.Point
 	for k := n - 1; k >= 0; k-- {
 		start := end - k*w
 		b := s.buckets[(start/w)%n]
@@ -58,7 +58,7 @@ func (s *series) points(now time.Time) []panel.Point {
 			}
 			b = bucket{start: start}
 		}
-		out = append(out, panel.Point{T: time.Unix(0, start).UTC(), Seconds: s.width.Seconds(),
+		out = append(out, schema.Point{T: time.Unix(0, start).UTC(), Seconds: s.width.Seconds(),
 			CachedTokens: b.cached, ComputedTokens: b.computed, CompletionTokens: b.complete})
 	}
 	return out

@@ -5,18 +5,19 @@ import (
 
 	"github.com/lmwarden/warden/router/panel"
 	"github.com/lmwarden/warden/router/place"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // peakState is the worst KV overcommit seen so far.
 type peakState struct {
 	mu     sync.Mutex
-	peak   *panel.OvercommitPeak
+	peak   *schema.OvercommitPeak
 	warned bool // the current overcommit has been logged
 }
 
-// Status returns a consistent snapshot of the proxy for the panel, the
+// Status returns a consistent snapshot of the core for the panel, the
 // status JSON, the Prometheus collector and the exit summary.
-func (c *Core) Status() panel.Status {
+func (c *Core) Status() schema.Status {
 	now := c.clock()
 	reps := c.Replicas()
 	ranks := make([]int, len(reps))
@@ -24,7 +25,7 @@ func (c *Core) Status() panel.Status {
 		ranks[i] = r.rank
 	}
 	n := c.placer.Counts(now, ranks)
-	s := panel.Status{
+	s := schema.Status{
 		Since: c.since, Now: now, UptimeSeconds: now.Sub(c.since).Seconds(), Model: c.cfg.ServedModel,
 		Policy: n.Policy, Affinity: affinity(n.Policy), SpillAuto: c.cfg.SpillThreshold == 0,
 		Sessions: n.Sessions, SessionsSeen: n.Seen,
@@ -44,8 +45,16 @@ func (c *Core) Status() panel.Status {
 		s.Replicas = append(s.Replicas, row)
 		s.InFlight += row.InFlight
 	}
-	s.Totals = panel.TotalsOf(s.Replicas)
-	s.MaxModelLen = panel.SmallestContext(s.Replicas)
+	s.Totals = schema.TotalsOf(s.Replicas)
+	for _, r := range s.Replicas {
+		for k, v := range r.MissTokens {
+			if s.MissTokens == nil {
+				s.MissTokens = map[string]uint64{}
+			}
+			s.MissTokens[k] += v
+		}
+	}
+	s.MaxModelLen = schema.SmallestContext(s.Replicas)
 	if len(reps) > 0 {
 		s.SpillThreshold = place.Config{SpillThreshold: c.cfg.SpillThreshold}.SpillFor(place.ReplicaView{MaxNumSeqs: reps[0].seqs()})
 	}
@@ -66,8 +75,8 @@ func affinity(policy string) bool {
 }
 
 // status is the replica's panel row.
-func (r *Replica) status(active int) panel.Replica {
-	row := panel.Replica{
+func (r *Replica) status(active int) schema.Replica {
+	row := schema.Replica{
 		Rank: r.rank, GPUs: r.gpus, URL: r.target.String(), Port: r.port(), MaxNumSeqs: r.seqs(),
 		MaxModelLen: int(r.maxModelLen.Load()),
 		InFlight:    int(r.inflight.Load()), Requests: r.requests.Load(), New: r.newTurns.Load(),
@@ -101,6 +110,7 @@ func (r *Replica) status(active int) panel.Replica {
 		row.OffloadFilled = e.OffloadFilled()
 	}
 	row.ScrapedAt, row.ScrapeError = e.ScrapedAt, e.ScrapeErr
+	r.truthStatus(&row)
 	return row
 }
 

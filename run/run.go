@@ -17,7 +17,7 @@ import (
 
 	"github.com/lmwarden/warden/internal/exit"
 	"github.com/lmwarden/warden/internal/wardenproc"
-	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // Options are a run's settings: its flags, and what the agent inherits.
@@ -69,7 +69,7 @@ func runAgent(ctx context.Context, a Agent, o Options) (int, error) {
 	if err != nil {
 		return 127, err
 	}
-	base, err := panel.NormalizeURL(o.URL)
+	base, err := schema.NormalizeURL(o.URL)
 	if err != nil {
 		return 2, err
 	}
@@ -177,7 +177,7 @@ func notReady(base string, h wardenproc.Health) error {
 func fetchTarget(ctx context.Context, base, key, model string, maxOut int) (target, error) {
 	t := target{URL: base, Key: key, Model: model}
 	client := &http.Client{Timeout: 10 * time.Second}
-	st, _, stErr := panel.FetchStatus(ctx, client, base)
+	st, _, stErr := schema.Fetch(ctx, client, base)
 	if t.Model == "" {
 		t.Model = st.Model
 	}
@@ -221,7 +221,7 @@ func fetchTarget(ctx context.Context, base, key, model string, maxOut int) (targ
 // says how it started them; without that (`warden route`), a request with a
 // tool and tool_choice "auto" for one output token asks them. A probe that
 // cannot tell (a network error, another failure) leaves it unknown.
-func checkTools(ctx context.Context, client *http.Client, base, key, model string, eng *panel.EngineSetup) toolsCheck {
+func checkTools(ctx context.Context, client *http.Client, base, key, model string, eng *schema.EngineSetup) toolsCheck {
 	if eng != nil {
 		if eng.AutoToolChoice {
 			return toolsCheck{Known: true, OK: true, How: "--tool-call-parser " + eng.ToolCallParser}

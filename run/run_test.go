@@ -472,7 +472,7 @@ func TestRunExitCodePassthrough(t *testing.T) {
 		t.Errorf("--url with --serve: code %d, %q", code, stderr)
 	}
 	// A URL not given as a flag (WARDEN_URL from the environment:
-	// internal/command's TestRunURLFromTheEnvironment) does not conflict with
+	// command's TestRunURLFromTheEnvironment) does not conflict with
 	// --serve (the missing agent is found before anything starts: 127, not 2).
 	if code, _, stderr := runMain(t, "claude", Options{URL: srv.URL, Serve: "--dp 2", AgentBin: "/nonexistent/agent"}); code != 127 {
 		t.Errorf("WARDEN_URL with --serve: code %d, %q", code, stderr)

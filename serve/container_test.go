@@ -193,8 +193,9 @@ func TestServeImageNotFound(t *testing.T) {
 
 // TestImageEngineExitCauses: a rank whose container cannot start or dies
 // fails its start with the cause read from the runtime and a hint: no GPU
-// runtime (this machine has none), killed for lack of memory (a container
-// limited to 8 MiB); the container is removed either way.
+// runtime (on a host without the NVIDIA Container Toolkit; skipped where
+// docker has it), killed for lack of memory (a container limited to 8 MiB);
+// the container is removed either way.
 func TestImageEngineExitCauses(t *testing.T) {
 	tag := testImage(t)
 	for _, tc := range []struct {
@@ -203,13 +204,17 @@ func TestImageEngineExitCauses(t *testing.T) {
 		args  []string // the engine's, after it
 		cause string
 		hint  string
+		noGPU bool // needs a docker without a GPU runtime
 	}{
 		{"no GPU runtime", []string{"--gpus", `"device=0"`}, nil,
-			`the container runtime: could not select device driver`, "NVIDIA Container Toolkit"},
+			`the container runtime: could not select device driver`, "NVIDIA Container Toolkit", true},
 		{"out of memory", []string{"--memory", "8m", "--memory-swap", "8m"}, []string{"--sim-kv-tokens", "100000000"},
-			"its container was killed for lack of memory (OOMKilled)", "ran out of memory"},
+			"its container was killed for lack of memory (OOMKilled)", "ran out of memory", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.noGPU && gpuRuntime() {
+				t.Skip("docker here has a GPU runtime (the NVIDIA Container Toolkit): --gpus does not fail for want of one")
+			}
 			port := simproc.FreePort(t)
 			p := strconv.Itoa(port)
 			name := "warden-test-" + strconv.Itoa(os.Getpid()) + "-" + p
@@ -229,4 +234,20 @@ func TestImageEngineExitCauses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gpuRuntime reports whether docker here can give a container GPUs: the
+// NVIDIA Container Toolkit's runtime is registered with the daemon, or its
+// hook or CLI is installed.
+func gpuRuntime() bool {
+	out, _ := exec.Command("docker", "info", "--format", "{{json .Runtimes}}").Output()
+	if strings.Contains(string(out), "nvidia") {
+		return true
+	}
+	for _, bin := range []string{"nvidia-container-runtime-hook", "nvidia-container-cli", "nvidia-ctk"} {
+		if _, err := exec.LookPath(bin); err == nil {
+			return true
+		}
+	}
+	return false
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/lmwarden/warden/internal/wardenproc"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // EPPOptions are `warden epp`'s flags as given; Config checks them.
@@ -33,7 +34,8 @@ type EPPOptions struct {
 	ServedName    string   // reported in the status; "": what the replicas answer
 	GRPCPort      int      // the ext_proc and health services, on Router.Host
 	Fallbacks     int      // endpoints after the pick for the gateway's retries
-	Router        Router   // placement, the HTTP port of the panel and metrics, the admin token
+	KVEvents      KVEventsOptions
+	Router        Router // placement, the HTTP port of the panel and metrics, the admin token
 }
 
 // EPPConfig is everything `warden epp` needs, validated once.
@@ -54,17 +56,14 @@ type EPPConfig struct {
 // Config validates the options (reading the endpoints file).
 func (o EPPOptions) Config() (EPPConfig, error) {
 	cfg := EPPConfig{EndpointsFile: o.EndpointsFile, DrainTimeout: o.Router.DrainTimeout}
-	pc, addr, err := o.Router.proxyConfig(o.ServedName)
+	cc, pc, addr, err := o.Router.configs(o.ServedName)
 	if err != nil {
 		return cfg, err
 	}
-	cfg.HTTPAddr, cfg.Core, cfg.AdminToken = addr, pc.Config, pc.AdminToken
-	cfg.EPP = epp.Config{MaxBodyBytes: pc.MaxBodyBytes, Fallbacks: o.Fallbacks}
+	cfg.HTTPAddr, cfg.Core, cfg.AdminToken = addr, cc, pc.AdminToken
+	cfg.EPP = epp.Config{Fallbacks: o.Fallbacks}
 	if o.Fallbacks < 0 {
 		return cfg, fmt.Errorf("--fallbacks must be >= 0, got %d", o.Fallbacks)
-	}
-	if o.Fallbacks == 0 {
-		cfg.EPP.Fallbacks = -1 // none asked for
 	}
 	if o.GRPCPort < 1 || o.GRPCPort > 65535 || o.GRPCPort == o.Router.Port {
 		return cfg, fmt.Errorf("--grpc-port %d is not a TCP port apart from --port", o.GRPCPort)
@@ -78,6 +77,9 @@ func (o EPPOptions) Config() (EPPConfig, error) {
 		return cfg, err
 	}
 	if cfg.Replicas, err = parseReplicas(specs, o.MaxNumSeqs, -1); err != nil {
+		return cfg, err
+	}
+	if err := o.KVEvents.apply(cfg.Replicas); err != nil {
 		return cfg, err
 	}
 	cfg.Flagged = map[string]bool{}
@@ -326,7 +328,7 @@ func (f *fileEndpoints) reload(core *router.Core, want []router.Backend, log *sl
 }
 
 // printEPPReady prints the one line that says the picker is serving.
-func printEPPReady(w io.Writer, cfg EPPConfig, st panel.Status) {
+func printEPPReady(w io.Writer, cfg EPPConfig, st schema.Status) {
 	up := replicasUp(st)
 	host, port, _ := net.SplitHostPort(cfg.HTTPAddr)
 	url := wardenproc.URL(host, port)

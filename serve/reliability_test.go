@@ -18,7 +18,7 @@ import (
 	"github.com/shirou/gopsutil/v4/process"
 
 	"github.com/lmwarden/warden/internal/simproc"
-	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // Reliability of a whole `warden serve` on the simulator: an engine
@@ -152,7 +152,7 @@ func TestServeExposesOnlyItsPortAndKeepsKeysOutOfLogs(t *testing.T) {
 
 // checkEnginesOnLoopback asserts that every engine's listening sockets are
 // bound to 127.0.0.1 and that the proxy reaches it there.
-func checkEnginesOnLoopback(t *testing.T, w *wardenProc, st panel.Status) {
+func checkEnginesOnLoopback(t *testing.T, w *wardenProc, st schema.Status) {
 	t.Helper()
 	for _, r := range st.Replicas {
 		conns, err := psnet.ConnectionsPid("tcp", enginePID(t, w, r.Port))
@@ -176,7 +176,7 @@ func checkEnginesOnLoopback(t *testing.T, w *wardenProc, st panel.Status) {
 
 // checkFromRemote calls from ip (a non-loopback address of this machine):
 // the engines' ports refuse it, and the admin endpoint wants the token.
-func checkFromRemote(t *testing.T, ip net.IP, port string, st panel.Status, admin string) {
+func checkFromRemote(t *testing.T, ip net.IP, port string, st schema.Status, admin string) {
 	t.Helper()
 	for _, r := range st.Replicas {
 		if c, err := net.DialTimeout("tcp", net.JoinHostPort(ip.String(), strconv.Itoa(r.Port)), 2*time.Second); err == nil {

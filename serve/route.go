@@ -3,11 +3,13 @@ package serve
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -24,6 +26,7 @@ import (
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // RouteOptions are `warden route`'s flags as given; Config checks them.
@@ -35,7 +38,43 @@ type RouteOptions struct {
 	ServedName    string   // "": what the replicas answer on /v1/models
 	StateFile     string   // "": the default path; "none": not saved
 	StateInterval time.Duration
+	KVEvents      KVEventsOptions
 	Router        Router
+}
+
+// KVEventsOptions are where the engines a router did not start publish
+// their KV-cache events (vLLM's --kv-events-config), for every replica
+// without its own URL#kv=: templates in which {host} is the replica URL's
+// host; "" none (placement uses the estimate).
+type KVEventsOptions struct {
+	Endpoint string // --kv-events-endpoint, e.g. tcp://{host}:5557
+	Replay   string // --kv-events-replay, e.g. tcp://{host}:5558
+}
+
+// apply gives each replica without its own settings the templates' (a
+// data-parallel engine's ports offset by its rank, as vLLM does).
+func (k KVEventsOptions) apply(bs []router.Backend) error {
+	if k.Endpoint == "" {
+		if k.Replay != "" {
+			return errors.New("--kv-events-replay without --kv-events-endpoint")
+		}
+		return nil
+	}
+	for i := range bs {
+		if bs[i].KVEvents.On() {
+			continue
+		}
+		u, err := url.Parse(bs[i].URL)
+		if err != nil {
+			return err
+		}
+		kv := router.KVEvents{Endpoint: k.Endpoint, Replay: k.Replay}.Template(u.Hostname())
+		if bs[i].DPPinned {
+			kv = kv.ForRank(bs[i].DPRank)
+		}
+		bs[i].KVEvents = kv
+	}
+	return nil
 }
 
 // RouteConfig is everything `warden route` needs, validated once.
@@ -45,7 +84,8 @@ type RouteConfig struct {
 	StateFile     string // "" = the session table is not saved
 	StateInterval time.Duration
 	DrainTimeout  time.Duration
-	Proxy         proxy.Config
+	Core          router.Config // the router core's settings
+	Proxy         proxy.Config  // the HTTP data plane's
 }
 
 // Config validates the options into a RouteConfig (reading the replicas
@@ -53,7 +93,7 @@ type RouteConfig struct {
 func (o RouteOptions) Config() (RouteConfig, error) {
 	cfg := RouteConfig{StateInterval: o.StateInterval, DrainTimeout: o.Router.DrainTimeout}
 	var err error
-	if cfg.Proxy, cfg.Addr, err = o.Router.proxyConfig(o.ServedName); err != nil {
+	if cfg.Core, cfg.Proxy, cfg.Addr, err = o.Router.configs(o.ServedName); err != nil {
 		return cfg, err
 	}
 	if o.MaxNumSeqs < 1 {
@@ -74,6 +114,9 @@ func (o RouteOptions) Config() (RouteConfig, error) {
 		return cfg, fmt.Errorf("--dp-ranks must be 0 (learn each server's engines from its metrics) or more (got %d)", o.DPRanks)
 	}
 	if cfg.Replicas, err = parseReplicas(specs, o.MaxNumSeqs, o.DPRanks); err != nil {
+		return cfg, err
+	}
+	if err := o.KVEvents.apply(cfg.Replicas); err != nil {
 		return cfg, err
 	}
 	switch cfg.StateFile = o.StateFile; cfg.StateFile {
@@ -210,7 +253,7 @@ func Route(ctx context.Context, o RouteOptions, stdout io.Writer) error {
 	if err != nil {
 		return exit.New(1, listenError("warden route", cfg.Addr, err))
 	}
-	px, err := newRouteProxy(ctx, cfg, log)
+	core, px, err := newRouteProxy(ctx, cfg, log)
 	if err != nil {
 		ln.Close()
 		return exit.New(1, "warden route: "+err.Error())
@@ -218,17 +261,17 @@ func Route(ctx context.Context, o RouteOptions, stdout io.Writer) error {
 	srv, served := startHTTP(ln, px.Handler(), log)
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
-	go px.Core().Run(runCtx)
+	go core.Run(runCtx)
 	if cfg.StateFile != "" {
-		go px.Core().PersistSessions(runCtx, cfg.StateFile, cfg.StateInterval)
+		go core.PersistSessions(runCtx, cfg.StateFile, cfg.StateInterval)
 	}
-	go reloadOnHangup(runCtx, o, px, log)
-	printRouteReady(stdout, cfg, px.Core().Status())
+	go reloadOnHangup(runCtx, o, core, log)
+	printRouteReady(stdout, cfg, core.Status())
 
-	final := drain(ctx, stopSignals, srv, served, px, cfg.DrainTimeout, log)
+	final := drain(ctx, stopSignals, srv, served, core, cfg.DrainTimeout, log)
 	stopRun()
 	if cfg.StateFile != "" {
-		if n, err := px.Core().SaveSessions(cfg.StateFile); err != nil {
+		if n, err := core.SaveSessions(cfg.StateFile); err != nil {
 			log.Error("the session table was not saved", "path", cfg.StateFile, "error", err)
 		} else {
 			log.Info("session table saved", "path", cfg.StateFile, "sessions", n)
@@ -238,39 +281,39 @@ func Route(ctx context.Context, o RouteOptions, stdout io.Writer) error {
 	return nil
 }
 
-// newRouteProxy builds the proxy over the replicas, reloads the session
-// table and checks every replica once.
-func newRouteProxy(ctx context.Context, cfg RouteConfig, log *slog.Logger) (*proxy.Proxy, error) {
-	if cfg.Proxy.ServedModel == "" {
-		cfg.Proxy.ServedModel = servedNameOf(ctx, cfg.Replicas, log)
+// newRouteProxy builds the core and the proxy over the replicas, reloads
+// the session table and checks every replica once.
+func newRouteProxy(ctx context.Context, cfg RouteConfig, log *slog.Logger) (*router.Core, *proxy.Proxy, error) {
+	if cfg.Core.ServedModel == "" {
+		cfg.Core.ServedModel = servedNameOf(ctx, cfg.Replicas, log)
 	}
-	cfg.Proxy.Registry, cfg.Proxy.Logger = newRegistry(), log
-	px, err := proxy.New(cfg.Proxy, cfg.Replicas)
+	cfg.Core.Registry, cfg.Core.Logger = newRegistry(), log
+	core, px, err := newHTTP(cfg.Core, cfg.Proxy, cfg.Replicas)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if cfg.StateFile != "" {
-		res, err := px.Core().LoadSessions(cfg.StateFile)
+		res, err := core.LoadSessions(cfg.StateFile)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !res.SavedAt.IsZero() {
 			log.Info("session table reloaded", "path", cfg.StateFile, "saved_at", res.SavedAt.Format(time.RFC3339),
 				"restored", res.Restored, "expired", res.Expired, "on_unknown_replicas", res.Unknown)
 		}
 	}
-	px.Core().CheckNow(ctx)
-	for _, r := range px.Core().Status().Replicas {
+	core.CheckNow(ctx)
+	for _, r := range core.Status().Replicas {
 		if !r.Up {
 			log.Warn("replica not answering; routed around and retried every second", "replica", r.Rank,
 				"url", r.URL, "error", r.ScrapeError)
 		}
 	}
-	return px, nil
+	return core, px, nil
 }
 
 // printRouteReady prints the one line that says the router is serving.
-func printRouteReady(w io.Writer, cfg RouteConfig, st panel.Status) {
+func printRouteReady(w io.Writer, cfg RouteConfig, st schema.Status) {
 	up := replicasUp(st)
 	host, port, _ := net.SplitHostPort(cfg.Addr)
 	url := wardenproc.URL(host, port)
@@ -287,7 +330,7 @@ func printRouteReady(w io.Writer, cfg RouteConfig, st panel.Status) {
 }
 
 // replicasUp is how many of the status's replicas are in rotation.
-func replicasUp(st panel.Status) (n int) {
+func replicasUp(st schema.Status) (n int) {
 	for _, r := range st.Replicas {
 		if r.Up {
 			n++
@@ -298,7 +341,7 @@ func replicasUp(st panel.Status) (n int) {
 
 // reloadOnHangup re-reads the replica list (--replica and --replicas-file)
 // on each SIGHUP until ctx is done and makes the proxy's replicas match it.
-func reloadOnHangup(ctx context.Context, o RouteOptions, px *proxy.Proxy, log *slog.Logger) {
+func reloadOnHangup(ctx context.Context, o RouteOptions, core *router.Core, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -313,7 +356,7 @@ func reloadOnHangup(ctx context.Context, o RouteOptions, px *proxy.Proxy, log *s
 			log.Error("SIGHUP: replica list not reloaded", "error", err)
 			continue
 		}
-		added, removed := syncReplicas(px.Core(), cfg.Replicas, log)
+		added, removed := syncReplicas(core, cfg.Replicas, log)
 		log.Info("SIGHUP: replica list reloaded", "added", added, "removed", removed, "replicas", len(cfg.Replicas))
 	}
 }

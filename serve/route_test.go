@@ -18,9 +18,8 @@ import (
 	"time"
 
 	"github.com/lmwarden/warden/internal/simproc"
-	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
-	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // startRoute runs `warden route` with args on port and waits for its
@@ -84,14 +83,14 @@ func (w *wardenProc) stop(t testing.TB) {
 }
 
 // status reads the warden's /warden/status.
-func (w *wardenProc) status(t testing.TB) panel.Status {
+func (w *wardenProc) status(t testing.TB) schema.Status {
 	t.Helper()
 	resp, err := http.Get(w.url + "/warden/status")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var st panel.Status
+	var st schema.Status
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +98,7 @@ func (w *wardenProc) status(t testing.TB) panel.Status {
 }
 
 // upURLs maps each replica URL to whether it is up, and rank to URL.
-func upURLs(st panel.Status) (map[string]bool, map[string]string) {
+func upURLs(st schema.Status) (map[string]bool, map[string]string) {
 	up, urlOf := map[string]bool{}, map[string]string{}
 	for _, r := range st.Replicas {
 		up[r.URL], urlOf[strconv.Itoa(r.Rank)] = r.Up, r.URL
@@ -277,22 +276,22 @@ func TestSyncReplicasMakesTheProxyMatchTheList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px, err := proxy.New(proxy.Config{Config: router.Config{Logger: log}}, first)
+	core, err := router.New(router.Config{Logger: log}, first)
 	if err != nil {
 		t.Fatal(err)
 	}
 	next, _ := parseReplicas([]string{urls[2], urls[1] + "/"}, 32, 1)
-	if added, removed := syncReplicas(px.Core(), next, log); added != 1 || removed != 1 {
+	if added, removed := syncReplicas(core, next, log); added != 1 || removed != 1 {
 		t.Errorf("added %d removed %d, want 1 and 1", added, removed)
 	}
 	var got []string
-	for _, r := range px.Core().Status().Replicas {
+	for _, r := range core.Status().Replicas {
 		got = append(got, strconv.Itoa(r.Rank)+" "+r.URL)
 	}
 	if want := []string{"1 " + urls[1], "2 " + urls[2]}; strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("replicas after the reload %v, want %v (kept ones keep their rank)", got, want)
 	}
-	if added, removed := syncReplicas(px.Core(), next, log); added != 0 || removed != 0 {
+	if added, removed := syncReplicas(core, next, log); added != 0 || removed != 0 {
 		t.Errorf("a second identical reload added %d removed %d, want nothing", added, removed)
 	}
 }

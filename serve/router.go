@@ -17,8 +17,8 @@ import (
 	"github.com/lmwarden/warden/internal/journal"
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
-	"github.com/lmwarden/warden/router/panel"
 	"github.com/lmwarden/warden/router/place"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // Router is the router's settings as the command line gives them, the same
@@ -51,45 +51,63 @@ type Router struct {
 	DrainTimeout          time.Duration
 }
 
-// proxyConfig validates the router's settings into a proxy.Config for the
-// served model name and returns the listen address. The settings' own
-// checks are proxy.Config.Validate's (and router.Config's); only what the
-// command line spells differently is read here.
-func (r Router) proxyConfig(servedName string) (proxy.Config, string, error) {
+// configs validates the router's settings into the core's and the HTTP
+// data plane's configs for the served model name and returns the listen
+// address. The settings' own checks are router.Config.Validate's and
+// proxy.Config.Validate's; only what the command line spells differently
+// is read here.
+func (r Router) configs(servedName string) (router.Config, proxy.Config, string, error) {
+	var none router.Config
 	if err := checkHost(r.Host); err != nil {
-		return proxy.Config{}, "", err
+		return none, proxy.Config{}, "", err
 	}
 	port := r.Port
 	if port < 1 || port > 65535 {
-		return proxy.Config{}, "", fmt.Errorf("--port %d is not a TCP port", port)
+		return none, proxy.Config{}, "", fmt.Errorf("--port %d is not a TCP port", port)
 	}
 	if v := r.Subagents; v != "own" && v != "parent" {
-		return proxy.Config{}, "", fmt.Errorf("--subagents must be own or parent, got %q", v)
+		return none, proxy.Config{}, "", fmt.Errorf("--subagents must be own or parent, got %q", v)
 	}
 	maxBody, err := humanize.ParseBytes(r.MaxBodyBytes)
 	if err != nil || maxBody == 0 || maxBody > 1<<40 {
-		return proxy.Config{}, "", fmt.Errorf("--max-body-bytes %q is not a size such as 32MiB", r.MaxBodyBytes)
+		return none, proxy.Config{}, "", fmt.Errorf("--max-body-bytes %q is not a size such as 32MiB", r.MaxBodyBytes)
 	}
 	policy := r.Policy
 	if !r.Affinity {
 		policy = place.PolicyOff
 	}
-	cfg := proxy.Config{
-		Config: router.Config{
-			ServedModel: servedName, Policy: policy, SpillThreshold: r.SpillThreshold,
-			SessionHeaders: r.SessionHeaders, BalancerInterval: r.BalancerInterval, ScrapeInterval: r.ScrapeInterval,
-			AdmitWait: r.AdmitWait, MoveCooldown: r.MoveCooldown, KVFill: r.KVFill,
-			RampUp: r.RampUp, SubagentsWithParent: r.Subagents == "parent",
-			DecisionLog: r.DecisionLog, DecisionLogMaxMB: r.DecisionLogMaxMB,
-		},
+	cc := router.Config{
+		ServedModel: servedName, StrictModel: r.StrictModel, Policy: policy, SpillThreshold: r.SpillThreshold,
+		SessionHeaders: r.SessionHeaders, BalancerInterval: r.BalancerInterval, ScrapeInterval: r.ScrapeInterval,
+		AdmitWait: r.AdmitWait, MoveCooldown: r.MoveCooldown, KVFill: r.KVFill,
+		RampUp: r.RampUp, SubagentsWithParent: r.Subagents == "parent",
+		DecisionLog: r.DecisionLog, DecisionLogMaxMB: r.DecisionLogMaxMB, MaxBodyBytes: int64(maxBody),
+	}
+	pc := proxy.Config{
 		KeepBillingHeader: r.KeepBillingHeader, AdminToken: r.AdminToken, APIKey: r.APIKey,
 		ResponseHeaderTimeout: r.ResponseHeaderTimeout, StreamIdleTimeout: r.StreamIdleTimeout, MaxReplays: r.MaxReplays,
-		StrictModel: r.StrictModel, MaxBodyBytes: int64(maxBody),
 	}
-	if err := cfg.Validate(); err != nil {
-		return proxy.Config{}, "", err
+	if err := cc.Validate(); err != nil {
+		return none, proxy.Config{}, "", err
 	}
-	return cfg, net.JoinHostPort(r.Host, strconv.Itoa(port)), nil
+	if err := pc.Validate(); err != nil {
+		return none, proxy.Config{}, "", err
+	}
+	return cc, pc, net.JoinHostPort(r.Host, strconv.Itoa(port)), nil
+}
+
+// newHTTP builds the router core over the backends and the HTTP data plane
+// in front of it.
+func newHTTP(cc router.Config, pc proxy.Config, backends []router.Backend) (*router.Core, *proxy.Proxy, error) {
+	core, err := router.New(cc, backends)
+	if err != nil {
+		return nil, nil, err
+	}
+	px, err := proxy.New(core, pc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return core, px, nil
 }
 
 // startHTTP serves h on ln and returns the server and the channel that gets
@@ -122,16 +140,16 @@ func newRegistry() *prometheus.Registry {
 // how many, and that a second Ctrl-C stops waiting: drainHTTP), scrapes the
 // engines once more and returns the final status for the summary.
 func drain(ctx context.Context, stopSignals func(), srv *http.Server, served <-chan error,
-	px *proxy.Proxy, grace time.Duration, log *slog.Logger) panel.Status {
+	core *router.Core, grace time.Duration, log *slog.Logger) schema.Status {
 	select {
 	case <-ctx.Done():
 	case err := <-served:
 		log.Error("http server stopped", "err", err)
 	}
-	drainHTTP(srv, grace, stopSignals, func() int { return px.Core().Status().InFlight }, log)
-	if err := px.Core().CloseDecisionLog(); err != nil {
+	drainHTTP(srv, grace, stopSignals, func() int { return core.Status().InFlight }, log)
+	if err := core.CloseDecisionLog(); err != nil {
 		log.Warn("the decision log was not written completely", "error", err)
 	}
-	px.Core().CheckNow(context.Background())
-	return px.Core().Status()
+	core.CheckNow(context.Background())
+	return core.Status()
 }

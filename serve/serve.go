@@ -24,14 +24,16 @@ import (
 	"github.com/lmwarden/warden/internal/exit"
 	"github.com/lmwarden/warden/internal/ports"
 	"github.com/lmwarden/warden/internal/wardenproc"
+	"github.com/lmwarden/warden/kvevents"
 	"github.com/lmwarden/warden/launch"
 	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
 	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // Options are `warden serve`'s flags as given (the command layer,
-// internal/command, fills them from the flags and their WARDEN_*
+// command, fills them from the flags and their WARDEN_*
 // variables); Config checks them.
 type Options struct {
 	Model, ServedName string
@@ -70,6 +72,11 @@ type Options struct {
 	// each rank is one of its engines, pinned with X-data-parallel-rank
 	// (docs/vllm-dp.md).
 	VLLMDP bool
+	// KVEvents is --kv-events: the engines publish their KV-cache events
+	// to the router's ledger (engineplan.KVEvents; not with --image).
+	// KVEventsDir is the private folder of their sockets, made by serve.
+	KVEvents    bool
+	KVEventsDir string
 }
 
 // plan is what the engines are planned from.
@@ -82,8 +89,8 @@ func (o Options) plan() engineplan.Request {
 
 // engineSetup is what the status reports of the engines' tool-calling
 // flags: the warden's choice, or what was given after --.
-func engineSetup(extra []string, c engineplan.ToolsChoice) *panel.EngineSetup {
-	setup := &panel.EngineSetup{ToolCallParser: c.ToolParser, AutoToolChoice: c.ToolParser != "",
+func engineSetup(extra []string, c engineplan.ToolsChoice) *schema.EngineSetup {
+	setup := &schema.EngineSetup{ToolCallParser: c.ToolParser, AutoToolChoice: c.ToolParser != "",
 		ReasoningParser: c.ReasoningParser, Tools: c.Info, ToolsFix: c.Fix}
 	if c.FromExtra {
 		setup.ToolCallParser, _ = argv.Value(extra, "--tool-call-parser")
@@ -99,8 +106,9 @@ func engineSetup(extra []string, c engineplan.ToolsChoice) *panel.EngineSetup {
 // with their defaults filled in, the listen address and the proxy's config.
 type Config struct {
 	Options
-	Addr  string // host:port to listen on
-	Proxy proxy.Config
+	Addr  string        // host:port to listen on
+	Core  router.Config // the router core's settings
+	Proxy proxy.Config  // the HTTP data plane's
 }
 
 // Config validates the options into a Config.
@@ -164,7 +172,7 @@ func (o Options) Config() (Config, error) {
 		return cfg, err
 	}
 	var err error
-	if cfg.Proxy, cfg.Addr, err = cfg.Router.proxyConfig(cfg.ServedName); err != nil {
+	if cfg.Core, cfg.Proxy, cfg.Addr, err = cfg.Router.configs(cfg.ServedName); err != nil {
 		return cfg, err
 	}
 	if cfg.LogDir == "" {
@@ -235,9 +243,17 @@ func engineSpecs(cfg Options, d engineplan.Devices, tools engineplan.ToolsChoice
 			eng.Model, cont.ModelDir = dir, dir
 		}
 	}
+	kv, err := kvEventsPlan(cfg, cont)
+	if err != nil {
+		return nil, nil, err
+	}
+	eng.KVEvents = kv
 	if cfg.VLLMDP {
 		eng.DP = cfg.DP
 		spec, backends := dpSpec(cfg, d, eng, free[0], cont)
+		for i := range backends {
+			backends[i].KVEvents = kvEndpoints(cfg, kv, free[0], i)
+		}
 		return []launch.Spec{spec}, backends, nil
 	}
 	specs := make([]launch.Spec, cfg.DP)
@@ -246,7 +262,7 @@ func engineSpecs(cfg Options, d engineplan.Devices, tools engineplan.ToolsChoice
 		specs[i] = launch.Spec{Rank: i, Argv: eng.Argv(free[i]), Port: free[i], GPUs: d.GPUs[i],
 			LogPath: filepath.Join(cfg.LogDir, "rank-"+strconv.Itoa(i)+".log")}
 		backends[i] = router.Backend{Rank: i, URL: "http://127.0.0.1:" + strconv.Itoa(free[i]),
-			GPUs: d.GPUs[i], MaxNumSeqs: d.Seqs}
+			GPUs: d.GPUs[i], MaxNumSeqs: d.Seqs, KVEvents: kvEndpoints(cfg, kv, free[i], 0)}
 		if i < len(d.CPUs) {
 			specs[i].Env = d.CPUs[i].Env()
 			if cfg.CPUPin != hostcpu.PinThreads {
@@ -264,6 +280,67 @@ func engineSpecs(cfg Options, d engineplan.Devices, tools engineplan.ToolsChoice
 		}
 	}
 	return specs, backends, nil
+}
+
+// kvEventsDir makes the private folder of the engines' KV-event sockets
+// (0700: the events carry the prompts' token ids); "" when they publish
+// none there (kvEventsPlan).
+func kvEventsDir(cfg Options) (string, error) {
+	if !cfg.KVEvents || cfg.Image != "" || cfg.VLLMDP {
+		return "", nil
+	}
+	dir, err := os.MkdirTemp("", "warden-kv-")
+	if err != nil {
+		return "", fmt.Errorf("a folder for the engines' KV-event sockets: %w", err)
+	}
+	return dir, nil
+}
+
+// removeAll removes dir ("" nothing).
+func removeAll(dir string) {
+	if dir != "" {
+		os.RemoveAll(dir)
+	}
+}
+
+// kvEventsPlan is how the engines publish their KV-cache events: ipc
+// sockets in cfg.KVEventsDir for one server per rank, loopback ports for
+// vLLM's own data parallelism (its ranks offset a tcp port); none without
+// --kv-events, with --image (the sockets would need the container's
+// network), or when the user's -- --kv-events-config says (kvEndpoints reads it).
+func kvEventsPlan(cfg Options, cont *engineplan.Container) (engineplan.KVEvents, error) {
+	if !cfg.KVEvents || cont != nil {
+		return engineplan.KVEvents{}, nil
+	}
+	if !cfg.VLLMDP {
+		return engineplan.KVEvents{Dir: cfg.KVEventsDir}, nil
+	}
+	pub, err := ports.Run(cfg.DP, "127.0.0.1")
+	if err != nil {
+		return engineplan.KVEvents{}, fmt.Errorf("KV events: %w (or give --kv-events=false)", err)
+	}
+	replay, err := ports.Run(cfg.DP, "127.0.0.1")
+	if err != nil || (replay < pub+cfg.DP && pub < replay+cfg.DP) {
+		return engineplan.KVEvents{}, fmt.Errorf("KV events: no second run of %d free loopback ports (or give --kv-events=false)", cfg.DP)
+	}
+	return engineplan.KVEvents{Pub: pub, Replay: replay}, nil
+}
+
+// kvEndpoints is where the router subscribes to rank's events of the
+// server on port: the plan's, or the user's own -- --kv-events-config.
+func kvEndpoints(cfg Options, kv engineplan.KVEvents, port, rank int) router.KVEvents {
+	if pub, replay, bind, ok := engineplan.UserKVEvents(cfg.Extra); ok {
+		pub, _ = kvevents.RankEndpoint(pub, rank)
+		if replay != "" {
+			replay, _ = kvevents.RankEndpoint(replay, rank)
+		}
+		return router.KVEvents{Endpoint: pub, Replay: replay, Bind: bind}
+	}
+	if !kv.On() {
+		return router.KVEvents{}
+	}
+	pub, replay, bind := kv.Endpoints(port, rank)
+	return router.KVEvents{Endpoint: pub, Replay: replay, Bind: bind}
 }
 
 // dpSpec is --vllm-dp's one server: `vllm serve --data-parallel-size DP` on
@@ -322,15 +399,7 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	defer stopSignals()
 
 	plan := cfg.plan()
-	facts, err := engineplan.ReadFacts(ctx, plan, log)
-	if err != nil {
-		return exit.New(1, "warden serve: "+err.Error())
-	}
-	devices, err := engineplan.FindDevices(ctx, plan, facts, log)
-	if err != nil {
-		return exit.New(1, "warden serve: "+err.Error())
-	}
-	cont, err := engineContainer(ctx, cfg.Options, facts, log)
+	facts, devices, cont, err := engineFacts(ctx, cfg.Options, plan, log)
 	if err != nil {
 		return exit.New(1, "warden serve: "+err.Error())
 	}
@@ -338,48 +407,41 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	if err != nil {
 		return exit.New(1, listenError("warden serve", cfg.Addr, err))
 	}
-	tools, fit := engineplan.ChooseFlags(plan, facts, log)
-	setup := engineSetup(cfg.Extra, tools)
-	setup.OffloadHint = engineplan.OffloadHint(plan, devices)
-	if cfg.Engine == "sim" && cfg.SimFirstContact != nil {
-		setup.Simulator = cfg.SimFirstContact(cfg.Extra)
+	tools, fit, setup := chooseFlags(cfg.Options, plan, facts, devices, log)
+	if cfg.KVEventsDir, err = kvEventsDir(cfg.Options); err != nil {
+		ln.Close()
+		return exit.New(1, "warden serve: "+err.Error())
 	}
+	defer removeAll(cfg.KVEventsDir)
 	specs, backends, err := engineSpecs(cfg.Options, devices, tools, fit, cont)
 	if err != nil {
 		ln.Close()
 		return exit.New(1, "warden serve: "+err.Error())
 	}
-	replicasOf := func(rank int) []int { return []int{rank} } // an engine server's replicas
-	if cfg.VLLMDP {
-		all := make([]int, len(backends))
-		for i, b := range backends {
-			all[i] = b.Rank
-		}
-		replicasOf = func(int) []int { return all }
-	}
-	cfg.Proxy.Registry, cfg.Proxy.Logger, cfg.Proxy.Engines = newRegistry(), log, setup
-	px, err := proxy.New(cfg.Proxy, backends)
+	replicasOf := serverReplicas(cfg.VLLMDP, backends)
+	cfg.Core.Registry, cfg.Core.Logger, cfg.Core.Engines = newRegistry(), log, setup
+	core, px, err := newHTTP(cfg.Core, cfg.Proxy, backends)
 	if err != nil {
 		ln.Close()
 		return exit.New(1, "warden serve: "+err.Error())
 	}
 	for _, b := range backends {
-		px.Core().SetReplicaState(b.Rank, false, "starting", "engine loading")
+		core.SetReplicaState(b.Rank, false, "starting", "engine loading")
 	}
-	px.Core().SetStarting(true)
+	core.SetStarting(true)
 	srv, served := startHTTP(ln, px.Handler(), log)
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
-	go px.Core().Run(runCtx)
+	go core.Run(runCtx)
 
 	log.Info("starting engines", "engine", cfg.Engine, "image", cfg.Image, "device", cfg.Device, "model", cfg.Model, "dp", cfg.DP, "tp", cfg.TP,
 		"max_num_seqs", devices.Seqs, "log_dir", cfg.LogDir)
 	group, err := launch.Start(ctx, specs, launch.Options{
 		StartupTimeout: cfg.StartupTimeout, StopGrace: cfg.StopGrace, Logger: log,
-		Progress: os.Stderr, OnState: onEngineState(px, replicasOf),
+		Progress: os.Stderr, OnState: onEngineState(core, replicasOf),
 		OnCrash: func(rank int, c launch.Crash) {
 			for _, r := range replicasOf(rank) {
-				px.Core().SetReplicaCrash(r, panel.Crash{At: c.At, Cause: c.Cause, Fix: c.Fix, Failures: c.Failures,
+				core.SetReplicaCrash(r, schema.Crash{At: c.At, Cause: c.Cause, Fix: c.Fix, Failures: c.Failures,
 					CrashLoop: c.Loop, RestartsTried: c.Restarts, RetrySeconds: c.Delay.Seconds()})
 			}
 		},
@@ -391,18 +453,61 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 		}
 		return exit.New(1, "warden serve: "+err.Error())
 	}
-	px.Core().CheckNow(ctx)
-	px.Core().SetStarting(false)
+	core.CheckNow(ctx)
+	core.SetStarting(false)
 	if cfg.Engine == "vllm" {
 		log.Info("engines ready", "vllm_version", engineplan.Version(ctx, backends[0].URL))
 	}
-	printServeReady(stdout, cfg, px.Core().Status().Policy, setup.Simulator)
+	printServeReady(stdout, cfg, core.Status().Policy, setup.Simulator)
 
-	final := drain(ctx, stopSignals, srv, served, px, cfg.Router.DrainTimeout, log)
+	final := drain(ctx, stopSignals, srv, served, core, cfg.Router.DrainTimeout, log)
 	stopRun()
 	stopEngines(group, cfg.StopGrace, log)
 	panel.WriteSummary(os.Stderr, final)
 	return nil
+}
+
+// chooseFlags picks the engines' tool and context flags and says how they
+// were started, for the status.
+func chooseFlags(cfg Options, plan engineplan.Request, facts engineplan.Facts, devices engineplan.Devices,
+	log *slog.Logger) (engineplan.ToolsChoice, engineplan.ContextChoice, *schema.EngineSetup) {
+	tools, fit := engineplan.ChooseFlags(plan, facts, log)
+	setup := engineSetup(cfg.Extra, tools)
+	setup.OffloadHint = engineplan.OffloadHint(plan, devices)
+	if cfg.Engine == "sim" && cfg.SimFirstContact != nil {
+		setup.Simulator = cfg.SimFirstContact(cfg.Extra)
+	}
+	return tools, fit, setup
+}
+
+// engineFacts reads what the engines' plan needs of the host: the facts
+// (vLLM's version, the model's files), the devices, and the container
+// (nil without --image).
+func engineFacts(ctx context.Context, cfg Options, plan engineplan.Request, log *slog.Logger) (
+	engineplan.Facts, engineplan.Devices, *engineplan.Container, error) {
+	facts, err := engineplan.ReadFacts(ctx, plan, log)
+	if err != nil {
+		return facts, engineplan.Devices{}, nil, err
+	}
+	devices, err := engineplan.FindDevices(ctx, plan, facts, log)
+	if err != nil {
+		return facts, devices, nil, err
+	}
+	cont, err := engineContainer(ctx, cfg, facts, log)
+	return facts, devices, cont, err
+}
+
+// serverReplicas is the replicas of an engine server, by its rank: the
+// rank's own, or with --vllm-dp every replica (one server holds them all).
+func serverReplicas(vllmDP bool, backends []router.Backend) func(rank int) []int {
+	if !vllmDP {
+		return func(rank int) []int { return []int{rank} }
+	}
+	all := make([]int, len(backends))
+	for i, b := range backends {
+		all[i] = b.Rank
+	}
+	return func(int) []int { return all }
 }
 
 // engineContainer is how the engines run from --image (nil without one):
@@ -441,7 +546,7 @@ func stopEngines(g *launch.Group, grace time.Duration, log *slog.Logger) {
 // onEngineState feeds the launcher's view of each rank to the proxy: a rank
 // is routable only while Ready; a Ready after Down is a restart, whose engine
 // counters start from zero again.
-func onEngineState(px *proxy.Proxy, replicasOf func(rank int) []int) func(rank int, s launch.State, reason string) {
+func onEngineState(core *router.Core, replicasOf func(rank int) []int) func(rank int, s launch.State, reason string) {
 	var mu sync.Mutex
 	wasDown := map[int]bool{}
 	return func(rank int, s launch.State, reason string) {
@@ -455,9 +560,9 @@ func onEngineState(px *proxy.Proxy, replicasOf func(rank int) []int) func(rank i
 		mu.Unlock()
 		for _, r := range replicasOf(rank) {
 			if restarted {
-				px.Core().NoteRestart(r)
+				core.NoteRestart(r)
 			}
-			px.Core().SetReplicaState(r, s == launch.Ready, s.String(), reason)
+			core.SetReplicaState(r, s == launch.Ready, s.String(), reason)
 		}
 	}
 }

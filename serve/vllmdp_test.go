@@ -7,7 +7,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/lmwarden/warden/internal/promtext"
 	"github.com/lmwarden/warden/internal/simproc"
@@ -65,7 +64,7 @@ func TestServeVLLMDPOneServerPinnedEngines(t *testing.T) {
 		}
 	}
 	after := promptsByEngine()
-	eventually(t, 5*time.Second, "the warden's prompt tokens per replica to equal its engine's", func() bool {
+	simproc.Poll(t, "the warden's prompt tokens per replica to equal its engine's", func() bool {
 		for _, r := range w.status(t).Replicas {
 			e := strconv.Itoa(*r.DPRank)
 			if float64(r.PromptTokens) != after[e]-before[e] {
@@ -80,7 +79,7 @@ func TestServeVLLMDPOneServerPinnedEngines(t *testing.T) {
 	if err := syscall.Kill(int(engines[0]), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "every rank to be restarted and up again", func() bool {
+	simproc.Poll(t, "every rank to be restarted and up again", func() bool {
 		for _, r := range w.status(t).Replicas {
 			if r.Restarts != 1 || !r.Up {
 				return false
@@ -88,14 +87,4 @@ func TestServeVLLMDPOneServerPinnedEngines(t *testing.T) {
 		}
 		return true
 	})
-}
-
-// eventually polls cond every 100 ms until it holds, or fails after d.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(d); !cond(); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", d, what)
-		}
-	}
 }

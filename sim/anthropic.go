@@ -78,6 +78,7 @@ func (s *server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.forceToolCall(&p, tc, anthropicTools(body))
+	p.kv = kvLabels(r, body)
 	proceed, die := s.faultGate(w, r)
 	if !proceed {
 		return

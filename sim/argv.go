@@ -38,6 +38,7 @@ type Config struct {
 	ToolParserPlugin      string // --tool-parser-plugin PATH (may register any parser name)
 	ReasoningParserPlugin string // --reasoning-parser-plugin PATH (same for reasoning parsers)
 	ChatTemplate          string // --chat-template (accepted; the sim renders ChatML)
+	KVEvents              string // --kv-events-config JSON: vLLM's KV-cache events (kvevents.go)
 
 	// ModelLen is the context vLLM would derive for Model (its config.json, or
 	// the sim's table of the models its profiles are of); 0 when not known.
@@ -221,6 +222,7 @@ var flags = map[string]flagSpec{
 	"enable-force-include-usage":   {kindBool, "", "always send a streaming usage chunk", boolSetter(func(c *Config) *bool { return &c.ForceUsage })},
 	"tensor-parallel-size":         {kindValue, "", "cards per replica, also -tp: KV capacity from T cards, weight read and compute split T ways, two all-reduces a layer over the profile's link (default 1)", intSetter(func(c *Config) *int { return &c.TP })},
 	"data-parallel-size":           {kindValue, "", "engines behind the one server, also -dp: vLLM's data parallelism, each engine with its own KV cache, prefix cache and scheduler (the other flags apply per engine); a request goes to the engine its X-data-parallel-rank header names (chat completions, completions, Messages; Responses ignore it), else to the one vLLM's balancer picks; metrics labelled engine=\"0\"..\"N-1\" (default 1)", intSetter(func(c *Config) *int { return &c.DP })},
+	"kv-events-config":             {kindValue, "", "KV-cache events as vLLM publishes them, JSON of KVEventsConfig: enable_kv_cache_events, publisher (zmq|null), endpoint (tcp://*:5557), replay_endpoint, buffer_steps, hwm, max_queue_size, topic; each data-parallel engine on the ports + its rank (docs/kv-events.md)", strSetter(func(c *Config) *string { return &c.KVEvents })},
 	"served-model-name":            {kindList, "", "names the model answers to, one or more (default: MODEL)", nil},
 	"kv-offloading-backend":        {kindValue, "", "KV offloading backend: native (vLLM's CPU offloading, simulated; the default) or lmcache (refused); takes effect with --kv-offloading-size", strSetter(func(c *Config) *string { return &c.KVOffloadBackend })},
 	"kv-offloading-size":           {kindValue, "", "host-RAM KV tier in GiB for the whole engine (summed over its TP ranks), vLLM's native offloading: prompt blocks stored as computed, LRU, loaded back on a GPU miss (default: off)", floatSetter(func(c *Config) *float64 { return &c.KVOffloadGiB })},

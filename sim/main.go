@@ -41,6 +41,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "ValueError: %v\n", err)
 		return err
 	}
+	if err := s.startKVEvents(log); err != nil {
+		fmt.Fprintf(stderr, "ValueError: %v\n", err)
+		return err
+	}
+	defer s.closeKVEvents()
 	if !s.load(ctx) {
 		return nil
 	}

@@ -72,6 +72,7 @@ func (s *server) openAIPrompt(w http.ResponseWriter, r *http.Request, chat bool)
 	if chat {
 		s.forceToolCall(&p, chatToolChoice(body), chatTools(body))
 	}
+	p.kv = kvLabels(r, body)
 	return body, p, true
 }
 

@@ -27,6 +27,7 @@ func (s *server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		openAIError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	p.kv = kvLabels(r, body)
 	// vLLM 0.32's Responses API does not refuse a tool choice without a
 	// tool parser (it answers in text); with one, a named or required
 	// choice is a function_call item.

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lmwarden/warden/kvevents"
 	"github.com/lmwarden/warden/sim/model"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/tidwall/gjson"
@@ -43,6 +44,7 @@ type server struct {
 	engineID  string
 	childPID  int
 	lenLines  maxLenLines
+	pubs      []*kvevents.Publisher // KV events, one per engine (none without --kv-events-config)
 
 	reqCount atomic.Int64
 	hung     atomic.Bool
@@ -240,6 +242,8 @@ type genPlan struct {
 	forced    []string
 	forcedIDs []uint32
 
+	kv model.SubmitOptions // labels of its KV events (session id, full report)
+
 	rank   int  // the engine (data-parallel rank) it runs on
 	placed bool // place chose rank (and counted it with the balancer)
 }
@@ -297,7 +301,7 @@ func (s *server) run(ctx context.Context, p genPlan, die bool, emit func(text st
 	if s.bal != nil && p.placed {
 		defer s.bal.done(p.rank)
 	}
-	req, err := eng.SubmitForced(p.prompt, p.maxTokens, p.stopReason, p.forcedIDs, p.forced)
+	req, err := eng.SubmitWith(p.prompt, p.maxTokens, p.stopReason, p.forcedIDs, p.forced, p.kv)
 	if err != nil {
 		return nil, err
 	}

@@ -28,7 +28,7 @@ import (
 	"github.com/lmwarden/warden/internal/exit"
 	"github.com/lmwarden/warden/internal/ports"
 	"github.com/lmwarden/warden/internal/wardenproc"
-	"github.com/lmwarden/warden/router/panel"
+	"github.com/lmwarden/warden/router/schema"
 )
 
 // Options are a sweep's settings as its command line gives them.
@@ -220,7 +220,7 @@ func (s *sweep) layout(ctx context.Context, l Layout) ([]Row, error) {
 	r := &bench.Runner{Cfg: cfg, Log: log.With("layout", l.String()), Stderr: s.Stderr}
 	br, runErr := r.Run(ctx, false)
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // also after an interrupt
-	st, _, stErr := panel.FetchStatus(sctx, http.DefaultClient, url)
+	st, _, stErr := schema.Fetch(sctx, http.DefaultClient, url)
 	cancel()
 	if br != nil {
 		if err := bench.WriteAll(cfg.Out, br); err != nil {
@@ -253,7 +253,7 @@ func waitServe(ctx context.Context, srv *wardenproc.Proc, url string, timeout ti
 }
 
 // layoutRows turns one layout's bench stages and final status into rows.
-func layoutRows(l Layout, br *bench.Results, st panel.Status, stErr error) []Row {
+func layoutRows(l Layout, br *bench.Results, st schema.Status, stErr error) []Row {
 	perReplica, total := 0, 0
 	if stErr == nil {
 		for _, r := range st.Replicas {

@@ -1,7 +1,7 @@
 // Package exit is an error that carries the status the warden exits with:
 // libraries (serve, run, sweep, bench, the panel's `warden status`) return
 // one where the status matters (2 for a usage error, 130 for an interrupt,
-// an agent's own status), and the command layer (internal/command) turns it
+// an agent's own status), and the command layer (command) turns it
 // into the exit. An error without a status exits 1.
 package exit
 

@@ -54,3 +54,24 @@ func Bindable(host string, port int) error {
 	}
 	return ln.Close()
 }
+
+// Run returns the first of n consecutive TCP ports on host that were all
+// free a moment ago (vLLM's data-parallel ranks publish their KV-cache
+// events on a base port plus the rank). It tries a few bases the kernel
+// hands out and fails if none has n free ports after it.
+func Run(n int, host string) (int, error) {
+	for range 20 {
+		base, err := Free(1, host)
+		if err != nil {
+			return 0, err
+		}
+		ok := true
+		for p := base[0]; p < base[0]+n && ok; p++ {
+			ok = p < 65536 && Bindable(host, p) == nil
+		}
+		if ok {
+			return base[0], nil
+		}
+	}
+	return 0, fmt.Errorf("free ports on %s: no run of %d consecutive free ports found", host, n)
+}

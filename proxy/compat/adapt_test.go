@@ -17,7 +17,6 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/lmwarden/warden/internal/simproc"
-	"github.com/lmwarden/warden/proxy"
 	"github.com/lmwarden/warden/router"
 )
 
@@ -33,7 +32,7 @@ func lastModel(e *vllmLike) string {
 func TestModelNamesMapToTheServedModel(t *testing.T) {
 	e := newVLLMLike(t)
 	logs := &simproc.SyncBuffer{}
-	url := front(t, proxy.Config{Config: router.Config{ServedModel: "served-model", Logger: slog.New(slog.NewTextHandler(logs, nil))}}, e.srv.URL)
+	url := front(t, router.Config{ServedModel: "served-model", Logger: slog.New(slog.NewTextHandler(logs, nil))}, e.srv.URL)
 	for range 2 {
 		for _, m := range []string{claudeMain, claudeSmall} {
 			if resp, body := post(t, url+"/v1/messages?beta=true", anthropicBody(m)); resp.StatusCode != 200 {
@@ -65,7 +64,7 @@ func TestModelNamesMapToTheServedModel(t *testing.T) {
 
 func TestStrictModelRefusesOtherNamesLikeVLLM(t *testing.T) {
 	e := newVLLMLike(t)
-	url := front(t, proxy.Config{Config: router.Config{ServedModel: "served-model"}, StrictModel: true}, e.srv.URL)
+	url := front(t, router.Config{ServedModel: "served-model", StrictModel: true}, e.srv.URL)
 	resp, body := post(t, url+"/v1/messages?beta=true", anthropicBody(claudeMain))
 	want := map[string]any{"type": "error", "error": map[string]any{"type": "NotFoundError",
 		"message": "The model `" + claudeMain + "` does not exist. This warden serves `served-model` (--strict-model refuses other names)."}}
@@ -226,7 +225,7 @@ func TestCountTokensEngineErrorIsNotMasked(t *testing.T) {
 		io.WriteString(w, `{"type":"error","error":{"type":"NotFoundError","message":"The model `+"`x`"+` does not exist."}}`)
 	}))
 	defer e.Close()
-	resp, body := post(t, front(t, proxy.Config{}, e.URL)+"/v1/messages/count_tokens", countBody)
+	resp, body := post(t, front(t, router.Config{}, e.URL)+"/v1/messages/count_tokens", countBody)
 	if resp.StatusCode != 404 || !strings.Contains(body, "does not exist") {
 		t.Errorf("status %d: %s", resp.StatusCode, body)
 	}

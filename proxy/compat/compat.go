@@ -1,6 +1,6 @@
 // Package compat lets real agent clients (Claude Code, Codex, opencode) use
-// the warden by base URL alone: their model names are mapped to the one
-// served model (or refused in strict mode), request fields that vLLM's own
+// the warden by base URL alone (their model names are mapped by
+// router/modelname; a refused name is answered here): request fields that vLLM's own
 // request models reject are adapted (server tools, Claude Code's billing
 // line), and engine answers a client cannot act on are answered from what
 // the engine has (Transport: count_tokens, output limits beyond the
@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -29,28 +28,22 @@ import (
 	"github.com/lmwarden/warden/router/reqedit"
 )
 
-// maxNoted bounds the names and adaptations logged once each.
+// maxNoted bounds the adaptations logged once each.
 const maxNoted = 256
 
-// Clients holds the client-compatibility state of a proxy: the served name,
-// strict mode, and which mappings and adaptations were already logged.
+// Clients holds the client-compatibility state of a proxy: which
+// adaptations were already logged.
 type Clients struct {
-	served string // "" = no mapping (the engine's names apply)
-	strict bool
-	log    *slog.Logger
+	log *slog.Logger
 
 	mu    sync.Mutex
 	noted map[string]bool
 	full  bool // maxNoted reached (and said so)
-
-	servedJSON []byte // served as a JSON string
 }
 
-// New is the compatibility state for served (the one model name; "" = no
-// mapping); strict refuses other names as vLLM does.
-func New(served string, strict bool, log *slog.Logger) *Clients {
-	q, _ := json.Marshal(served)
-	return &Clients{served: served, strict: strict, log: log, noted: map[string]bool{}, servedJSON: q}
+// New is the compatibility state, logging to log.
+func New(log *slog.Logger) *Clients {
+	return &Clients{log: log, noted: map[string]bool{}}
 }
 
 // once reports whether key is new (and records it). Past maxNoted keys it
@@ -64,72 +57,12 @@ func (c *Clients) once(key string) bool {
 	if len(c.noted) >= maxNoted {
 		if !c.full {
 			c.full = true
-			c.log.Info("further model names and request adaptations are not logged", "limit", maxNoted)
+			c.log.Info("further request adaptations are not logged", "limit", maxNoted)
 		}
 		return false
 	}
 	c.noted[key] = true
 	return true
-}
-
-// ModelAction is what ResolveModel decided for a request's model field.
-type ModelAction int
-
-// What to do with a request's model name.
-const (
-	ModelKeep    ModelAction = iota // absent, not a string, already the served name, or no served name known
-	ModelRewrite                    // another name: serve it with the one model
-	ModelRefuse                     // another name in strict mode: 404 like vLLM
-)
-
-// ResolveModel decides what to do with the body's top-level "model" value
-// and logs, once per distinct name, a name that is mapped or refused.
-func (c *Clients) ResolveModel(model gjson.Result) ModelAction {
-	if c.served == "" || model.Type != gjson.String || model.Str == "" || model.Str == c.served {
-		return ModelKeep
-	}
-	if c.strict {
-		if c.once("refused:" + model.Str) {
-			c.log.Warn("model name refused (--strict-model)", "requested", model.Str, "served", c.served)
-		}
-		return ModelRefuse
-	}
-	if c.once("mapped:" + model.Str) {
-		c.log.Info("model name mapped", "requested", model.Str, "served", c.served)
-	}
-	return ModelRewrite
-}
-
-// ServedModel is the value session identity sees for a mapped request: the
-// served name, so that a conversation keeps one fingerprint whichever name
-// its client sends on a turn.
-func (c *Clients) ServedModel() gjson.Result {
-	return gjson.Result{Type: gjson.String, Str: c.served, Raw: strconv.Quote(c.served)}
-}
-
-// RewriteModel sets the body's top-level "model" to the served name by
-// splicing the new value over the old one (gjson stops at the key, which
-// clients send first), in place when it is not longer. A body where the
-// splice cannot be placed is rewritten by sjson.
-func (c *Clients) RewriteModel(body []byte) []byte {
-	m := gjson.GetBytes(body, "model")
-	start, end := m.Index, m.Index+len(m.Raw)
-	if m.Type != gjson.String || start <= 0 || end > len(body) || body[start] != '"' || body[end-1] != '"' {
-		out, err := sjson.SetBytes(body, "model", c.served)
-		if err != nil {
-			return body
-		}
-		return out
-	}
-	val := c.servedJSON
-	if grow := len(val) - (end - start); grow <= 0 {
-		n := copy(body[start:], val)
-		n += copy(body[start+n:], body[end:])
-		return body[:start+n]
-	}
-	out := make([]byte, 0, len(body)+len(val)-(end-start))
-	out = append(append(append(out, body[:start]...), val...), body[end:]...)
-	return out
 }
 
 // WriteModelNotFound answers a refused model name the way vLLM does: its

@@ -33,7 +33,7 @@ func roundTrip(t *testing.T, hints FlagHints, path string, kind tap.Kind, status
 		io.WriteString(w, answer)
 	}))
 	defer engine.Close()
-	tr := &Transport{Next: http.DefaultTransport, Clients: New("m", false, slog.New(slog.NewTextHandler(io.Discard, nil))), Hints: hints}
+	tr := &Transport{Next: http.DefaultTransport, Clients: New(slog.New(slog.NewTextHandler(io.Discard, nil))), Hints: hints}
 	body := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}]}`)
 	req, err := http.NewRequestWithContext(WithRequest(context.Background(), body, kind), http.MethodPost, engine.URL+path, bytes.NewReader(body))
 	if err != nil {

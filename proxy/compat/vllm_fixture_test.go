@@ -176,18 +176,22 @@ func (v *vllmLike) generated() []string {
 
 // proxy is a warden serving "served-model" in front of the engine.
 func (v *vllmLike) proxy(t *testing.T) string {
-	return front(t, proxy.Config{Config: router.Config{ServedModel: "served-model"}}, v.srv.URL)
+	return front(t, router.Config{ServedModel: "served-model"}, v.srv.URL)
 }
 
-// front is a warden with cfg (quiet unless it has a logger) in front of
-// the engine at url; it returns the warden's URL.
-func front(t *testing.T, cfg proxy.Config, url string) string {
+// front is a warden whose core has cfg (quiet unless it has a logger) in
+// front of the engine at url; it returns the warden's URL.
+func front(t *testing.T, cfg router.Config, url string) string {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.Registry, cfg.Seed = prometheus.NewPedanticRegistry(), 1
-	p, err := proxy.New(cfg, []router.Backend{{Rank: 0, URL: url, MaxNumSeqs: 32}})
+	core, err := router.New(cfg, []router.Backend{{Rank: 0, URL: url, MaxNumSeqs: 32}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := proxy.New(core, proxy.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

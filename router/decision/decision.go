@@ -31,7 +31,7 @@ const MaxRequestID = 128
 // writer encodes it (AppendJSON: the session key is hashed there, never
 // written).
 type Record struct {
-	At         time.Time // when the request ended (the proxy's clock)
+	At         time.Time // when the request ended (the core's clock)
 	RequestID  string
 	Source     string // how the session was identified
 	Key        string // the placement key: hashed into the line
@@ -43,17 +43,28 @@ type Record struct {
 	Prompt     uint64
 	Cached     uint64
 	Completion uint64
-	TTFB       time.Duration // < 0: no response byte
+	TTFT       time.Duration // time to the first answer content (tap.Tap.FirstToken); < 0: none
 	Duration   time.Duration
 	Status     int
+	// Predicted is the prompt tokens placement expected cached on the
+	// chosen replica (capped by the prompt's whole blocks before its last
+	// token); PredictedFrom says from what: "ledger" (the engine's KV
+	// events) or "estimate". MissReason is why uncached tokens missed
+	// (router/ledger's Miss* reasons; the avoidable part's when there is
+	// one), "" when the turn was fully cached or reported no usage.
+	Predicted     int
+	PredictedFrom string
+	MissReason    string
 }
 
 // Line is the decision log's line format (one JSON object a line).
 // Session is a short hash of the placement key (the raw key may be a
 // person's id); it tells conversations apart within a log and across
-// restarts, nothing more. TTFBS is -1 when no response byte arrived.
+// restarts, nothing more. TTFTS is the time to the first answer content,
+// -1 when none arrived (its key, ttfb_s, is the log format's since its
+// first release, kept for the files and tools that read it).
 type Line struct {
-	Time       string  `json:"time"` // RFC 3339 with nanoseconds, the proxy's clock, when the request ended
+	Time       string  `json:"time"` // RFC 3339 with nanoseconds, the core's clock, when the request ended
 	RequestID  string  `json:"request_id"`
 	Source     string  `json:"session_source"`
 	Session    string  `json:"session"`
@@ -65,9 +76,12 @@ type Line struct {
 	Prompt     uint64  `json:"prompt_tokens"`
 	Cached     uint64  `json:"cached_tokens"`
 	Completion uint64  `json:"completion_tokens"`
-	TTFBS      float64 `json:"ttfb_s"`
+	TTFTS      float64 `json:"ttfb_s"`
 	DurationS  float64 `json:"duration_s"`
 	Status     int     `json:"status"`
+	Predicted  int     `json:"predicted_cached_tokens"`
+	PredFrom   string  `json:"predicted_from"`
+	MissReason string  `json:"miss_reason"`
 }
 
 // AppendJSON appends d as one Line object, byte for byte as encoding/json
@@ -98,8 +112,8 @@ func (d *Record) AppendJSON(b []byte) []byte {
 	b = append(b, `,"completion_tokens":`...)
 	b = strconv.AppendUint(b, d.Completion, 10)
 	b = append(b, `,"ttfb_s":`...)
-	if d.TTFB >= 0 {
-		b = appendJSONFloat(b, d.TTFB.Seconds())
+	if d.TTFT >= 0 {
+		b = appendJSONFloat(b, d.TTFT.Seconds())
 	} else {
 		b = append(b, "-1"...)
 	}
@@ -107,6 +121,12 @@ func (d *Record) AppendJSON(b []byte) []byte {
 	b = appendJSONFloat(b, d.Duration.Seconds())
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(d.Status), 10)
+	b = append(b, `,"predicted_cached_tokens":`...)
+	b = strconv.AppendInt(b, int64(d.Predicted), 10)
+	b = append(b, `,"predicted_from":`...)
+	b = appendJSONString(b, d.PredictedFrom)
+	b = append(b, `,"miss_reason":`...)
+	b = appendJSONString(b, d.MissReason)
 	return append(b, '}')
 }
 

@@ -26,9 +26,9 @@ func (d *Record) line() Line {
 	l := Line{Time: d.At.Format(time.RFC3339Nano), RequestID: d.RequestID, Source: d.Source,
 		Session: sessionHash(d.Key), Subagent: d.Subagent, Policy: d.Policy, Route: d.Route, Replica: d.Replica,
 		WaitS: d.Wait.Seconds(), Prompt: d.Prompt, Cached: d.Cached, Completion: d.Completion,
-		TTFBS: -1, DurationS: d.Duration.Seconds(), Status: d.Status}
-	if d.TTFB >= 0 {
-		l.TTFBS = d.TTFB.Seconds()
+		TTFTS: -1, DurationS: d.Duration.Seconds(), Status: d.Status}
+	if d.TTFT >= 0 {
+		l.TTFTS = d.TTFT.Seconds()
 	}
 	return l
 }
@@ -46,7 +46,7 @@ func TestSession(t *testing.T) {
 func testRecord(i int) Record {
 	return Record{At: time.Unix(int64(i), 0), RequestID: fmt.Sprintf("req-%d", i), Source: "claude-code-header",
 		Key: fmt.Sprintf("session-%d", i%50), Policy: "adaptive", Route: "sticky", Replica: i % 4,
-		Prompt: 12_000, Cached: 11_000, Completion: 256, TTFB: 300 * time.Millisecond, Duration: 4 * time.Second, Status: 200}
+		Prompt: 12_000, Cached: 11_000, Completion: 256, TTFT: 300 * time.Millisecond, Duration: 4 * time.Second, Status: 200}
 }
 
 // TestLineEncoding: the hand-written encoder writes what encoding/json
@@ -59,7 +59,7 @@ func TestLineEncoding(t *testing.T) {
 		d.RequestID = id
 		d.At = time.Date(2030, 1, 2, 3, 4, 5, i*1000, time.FixedZone("x", 3600*i))
 		d.Wait = []time.Duration{0, time.Nanosecond, 999 * time.Nanosecond, time.Microsecond, 1234567 * time.Microsecond, 100 * time.Hour}[i%6]
-		d.TTFB = []time.Duration{-1, 0, 7 * time.Nanosecond, 250 * time.Millisecond}[i%4]
+		d.TTFT = []time.Duration{-1, 0, 7 * time.Nanosecond, 250 * time.Millisecond}[i%4]
 		d.Key = []string{"", "k", "alice@example.com"}[i%3]
 		d.Subagent = i%2 == 1
 		want, _ := json.Marshal(d.line())

@@ -1,11 +1,11 @@
-// Package engine owns what the proxy knows of one engine replica apart
+// Package engine owns what the router core knows of one engine replica apart
 // from its own request counters: whether it is in rotation (Health, a
-// small state machine driven by events from the launcher, the proxy's
+// small state machine driven by events from the launcher, the core's
 // health checks and its requests) and what the engine's /metrics said
 // (Scraped: gauges, counters as deltas since warden start, KV capacity).
 // It imports only the project's Prometheus reader and the panel's metric
 // names (another warden as a replica); it knows nothing of placement or
-// sessions, and does no I/O: the proxy fetches, this package interprets.
+// sessions, and does no I/O: the core fetches, this package interprets.
 package engine
 
 import (
@@ -72,7 +72,7 @@ type Health struct {
 }
 
 // NewHealth starts in rotation, or (probe) in Probing until a good check:
-// the proxy enters a launched engine's replica only after the launcher says
+// the core enters a launched engine's replica only after the launcher says
 // it is up, and a probed server only after it answered.
 func NewHealth(probe bool, log *slog.Logger) *Health {
 	h := &Health{log: log, state: InRotation, launcherState: "ready"}

@@ -20,7 +20,7 @@ const MaxMetricsBytes = 8 << 20
 // Scraped is what the latest scrapes of an engine's /metrics said.
 // Counters are kept as deltas since the first scrape (warden start), with
 // counter resets (engine restarts) handled. It has no lock of its own: its
-// owner (the proxy's replica) guards it.
+// owner (the core's replica) guards it.
 type Scraped struct {
 	running, waiting, kvUsed float64
 	kvCapacity               int
@@ -377,3 +377,9 @@ func wardenSample(fams promtext.Families) (s Sample, ok bool) {
 	}
 	return s, true
 }
+
+// VLLMMaxNumSeqs is vLLM's default max_num_seqs of an API server on most
+// GPUs (and without one): 1024 only where every GPU has at least 70 GiB and
+// none is an A100 (engineplan.DefaultMaxNumSeqs). The router assumes it
+// for a replica that says nothing of its limit.
+const VLLMMaxNumSeqs = 256

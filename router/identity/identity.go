@@ -3,7 +3,7 @@
 // body fields, a fingerprint of the conversation's start), and the
 // client's pin to a replica. It reads the request's headers and one pass
 // over the body's top-level JSON keys (Scan), never unmarshalling a large
-// agent body; the proxy shares that scan with its request rewrites. It owns
+// agent body; the data planes share that scan with their request rewrites. It owns
 // no state and imports nothing of the project; docs/clients.md says what
 // each agent sends.
 package identity
@@ -96,7 +96,7 @@ func Extract(h http.Header, body []byte, extraHeaders []string) SessionKey {
 	return withBodyAgent(h, fromFields(Scan(body)))
 }
 
-// ExtractFrom is Extract over a body already scanned (the proxy's request
+// ExtractFrom is Extract over a body already scanned (the core's request
 // path scans once and may have mapped the model name in f first).
 func ExtractFrom(h http.Header, f Fields, extraHeaders []string) SessionKey {
 	if k, ok := fromHeaders(h, extraHeaders); ok {
@@ -210,7 +210,7 @@ func bytesView(b []byte) string {
 }
 
 // Fields are the top-level body values session identity reads, and those
-// the proxy's rewrites need (Stream, StreamOptions, Tools). They point into
+// the data planes' rewrites need (Stream, StreamOptions, Tools). They point into
 // the body they were scanned from: valid while it is unchanged, never
 // longer than the request.
 type Fields struct {
@@ -219,7 +219,8 @@ type Fields struct {
 	User, SafetyIdentifier                                 gjson.Result
 	Stream, StreamOptions                                  gjson.Result
 	Tools                                                  gjson.Result
-	Valid                                                  bool // the body looked like a JSON object
+	SessionID                                              gjson.Result // vLLM's session_id (labels its KV events)
+	Valid                                                  bool         // the body looked like a JSON object
 }
 
 // Scan walks the body's top-level keys once (each value is skipped over,
@@ -235,6 +236,8 @@ func scanFields(body string) Fields {
 		switch k.Str {
 		case "model":
 			f.Model = v
+		case "session_id":
+			f.SessionID = v
 		case "system":
 			f.System = v
 		case "instructions":

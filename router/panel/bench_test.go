@@ -3,6 +3,7 @@ package panel
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/lmwarden/warden/router/schema"
 	"io"
 	"net/http/httptest"
 	"testing"
@@ -13,12 +14,12 @@ import (
 
 // hourStatus is an 8-replica status with an hour of series in buckets of
 // the given width.
-func hourStatus(bucket time.Duration) Status {
+func hourStatus(bucket time.Duration) schema.Status {
 	s := sampleStatus(8)
 	s.Series = nil
 	n := int(time.Hour / bucket)
 	for k := 0; k < n; k++ {
-		s.Series = append(s.Series, Point{T: s.Now.Add(time.Duration(k-n) * bucket), Seconds: bucket.Seconds(),
+		s.Series = append(s.Series, schema.Point{T: s.Now.Add(time.Duration(k-n) * bucket), Seconds: bucket.Seconds(),
 			CachedTokens: uint64(1000 + k), ComputedTokens: uint64(300 + k%7), CompletionTokens: uint64(90 + k%5)})
 	}
 	return s
@@ -29,7 +30,7 @@ func hourStatus(bucket time.Duration) Status {
 func BenchmarkStatusJSON(b *testing.B) {
 	for _, bucket := range []time.Duration{time.Second, 10 * time.Second, time.Minute} {
 		s := hourStatus(bucket)
-		h := JSONHandler(func() Status { return s })
+		h := JSONHandler(func() schema.Status { return s })
 		b.Run(fmt.Sprintf("bucket=%s", bucket), func(b *testing.B) {
 			req := httptest.NewRequest("GET", StatusPath, nil)
 			for b.Loop() {
@@ -45,7 +46,7 @@ func BenchmarkStatusJSON(b *testing.B) {
 func BenchmarkScrape(b *testing.B) {
 	s := hourStatus(10 * time.Second)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewCollector(func() Status { return s }))
+	reg.MustRegister(NewCollector(func() schema.Status { return s }))
 	for b.Loop() {
 		if _, err := reg.Gather(); err != nil {
 			b.Fatal(err)
@@ -56,7 +57,7 @@ func BenchmarkScrape(b *testing.B) {
 // BenchmarkPage measures serving the HTML page (embeds the status).
 func BenchmarkPage(b *testing.B) {
 	s := hourStatus(10 * time.Second)
-	h := PageHandler(func() Status { return s })
+	h := PageHandler(func() schema.Status { return s })
 	req := httptest.NewRequest("GET", "/", nil)
 	for b.Loop() {
 		h.ServeHTTP(httptest.NewRecorder(), req)

@@ -3,6 +3,7 @@ package panel
 import (
 	"context"
 	"fmt"
+	"github.com/lmwarden/warden/router/schema"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -54,11 +55,11 @@ func runBrowser(t *testing.T, browser, url string, extra ...string) string {
 }
 
 // pageServer serves the page (whose embedded status is initial) and the
-// JSON status (polled) on one loopback test server, as the proxy does.
-func pageServer(t *testing.T, initial, polled Status) *httptest.Server {
+// JSON status (polled) on one loopback test server, as the admin endpoints do.
+func pageServer(t *testing.T, initial, polled schema.Status) *httptest.Server {
 	mux := http.NewServeMux()
-	mux.Handle("GET "+StatusPath, JSONHandler(func() Status { return polled }))
-	mux.Handle("/", PageHandler(func() Status { return initial }))
+	mux.Handle("GET "+StatusPath, JSONHandler(func() schema.Status { return polled }))
+	mux.Handle("/", PageHandler(func() schema.Status { return initial }))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv
@@ -105,7 +106,7 @@ func TestPageRendersInBrowser(t *testing.T) {
 	polled.InFlight = 3 + 77 + 5
 	polled.Warnings = []string{"from the poll"}
 	polled.Sessions = 2 // not overcommitted now, so the page shows the peak
-	polled.PeakOvercommit = &OvercommitPeak{At: polled.Now, Sessions: 26, MeanContextTokens: 58_100, CapacityTokens: 1_200_000}
+	polled.PeakOvercommit = &schema.OvercommitPeak{At: polled.Now, Sessions: 26, MeanContextTokens: 58_100, CapacityTokens: 1_200_000}
 	srv := pageServer(t, initial, polled)
 	dom := runBrowser(t, browser, srv.URL+"/", "--dump-dom")
 
@@ -143,7 +144,7 @@ func TestPageRendersInBrowser(t *testing.T) {
 
 // checkDOMRows checks the replica rows and the totals row of the rendered
 // table against s (the polled status of TestPageRendersInBrowser).
-func checkDOMRows(t *testing.T, dom string, s Status) {
+func checkDOMRows(t *testing.T, dom string, s schema.Status) {
 	t.Helper()
 	// Replica 0 written out by hand; every row also against the Status.
 	want0 := []string{"0", "0", "8101", "up", "3", "1100", "17", "0", "3", "0", "41.2%", "41.9k", "81.0%", "2", "0"}

@@ -1,6 +1,7 @@
 package panel
 
 import (
+	"github.com/lmwarden/warden/router/schema"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,7 +12,7 @@ import (
 // Metric names the collector emits, one series per replica (label
 // "replica" = rank; never a session id), besides the engine mirrors
 // (router/metricname's Engine*: the engines' own /metrics as deltas since
-// warden start with engine restarts folded in by the proxy, so they never
+// warden start with engine restarts folded in by the core, so they never
 // go down while the warden runs).
 const (
 	MetricReplicaUp       = "warden_replica_up"                 // gauge 1/0: routable now
@@ -19,6 +20,8 @@ const (
 	MetricReplicaInFlight = "warden_replica_in_flight_requests" // gauge: proxied requests open now
 	MetricSessionsActive  = "warden_sessions_active"            // gauge: active sessions homed there
 	MetricSessionsSeen    = "warden_sessions_seen_total"        // counter, no labels
+	MetricKVEventsLive    = "warden_kv_events_live"             // gauge 1/0: the ledger is read for it
+	MetricLedgerBlocks    = "warden_ledger_blocks"              // gauge: blocks its engine holds (events)
 )
 
 var replicaLabel = []string{"replica"}
@@ -27,14 +30,14 @@ var replicaLabel = []string{"replica"}
 type metricDesc struct {
 	desc *prometheus.Desc
 	typ  prometheus.ValueType
-	val  func(Replica) float64
+	val  func(schema.Replica) float64
 }
 
-func gauge(name, help string, val func(Replica) float64) metricDesc {
+func gauge(name, help string, val func(schema.Replica) float64) metricDesc {
 	return metricDesc{prometheus.NewDesc(name, help, replicaLabel, nil), prometheus.GaugeValue, val}
 }
 
-func counter(name, help string, val func(Replica) float64) metricDesc {
+func counter(name, help string, val func(schema.Replica) float64) metricDesc {
 	return metricDesc{prometheus.NewDesc(name, help, replicaLabel, nil), prometheus.CounterValue, val}
 }
 
@@ -47,7 +50,7 @@ func b2f(b bool) float64 {
 
 // collector is the Prometheus view of Status; see NewCollector.
 type collector struct {
-	src     func() Status
+	src     func() schema.Status
 	metrics []metricDesc
 	seen    *prometheus.Desc // no labels
 }
@@ -58,10 +61,10 @@ var _ prometheus.Collector = (*collector)(nil)
 // emits const metrics per replica (the names are the Metric* constants and
 // metricname's Engine*): up, restarts, in-flight and active sessions, and
 // the engines' own gauges and counters mirrored; plus sessions seen. Request and usage-token
-// counters are not here: the proxy instruments them as vecs at request time
+// counters are not here: the core instruments them as vecs at request time
 // (warden_requests_total, warden_*_tokens_total). src must be safe to call from the scrape goroutine.
 // Register it once on the registry that main builds.
-func NewCollector(src func() Status) prometheus.Collector {
+func NewCollector(src func() schema.Status) prometheus.Collector {
 	return &collector{src: src, metrics: replicaMetrics(),
 		seen: prometheus.NewDesc(MetricSessionsSeen, "Distinct sessions seen since warden start.", nil, nil),
 	}
@@ -70,19 +73,21 @@ func NewCollector(src func() Status) prometheus.Collector {
 // replicaMetrics lists the one-value-per-replica metrics.
 func replicaMetrics() []metricDesc {
 	return []metricDesc{
-		gauge(MetricReplicaUp, "Whether the replica is routable now (1) or not (0).", func(r Replica) float64 { return b2f(r.Up) }),
-		counter(MetricReplicaRestarts, "Engine restarts of the replica since warden start.", func(r Replica) float64 { return float64(r.Restarts) }),
-		gauge(MetricReplicaInFlight, "Requests the warden has open to the replica now.", func(r Replica) float64 { return float64(r.InFlight) }),
-		gauge(MetricSessionsActive, "Active (not expired) sessions whose home is the replica.", func(r Replica) float64 { return float64(r.ActiveSessions) }),
-		gauge(mn.EngineRunning, "Requests the engine is running (vllm:num_requests_running).", func(r Replica) float64 { return r.Running }),
-		gauge(mn.EngineWaiting, "Requests waiting in the engine (vllm:num_requests_waiting).", func(r Replica) float64 { return r.Waiting }),
-		gauge(mn.EngineKVUsage, "Fraction of the engine's KV cache in use, 0..1 (vllm:kv_cache_usage_perc).", func(r Replica) float64 { return r.KVUsed }),
-		gauge(mn.EngineKVCapacity, "KV cache capacity of the engine in tokens (num_gpu_blocks x block_size).", func(r Replica) float64 { return float64(r.KVCapacityTokens) }),
-		counter(mn.EnginePrefixQuery, "Prompt tokens the engine looked up in its prefix cache since warden start.", func(r Replica) float64 { return r.PrefixQueries }),
-		counter(mn.EnginePrefixHits, "Prompt tokens the engine found in its prefix cache since warden start.", func(r Replica) float64 { return r.PrefixHits }),
-		counter(mn.EnginePreemptions, "Engine preemptions since warden start.", func(r Replica) float64 { return r.Preemptions }),
-		counter(mn.EnginePromptTokens, "Prompt tokens the engine processed since warden start (vllm:prompt_tokens_total).", func(r Replica) float64 { return r.EnginePrompt }),
-		counter(mn.EngineGenTokens, "Tokens the engine generated since warden start (vllm:generation_tokens_total).", func(r Replica) float64 { return r.EngineGenerated }),
+		gauge(MetricReplicaUp, "Whether the replica is routable now (1) or not (0).", func(r schema.Replica) float64 { return b2f(r.Up) }),
+		counter(MetricReplicaRestarts, "Engine restarts of the replica since warden start.", func(r schema.Replica) float64 { return float64(r.Restarts) }),
+		gauge(MetricReplicaInFlight, "Requests the warden has open to the replica now.", func(r schema.Replica) float64 { return float64(r.InFlight) }),
+		gauge(MetricSessionsActive, "Active (not expired) sessions whose home is the replica.", func(r schema.Replica) float64 { return float64(r.ActiveSessions) }),
+		gauge(mn.EngineRunning, "Requests the engine is running (vllm:num_requests_running).", func(r schema.Replica) float64 { return r.Running }),
+		gauge(mn.EngineWaiting, "Requests waiting in the engine (vllm:num_requests_waiting).", func(r schema.Replica) float64 { return r.Waiting }),
+		gauge(mn.EngineKVUsage, "Fraction of the engine's KV cache in use, 0..1 (vllm:kv_cache_usage_perc).", func(r schema.Replica) float64 { return r.KVUsed }),
+		gauge(mn.EngineKVCapacity, "KV cache capacity of the engine in tokens (num_gpu_blocks x block_size).", func(r schema.Replica) float64 { return float64(r.KVCapacityTokens) }),
+		counter(mn.EnginePrefixQuery, "Prompt tokens the engine looked up in its prefix cache since warden start.", func(r schema.Replica) float64 { return r.PrefixQueries }),
+		counter(mn.EnginePrefixHits, "Prompt tokens the engine found in its prefix cache since warden start.", func(r schema.Replica) float64 { return r.PrefixHits }),
+		counter(mn.EnginePreemptions, "Engine preemptions since warden start.", func(r schema.Replica) float64 { return r.Preemptions }),
+		counter(mn.EnginePromptTokens, "Prompt tokens the engine processed since warden start (vllm:prompt_tokens_total).", func(r schema.Replica) float64 { return r.EnginePrompt }),
+		counter(mn.EngineGenTokens, "Tokens the engine generated since warden start (vllm:generation_tokens_total).", func(r schema.Replica) float64 { return r.EngineGenerated }),
+		gauge(MetricKVEventsLive, "Whether the replica's KV-cache events flow and placement reads its ledger (1) or the estimate (0).", func(r schema.Replica) float64 { return b2f(r.KVEvents == "live") }),
+		gauge(MetricLedgerBlocks, "KV blocks the ledger knows the replica's engine holds (all tiers), from its KV-cache events.", func(r schema.Replica) float64 { return float64(r.LedgerBlocks) }),
 	}
 }
 

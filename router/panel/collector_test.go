@@ -1,6 +1,7 @@
 package panel
 
 import (
+	"github.com/lmwarden/warden/router/schema"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -15,7 +16,7 @@ import (
 func TestCollectorPedanticAndLint(t *testing.T) {
 	s := sampleStatus(3)
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(NewCollector(func() Status { return s }))
+	reg.MustRegister(NewCollector(func() schema.Status { return s }))
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)
@@ -27,8 +28,8 @@ func TestCollectorPedanticAndLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(mfs) != 14 {
-		t.Errorf("%d metric families, want 14", len(mfs))
+	if len(mfs) != 16 {
+		t.Errorf("%d metric families, want 16", len(mfs))
 	}
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
@@ -45,7 +46,7 @@ func TestCollectorPedanticAndLint(t *testing.T) {
 // the expected exposition written by hand from sampleStatus.
 func TestCollectorValues(t *testing.T) {
 	s := sampleStatus(3)
-	c := NewCollector(func() Status { return s })
+	c := NewCollector(func() schema.Status { return s })
 	want := `
 # HELP warden_replica_up Whether the replica is routable now (1) or not (0).
 # TYPE warden_replica_up gauge
@@ -131,9 +132,9 @@ warden_sessions_seen_total 241
 // snapshot (no caching, no polling goroutine).
 func TestCollectorReadsAtScrapeTime(t *testing.T) {
 	var calls atomic.Int64
-	c := NewCollector(func() Status {
+	c := NewCollector(func() schema.Status {
 		n := calls.Add(1)
-		return Status{Replicas: []Replica{{Rank: 0, InFlight: int(n)}}}
+		return schema.Status{Replicas: []schema.Replica{{Rank: 0, InFlight: int(n)}}}
 	})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)

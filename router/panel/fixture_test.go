@@ -2,15 +2,16 @@ package panel
 
 import (
 	"fmt"
+	"github.com/lmwarden/warden/router/schema"
 	"time"
 )
 
 // sampleStatus is a realistic snapshot: n replicas with distinct numbers in
 // every column, large enough counters to test widths, one replica down.
-func sampleStatus(n int) Status {
+func sampleStatus(n int) schema.Status {
 	since := time.Date(2026, 3, 14, 9, 30, 0, 0, time.UTC)
 	now := since.Add(62*time.Minute + 5*time.Second)
-	s := Status{
+	s := schema.Status{
 		Since: since, Now: now, UptimeSeconds: now.Sub(since).Seconds(),
 		Model: "Qwen/Qwen3-4B-Instruct-2507", Policy: "sticky", Affinity: true,
 		SpillThreshold: 8, SpillAuto: true, StickyShare: 0.9731,
@@ -18,7 +19,7 @@ func sampleStatus(n int) Status {
 		ActiveContextTokens: 12 * 21000, ActiveContextSessions: 12,
 	}
 	for i := 0; i < n; i++ {
-		r := Replica{
+		r := schema.Replica{
 			Rank: i, GPUs: []string{fmt.Sprint(i)}, URL: fmt.Sprintf("http://127.0.0.1:%d", 8101+i),
 			Port: 8101 + i, Up: true, State: "ready", Restarts: i % 2, MaxNumSeqs: 32,
 			InFlight: 3 + i, Requests: uint64(1200 + 37*i), New: uint64(40 + i), Sticky: uint64(1100 + 31*i),
@@ -41,9 +42,9 @@ func sampleStatus(n int) Status {
 	for _, r := range s.Replicas {
 		s.InFlight += r.InFlight
 	}
-	s.Totals = TotalsOf(s.Replicas)
+	s.Totals = schema.TotalsOf(s.Replicas)
 	for k := 0; k < 60; k++ {
-		s.Series = append(s.Series, Point{
+		s.Series = append(s.Series, schema.Point{
 			T: now.Add(time.Duration(k-60) * time.Minute), Seconds: 60,
 			CachedTokens: uint64(60 * (1500 + 20*k)), ComputedTokens: uint64(60 * (400 + 5*(k%7))),
 			CompletionTokens: uint64(60 * (110 + k%9)),

@@ -2,6 +2,7 @@ package panel
 
 import (
 	"fmt"
+	"github.com/lmwarden/warden/router/schema"
 	"strconv"
 	"strings"
 	"time"
@@ -44,7 +45,7 @@ func fmtGPUs(g []string) string {
 
 // fmtDevices is the table's GPU column: the rank's GPUs, else the vLLM
 // data-parallel engine it is pinned to ("dp 1").
-func fmtDevices(r Replica) string {
+func fmtDevices(r schema.Replica) string {
 	if len(r.GPUs) == 0 && r.DPRank != nil {
 		return "dp " + strconv.Itoa(*r.DPRank)
 	}
@@ -52,7 +53,7 @@ func fmtDevices(r Replica) string {
 }
 
 // fmtUp says whether a replica is routable, else its state.
-func fmtUp(r Replica) string {
+func fmtUp(r schema.Replica) string {
 	if r.Up {
 		return "up"
 	}
@@ -71,7 +72,7 @@ func fmtOnOff(b bool) string {
 }
 
 // fmtSpill renders the spill threshold badge: "8 (auto)" when derived.
-func fmtSpill(s Status) string {
+func fmtSpill(s schema.Status) string {
 	v := strconv.Itoa(s.SpillThreshold)
 	if s.SpillAuto {
 		v += " (auto)"
@@ -108,7 +109,7 @@ func fmtIBytes(n float64) string {
 
 // fmtOffloadSize is a replica's host KV tier cell: its size, "on" when the
 // size is unknown (LMCache), "-" without a tier.
-func fmtOffloadSize(r Replica) string {
+func fmtOffloadSize(r schema.Replica) string {
 	switch {
 	case r.OffloadBytes > 0:
 		return fmtBytes(float64(r.OffloadBytes))
@@ -119,7 +120,7 @@ func fmtOffloadSize(r Replica) string {
 }
 
 // fmtOffloadHit is a replica's host-tier hit rate cell; "-" without a tier.
-func fmtOffloadHit(r Replica) string {
+func fmtOffloadHit(r schema.Replica) string {
 	if !r.HasOffload() {
 		return "-"
 	}
@@ -128,8 +129,8 @@ func fmtOffloadHit(r Replica) string {
 
 // offloadLine says in one sentence what the host KV tiers held and did
 // since start (terminal table, exit summary; panel.js writes the same).
-func offloadLine(s Status) string {
-	t := TotalsOf(s.Replicas)
+func offloadLine(s schema.Status) string {
+	t := schema.TotalsOf(s.Replicas)
 	var loaded, stored float64
 	n, backend := 0, ""
 	for _, r := range s.Replicas {
@@ -184,7 +185,7 @@ func fmtDuration(d time.Duration) string {
 }
 
 // uptime is the status' uptime, from UptimeSeconds or else Now - Since.
-func uptime(s Status) time.Duration {
+func uptime(s schema.Status) time.Duration {
 	if s.UptimeSeconds > 0 {
 		return time.Duration(s.UptimeSeconds * float64(time.Second))
 	}
@@ -195,7 +196,7 @@ func uptime(s Status) time.Duration {
 }
 
 // sinceLine says since when the counters run.
-func sinceLine(s Status) string {
+func sinceLine(s schema.Status) string {
 	if s.Since.IsZero() {
 		return "counters since warden start"
 	}
@@ -204,8 +205,8 @@ func sinceLine(s Status) string {
 }
 
 // totalCapacity is the KV capacity of all replicas in tokens: Totals if the
-// proxy filled it, else the sum of the rows.
-func totalCapacity(s Status) int {
+// core filled it, else the sum of the rows.
+func totalCapacity(s schema.Status) int {
 	if s.Totals.KVCapacityTokens > 0 {
 		return s.Totals.KVCapacityTokens
 	}

@@ -3,6 +3,7 @@ package panel
 import (
 	"bytes"
 	"fmt"
+	"github.com/lmwarden/warden/router/schema"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -12,7 +13,7 @@ import (
 
 // tierStatus is sampleStatus(n) with a 64 GiB host KV tier on every
 // replica and distinct tier counters.
-func tierStatus(n int) Status {
+func tierStatus(n int) schema.Status {
 	s := sampleStatus(n)
 	for i := range s.Replicas {
 		r := &s.Replicas[i]
@@ -22,12 +23,12 @@ func tierStatus(n int) Status {
 		r.OffloadLoadedBytes, r.OffloadStoredBytes = float64(3<<30+i<<28), float64(40<<30+i<<30)
 		r.OffloadFilled = []float64{0.6, 1, -1}[i%3] // part filled, full, an engine without the counter
 	}
-	s.Totals = TotalsOf(s.Replicas)
+	s.Totals = schema.TotalsOf(s.Replicas)
 	return s
 }
 
 func TestTotalsOfHostKVTier(t *testing.T) {
-	got := TotalsOf(tierStatus(3).Replicas)
+	got := schema.TotalsOf(tierStatus(3).Replicas)
 	if got.OffloadBytes != 3*64<<30 || got.OffloadQueries != 6_300_000 || got.OffloadHits != 1_650_000 ||
 		fmt.Sprintf("%.4f", got.OffloadHitRate) != "0.2619" {
 		t.Errorf("totals %+v", got)
@@ -41,7 +42,7 @@ func TestFormatStatusTableShowsTheHostKVTier(t *testing.T) {
 	s := tierStatus(3)
 	s.Replicas[2].OffloadBackend, s.Replicas[2].OffloadBytes = "", 0 // one replica without a tier
 	s.Replicas[2].OffloadQueries, s.Replicas[2].OffloadHits, s.Replicas[2].OffloadHitRate = 0, 0, 0
-	s.Totals = TotalsOf(s.Replicas)
+	s.Totals = schema.TotalsOf(s.Replicas)
 	var b bytes.Buffer
 	formatStatusTable(&b, s)
 	out := b.String()
@@ -81,7 +82,7 @@ func TestHostKVTierFits100Columns(t *testing.T) {
 		s.Replicas[i].OffloadBytes = 1 << 40
 		s.Replicas[i].OffloadLoadedBytes *= 1000
 	}
-	s.Totals = TotalsOf(s.Replicas)
+	s.Totals = schema.TotalsOf(s.Replicas)
 	for _, f := range []func(*bytes.Buffer){
 		func(b *bytes.Buffer) { formatStatusTable(b, s) },
 		func(b *bytes.Buffer) { WriteSummary(b, s) },
@@ -153,7 +154,7 @@ func TestFmtBytes(t *testing.T) {
 	if got := fmtIBytes(0); got != "0 B" {
 		t.Errorf("fmtIBytes(0) = %q", got)
 	}
-	for r, want := range map[*Replica]string{
+	for r, want := range map[*schema.Replica]string{
 		{OffloadBackend: "native", OffloadBytes: 8 << 30}: "8.0G", {OffloadBackend: "lmcache"}: "on", {}: "-",
 	} {
 		if got := fmtOffloadSize(*r); got != want {
@@ -170,7 +171,7 @@ func TestPageShowsTheHostKVTierInBrowser(t *testing.T) {
 	s := tierStatus(3)
 	s.Replicas[2].OffloadBackend, s.Replicas[2].OffloadBytes = "", 0
 	s.Replicas[2].OffloadQueries, s.Replicas[2].OffloadHits, s.Replicas[2].OffloadHitRate = 0, 0, 0
-	s.Totals = TotalsOf(s.Replicas)
+	s.Totals = schema.TotalsOf(s.Replicas)
 	dom := runBrowser(t, browser, pageServer(t, s, s).URL+"/", "--dump-dom")
 	want0 := []string{"0", "0", "8101", "up", "3", "1100", "17", "0", "3", "0", "41.2%", "41.9k", "81.0%", "64.0G", "25.0%", "2", "0"}
 	if diff := cmp.Diff(want0, domCells(dom, "replica-0")); diff != "" {

@@ -2,6 +2,7 @@ package panel
 
 import (
 	"fmt"
+	"github.com/lmwarden/warden/router/schema"
 	"time"
 )
 
@@ -13,26 +14,26 @@ import (
 // msg names the numbers and what to do; it is "" when over is false, which
 // includes every case where a number is unknown (no sessions with a known
 // context, no KV capacity scraped yet).
-func Overcommit(s Status) (msg string, over bool) {
+func Overcommit(s schema.Status) (msg string, over bool) {
 	p, ok := loadOf(s)
-	if !ok || !p.over() {
+	if !ok || !peakOver(p) {
 		return "", false
 	}
-	return p.message("KV cache overcommitted"), true
+	return peakMessage(p, "KV cache overcommitted"), true
 }
 
 // UpdatePeak returns the worse of prev and the current overcommit of s (the
 // one with the larger demand/capacity ratio), stamped with s.Now; prev
-// itself when s is not overcommitted. prev may be nil. The proxy calls it on
+// itself when s is not overcommitted. prev may be nil. The core calls it on
 // every snapshot and stores the result in Status.PeakOvercommit, so that the
 // exit summary can say that the run was overcommitted even if it no longer
 // is at exit.
-func UpdatePeak(prev *OvercommitPeak, s Status) *OvercommitPeak {
+func UpdatePeak(prev *schema.OvercommitPeak, s schema.Status) *schema.OvercommitPeak {
 	cur, ok := loadOf(s)
-	if !ok || !cur.over() {
+	if !ok || !peakOver(cur) {
 		return prev
 	}
-	if prev != nil && prev.ratio() >= cur.ratio() {
+	if prev != nil && peakRatio(*prev) >= peakRatio(cur) {
 		return prev
 	}
 	cur.At = s.Now
@@ -44,17 +45,17 @@ func UpdatePeak(prev *OvercommitPeak, s Status) *OvercommitPeak {
 
 // loadOf measures the demand on the KV cache in s; ok is false when a
 // number is unknown.
-func loadOf(s Status) (OvercommitPeak, bool) {
+func loadOf(s schema.Status) (schema.OvercommitPeak, bool) {
 	capTok := totalCapacity(s)
 	n := s.Sessions
 	if s.ConcurrentSessions > 0 {
 		n = s.ConcurrentSessions
 	}
 	if n <= 0 || s.ActiveContextSessions <= 0 || s.ActiveContextTokens == 0 || capTok <= 0 {
-		return OvercommitPeak{}, false
+		return schema.OvercommitPeak{}, false
 	}
 	mean := int(s.ActiveContextTokens / uint64(s.ActiveContextSessions))
-	p := OvercommitPeak{At: s.Now, Sessions: n, MeanContextTokens: mean, CapacityTokens: capTok}
+	p := schema.OvercommitPeak{At: s.Now, Sessions: n, MeanContextTokens: mean, CapacityTokens: capTok}
 	if s.Engines != nil {
 		p.Hint = s.Engines.OffloadHint
 	}
@@ -62,16 +63,18 @@ func loadOf(s Status) (OvercommitPeak, bool) {
 }
 
 // demand is sessions x mean context, in tokens.
-func (p OvercommitPeak) demand() int { return p.Sessions * p.MeanContextTokens }
+func peakDemand(p schema.OvercommitPeak) int { return p.Sessions * p.MeanContextTokens }
 
-func (p OvercommitPeak) over() bool { return p.CapacityTokens > 0 && p.demand() > p.CapacityTokens }
+func peakOver(p schema.OvercommitPeak) bool {
+	return p.CapacityTokens > 0 && peakDemand(p) > p.CapacityTokens
+}
 
-func (p OvercommitPeak) ratio() float64 {
-	return ratio(float64(p.demand()), float64(p.CapacityTokens))
+func peakRatio(p schema.OvercommitPeak) float64 {
+	return ratio(float64(peakDemand(p)), float64(p.CapacityTokens))
 }
 
 // fits is how many sessions of the mean context the KV cache holds.
-func (p OvercommitPeak) fits() int {
+func peakFits(p schema.OvercommitPeak) int {
 	if p.MeanContextTokens <= 0 {
 		return 0
 	}
@@ -79,15 +82,15 @@ func (p OvercommitPeak) fits() int {
 }
 
 // message states the numbers and the remedy, after a lead-in.
-func (p OvercommitPeak) message(lead string) string {
+func peakMessage(p schema.OvercommitPeak, lead string) string {
 	return fmt.Sprintf("%s: %d active sessions x %s tokens mean context = %s tokens > %s tokens "+
 		"of KV cache on all replicas; conversations evict each other's prefixes and are prefilled again. "+
 		"Run at most %d concurrent sessions, or add replicas.%s",
-		lead, p.Sessions, fmtTokens(float64(p.MeanContextTokens)), fmtTokens(float64(p.demand())),
-		fmtTokens(float64(p.CapacityTokens)), p.fits(), p.hint())
+		lead, p.Sessions, fmtTokens(float64(p.MeanContextTokens)), fmtTokens(float64(peakDemand(p))),
+		fmtTokens(float64(p.CapacityTokens)), peakFits(p), peakHint(p))
 }
 
-func (p OvercommitPeak) hint() string {
+func peakHint(p schema.OvercommitPeak) string {
 	if p.Hint == "" {
 		return ""
 	}
@@ -95,8 +98,8 @@ func (p OvercommitPeak) hint() string {
 }
 
 // peakLine is the one-line note on the panel about a past overcommit.
-func (p OvercommitPeak) peakLine() string {
+func peakLine(p schema.OvercommitPeak) string {
 	return fmt.Sprintf("KV cache overcommitted earlier (worst at %s): %s x %s = %s > %s tokens",
 		p.At.Local().Format("15:04:05"), count(p.Sessions, "session"), fmtTokens(float64(p.MeanContextTokens)),
-		fmtTokens(float64(p.demand())), fmtTokens(float64(p.CapacityTokens)))
+		fmtTokens(float64(peakDemand(p))), fmtTokens(float64(p.CapacityTokens)))
 }

@@ -1,6 +1,7 @@
 package panel
 
 import (
+	"github.com/lmwarden/warden/router/schema"
 	"strings"
 	"testing"
 	"time"
@@ -10,10 +11,10 @@ import (
 
 // loadStatus is a status with n active sessions of mean context ctx on
 // replicas of the given KV capacities.
-func loadStatus(n, ctx int, now time.Time, caps ...int) Status {
-	s := Status{Now: now, Sessions: n, ActiveContextSessions: n, ActiveContextTokens: uint64(n * ctx)}
+func loadStatus(n, ctx int, now time.Time, caps ...int) schema.Status {
+	s := schema.Status{Now: now, Sessions: n, ActiveContextSessions: n, ActiveContextTokens: uint64(n * ctx)}
 	for i, c := range caps {
-		s.Replicas = append(s.Replicas, Replica{Rank: i, KVCapacityTokens: c})
+		s.Replicas = append(s.Replicas, schema.Replica{Rank: i, KVCapacityTokens: c})
 	}
 	return s
 }
@@ -22,7 +23,7 @@ func TestOvercommit(t *testing.T) {
 	t0 := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
 		name string
-		s    Status
+		s    schema.Status
 		over bool
 		msg  string
 	}{
@@ -32,7 +33,7 @@ func TestOvercommit(t *testing.T) {
 		{name: "one token over", s: loadStatus(2, 40_001, t0, 40_000, 40_000), over: true, msg: "Run at most 1 concurrent sessions"},
 		{name: "capacity unknown", s: loadStatus(30, 58_000, t0, 0, 0)},
 		{name: "no sessions", s: loadStatus(0, 0, t0, 40_000)},
-		{name: "context unknown", s: Status{Sessions: 30, Replicas: []Replica{{KVCapacityTokens: 40_000}}}},
+		{name: "context unknown", s: schema.Status{Sessions: 30, Replicas: []schema.Replica{{KVCapacityTokens: 40_000}}}},
 	} {
 		msg, over := Overcommit(c.s)
 		if over != c.over || !strings.Contains(msg, c.msg) || (!over && msg != "") {
@@ -52,7 +53,7 @@ func TestOvercommitUsesTotalsCapacity(t *testing.T) {
 func TestUpdatePeakKeepsTheWorst(t *testing.T) {
 	t0 := time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
 	caps := []int{40_000, 40_000}
-	var p *OvercommitPeak
+	var p *schema.OvercommitPeak
 	p = UpdatePeak(p, loadStatus(1, 10_000, t0, caps...)) // fits
 	if p != nil {
 		t.Fatalf("peak %+v from a load that fits", p)
@@ -61,7 +62,7 @@ func TestUpdatePeakKeepsTheWorst(t *testing.T) {
 	p = UpdatePeak(p, loadStatus(5, 30_000, t0.Add(2*time.Minute), caps...)) // 150k: worst
 	p = UpdatePeak(p, loadStatus(4, 30_000, t0.Add(3*time.Minute), caps...)) // 120k
 	p = UpdatePeak(p, loadStatus(1, 30_000, t0.Add(4*time.Minute), caps...)) // fits again
-	want := &OvercommitPeak{At: t0.Add(2 * time.Minute), Sessions: 5, MeanContextTokens: 30_000, CapacityTokens: 80_000}
+	want := &schema.OvercommitPeak{At: t0.Add(2 * time.Minute), Sessions: 5, MeanContextTokens: 30_000, CapacityTokens: 80_000}
 	if diff := cmp.Diff(want, p); diff != "" {
 		t.Errorf("peak (-want +got):\n%s", diff)
 	}
@@ -88,12 +89,12 @@ func TestOvercommitNamesTheHostTier(t *testing.T) {
 	if !strings.HasSuffix(msg, "or add replicas.") {
 		t.Errorf("no hint: %q", msg)
 	}
-	s.Engines = &EngineSetup{OffloadHint: "Or keep evicted prefixes in host RAM: --kv-offload auto."}
+	s.Engines = &schema.EngineSetup{OffloadHint: "Or keep evicted prefixes in host RAM: --kv-offload auto."}
 	msg, _ = Overcommit(s)
 	if !strings.HasSuffix(msg, "or add replicas. Or keep evicted prefixes in host RAM: --kv-offload auto.") {
 		t.Errorf("with a hint: %q", msg)
 	}
-	if p := UpdatePeak(nil, s); p == nil || !strings.Contains(p.message("was"), "--kv-offload auto") {
+	if p := UpdatePeak(nil, s); p == nil || !strings.Contains(peakMessage(*p, "was"), "--kv-offload auto") {
 		t.Errorf("the peak kept for the exit summary lost the hint: %+v", p)
 	}
 }

@@ -4,17 +4,18 @@ import (
 	"bytes"
 	"embed"
 	"encoding/json"
+	"github.com/lmwarden/warden/router/schema"
 	"html/template"
 	"io/fs"
 	"net/http"
 )
 
-// Paths the page uses. The proxy mounts PageHandler on PagePath and on
-// AssetsPath, and serves the status JSON (JSONHandler) on StatusPath.
+// Paths the page uses. The admin endpoints mount PageHandler on PagePath and
+// on AssetsPath, and serve the status JSON (JSONHandler) on StatusPath.
 const (
 	PagePath   = "/"
 	AssetsPath = "/warden/assets/"
-	StatusPath = "/warden/status"
+	StatusPath = schema.Path
 )
 
 //go:embed assets
@@ -32,7 +33,7 @@ const csp = "default-src 'self'; img-src 'self' data:; base-uri 'none'; form-act
 // the current Status (from src) so it renders at once, a plain-text table
 // for browsers without JavaScript, and then polls StatusPath every 2 s.
 // Other paths get 404. src is called once per page load.
-func PageHandler(src func() Status) http.Handler {
+func PageHandler(src func() schema.Status) http.Handler {
 	sub, err := fs.Sub(assetFS, "assets")
 	if err != nil {
 		panic(err) // the embed pattern guarantees the directory
@@ -58,7 +59,7 @@ type pageData struct {
 	JSON  template.JS // the Status; json.Marshal escapes <, > and &
 }
 
-func servePage(w http.ResponseWriter, s Status) {
+func servePage(w http.ResponseWriter, s schema.Status) {
 	js, err := json.Marshal(s)
 	if err != nil {
 		http.Error(w, "status: "+err.Error(), http.StatusInternalServerError)
@@ -79,7 +80,7 @@ func servePage(w http.ResponseWriter, s Status) {
 }
 
 // JSONHandler serves src() as JSON (the status endpoint, StatusPath).
-func JSONHandler(src func() Status) http.Handler {
+func JSONHandler(src func() schema.Status) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		js, err := json.MarshalIndent(src(), "", "  ") // read by people with curl too
 		if err != nil {

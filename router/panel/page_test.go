@@ -2,6 +2,7 @@ package panel
 
 import (
 	"encoding/json"
+	"github.com/lmwarden/warden/router/schema"
 	"io"
 	"io/fs"
 	"net/http"
@@ -24,7 +25,7 @@ func get(t *testing.T, h http.Handler, method, path string) (*http.Response, str
 func TestPageHandlerServesPageWithInitialStatus(t *testing.T) {
 	s := sampleStatus(3)
 	s.Model = `evil</script><script>alert(1)</script>`
-	h := PageHandler(func() Status { return s })
+	h := PageHandler(func() schema.Status { return s })
 	for _, path := range []string{"/", "/warden", "/warden/"} {
 		res, body := get(t, h, "GET", path)
 		if res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/html") {
@@ -43,7 +44,7 @@ func TestPageHandlerServesPageWithInitialStatus(t *testing.T) {
 		if i < 0 || j < 0 {
 			t.Fatalf("no initial status in page:\n%s", body)
 		}
-		var got Status
+		var got schema.Status
 		if err := json.Unmarshal([]byte(body[i+len(open):i+j]), &got); err != nil {
 			t.Fatalf("initial status: %v", err)
 		}
@@ -57,7 +58,7 @@ func TestPageHandlerServesPageWithInitialStatus(t *testing.T) {
 }
 
 func TestPageHandlerAssetsAndErrors(t *testing.T) {
-	h := PageHandler(func() Status { return Status{} })
+	h := PageHandler(func() schema.Status { return schema.Status{} })
 	for path, ctype := range map[string]string{
 		"/warden/assets/panel.js": "text/javascript", "/warden/assets/panel.css": "text/css",
 	} {
@@ -101,11 +102,11 @@ func TestAssetsAreLocal(t *testing.T) {
 
 func TestJSONHandler(t *testing.T) {
 	s := sampleStatus(2)
-	res, body := get(t, JSONHandler(func() Status { return s }), "GET", StatusPath)
+	res, body := get(t, JSONHandler(func() schema.Status { return s }), "GET", StatusPath)
 	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("%d %s", res.StatusCode, res.Header.Get("Content-Type"))
 	}
-	var got Status
+	var got schema.Status
 	if err := json.Unmarshal([]byte(body), &got); err != nil {
 		t.Fatal(err)
 	}

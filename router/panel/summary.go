@@ -2,6 +2,7 @@ package panel
 
 import (
 	"fmt"
+	"github.com/lmwarden/warden/router/schema"
 	"io"
 	"strconv"
 	"strings"
@@ -27,7 +28,7 @@ var summaryColumns = table.Row{
 // distinct sessions seen are on the head line, never in that column); then
 // uptime and, if the run was ever overcommitted
 // (Status.PeakOvercommit, or Overcommit now), what happened and what to do.
-func WriteSummary(w io.Writer, s Status) {
+func WriteSummary(w io.Writer, s schema.Status) {
 	head := "warden summary"
 	if s.Model != "" {
 		head += " for " + s.Model
@@ -38,7 +39,7 @@ func WriteSummary(w io.Writer, s Status) {
 	t.SetOutputMirror(w)
 	t.SetStyle(panelTableStyle())
 	t.AppendHeader(summaryColumns)
-	var all Replica
+	var all schema.Replica
 	for _, r := range s.Replicas {
 		t.AppendRow(summaryRow(strconv.Itoa(r.Rank), r, r.New))
 		addReplica(&all, r)
@@ -60,8 +61,11 @@ func WriteSummary(w io.Writer, s Status) {
 	if s.HasOffload() {
 		writeOffloadSummary(w, s)
 	}
+	if line := MissLine(s.MissTokens); line != "" {
+		fmt.Fprintln(w, "uncached prompt tokens by cause: "+line)
+	}
 	if p := s.PeakOvercommit; p != nil {
-		writeWrapped(w, p.message("KV cache was overcommitted during the run (worst at "+
+		writeWrapped(w, peakMessage(*p, "KV cache was overcommitted during the run (worst at "+
 			p.At.Local().Format("15:04:05")+")"), 100)
 	} else if msg, over := Overcommit(s); over {
 		writeWrapped(w, msg, 100)
@@ -76,12 +80,12 @@ var offloadSummaryColumns = table.Row{"replica", "host tier", "filled", "looked 
 // size, the prompt tokens that missed the GPU cache and were looked up in
 // it, those found there, their share, and the bytes loaded back from it
 // and stored to it; then offloadLine.
-func writeOffloadSummary(w io.Writer, s Status) {
+func writeOffloadSummary(w io.Writer, s schema.Status) {
 	t := table.NewWriter()
 	t.SetOutputMirror(w)
 	t.SetStyle(panelTableStyle())
 	t.AppendHeader(offloadSummaryColumns)
-	var all Replica
+	var all schema.Replica
 	for _, r := range s.Replicas {
 		t.AppendRow(offloadSummaryRow(strconv.Itoa(r.Rank), r))
 		all.OffloadBytes += r.OffloadBytes
@@ -110,7 +114,7 @@ func writeOffloadSummary(w io.Writer, s Status) {
 }
 
 // offloadSummaryRow is one row of the host KV tier table.
-func offloadSummaryRow(name string, r Replica) table.Row {
+func offloadSummaryRow(name string, r schema.Replica) table.Row {
 	hit := "-"
 	if r.HasOffload() || r.OffloadQueries > 0 {
 		hit = fmtPct(ratio(r.OffloadHits, r.OffloadQueries))
@@ -121,7 +125,7 @@ func offloadSummaryRow(name string, r Replica) table.Row {
 
 // filledOf is the fill of the replicas' tiers whose fill is known,
 // weighted by their size; -1 when none is known.
-func filledOf(reps []Replica) float64 {
+func filledOf(reps []schema.Replica) float64 {
 	var filled, size float64
 	for _, r := range reps {
 		if r.HasOffload() && r.OffloadFilled >= 0 && r.OffloadBytes > 0 {
@@ -136,7 +140,7 @@ func filledOf(reps []Replica) float64 {
 }
 
 // fmtFilled is a tier's estimated fill: "63%", "full", "-" when not known.
-func fmtFilled(r Replica) string {
+func fmtFilled(r schema.Replica) string {
 	switch {
 	case !r.HasOffload() || r.OffloadFilled < 0 || (r.OffloadFilled == 0 && r.OffloadBytes == 0):
 		return "-"
@@ -166,7 +170,7 @@ func writeWrapped(w io.Writer, msg string, width int) {
 }
 
 // summaryRow is one summary row, in summaryColumns order.
-func summaryRow(name string, r Replica, sessions uint64) table.Row {
+func summaryRow(name string, r schema.Replica, sessions uint64) table.Row {
 	return table.Row{
 		name, r.Requests, fmtPct(stickyShare(r)), r.SpilledIn, r.Pinned,
 		fmtTokens(r.PrefixQueries), fmtTokens(r.PrefixHits), fmtPct(ratio(r.PrefixHits, r.PrefixQueries)),
@@ -176,7 +180,7 @@ func summaryRow(name string, r Replica, sessions uint64) table.Row {
 
 // stickyShare is the share of a replica's turns of known sessions (its
 // requests less first turns and client-pinned ones) that were sticky.
-func stickyShare(r Replica) float64 {
+func stickyShare(r schema.Replica) float64 {
 	known := float64(r.Requests) - float64(r.New) - float64(r.Pinned)
 	if known <= 0 {
 		return 0
@@ -185,7 +189,7 @@ func stickyShare(r Replica) float64 {
 }
 
 // addReplica adds the summed counters of r into all.
-func addReplica(all *Replica, r Replica) {
+func addReplica(all *schema.Replica, r schema.Replica) {
 	all.Requests += r.Requests
 	all.New += r.New
 	all.Sticky += r.Sticky
@@ -195,4 +199,26 @@ func addReplica(all *Replica, r Replica) {
 	all.PrefixHits += r.PrefixHits
 	all.PromptTokens += r.PromptTokens
 	all.CachedTokens += r.CachedTokens
+}
+
+// missOrder is the order causes are shown in (router/ledger's reasons).
+var missOrder = []string{"new", "evicted", "moved", "restarted", "prefix_changed", "unknown"}
+
+// MissLine is the uncached prompt tokens by cause on one line ("" when
+// there are none): "new 12.3k (80.1%), evicted 3.0k (19.9%)".
+func MissLine(m map[string]uint64) string {
+	var total uint64
+	for _, v := range m {
+		total += v
+	}
+	if total == 0 {
+		return ""
+	}
+	var parts []string
+	for _, k := range missOrder {
+		if v := m[k]; v > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s (%s)", k, fmtTokens(float64(v)), fmtPct(float64(v)/float64(total))))
+		}
+	}
+	return strings.Join(parts, ", ")
 }

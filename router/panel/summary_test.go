@@ -2,6 +2,7 @@ package panel
 
 import (
 	"bytes"
+	"github.com/lmwarden/warden/router/schema"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +51,7 @@ func TestWriteSummaryPeakOvercommit(t *testing.T) {
 	s := sampleStatus(4)
 	s.Sessions = 2 // fine at exit, but it was not during the run
 	at := time.Date(2026, 3, 14, 10, 5, 12, 0, time.Local)
-	s.PeakOvercommit = &OvercommitPeak{At: at, Sessions: 26, MeanContextTokens: 58_100, CapacityTokens: 1_200_000}
+	s.PeakOvercommit = &schema.OvercommitPeak{At: at, Sessions: 26, MeanContextTokens: 58_100, CapacityTokens: 1_200_000}
 	var b bytes.Buffer
 	WriteSummary(&b, s)
 	got := strings.Join(strings.Fields(b.String()), " ")
@@ -65,7 +66,7 @@ func TestWriteSummaryPeakOvercommit(t *testing.T) {
 
 func TestWriteSummaryEmpty(t *testing.T) {
 	var b bytes.Buffer
-	WriteSummary(&b, Status{})
+	WriteSummary(&b, schema.Status{})
 	if f := rowFields(b.String(), "all"); len(f) != 10 || f[1] != "0" || f[2] != "0.0%" {
 		t.Errorf("empty summary totals %q:\n%s", f, b.String())
 	}
@@ -81,16 +82,26 @@ func TestWriteWrapped(t *testing.T) {
 
 func TestStickyShareGuards(t *testing.T) {
 	for _, c := range []struct {
-		r    Replica
+		r    schema.Replica
 		want float64
 	}{
-		{Replica{}, 0},
-		{Replica{Requests: 2, New: 3}, 0},             // counters read at different moments: no underflow
-		{Replica{Requests: 10, New: 2, Sticky: 9}, 1}, // capped
-		{Replica{Requests: 10, New: 2, Pinned: 2, Sticky: 3}, 0.5},
+		{schema.Replica{}, 0},
+		{schema.Replica{Requests: 2, New: 3}, 0},             // counters read at different moments: no underflow
+		{schema.Replica{Requests: 10, New: 2, Sticky: 9}, 1}, // capped
+		{schema.Replica{Requests: 10, New: 2, Pinned: 2, Sticky: 3}, 0.5},
 	} {
 		if got := stickyShare(c.r); got != c.want {
 			t.Errorf("stickyShare(%+v) = %v, want %v", c.r, got, c.want)
 		}
+	}
+}
+
+func TestMissLine(t *testing.T) {
+	if got := MissLine(nil); got != "" {
+		t.Errorf("no misses: %q", got)
+	}
+	got := MissLine(map[string]uint64{"evicted": 2500, "new": 7500, "moved": 0})
+	if want := "new 7.5k (75.0%), evicted 2.5k (25.0%)"; got != want {
+		t.Errorf("MissLine = %q, want %q", got, want)
 	}
 }

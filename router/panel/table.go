@@ -2,6 +2,7 @@ package panel
 
 import (
 	"fmt"
+	"github.com/lmwarden/warden/router/schema"
 	"io"
 	"strconv"
 	"strings"
@@ -37,7 +38,7 @@ const offloadAt = 13
 const offloadLegend = "host = host KV tier (vLLM KV offloading), h.hit = tokens found there / GPU misses looked up"
 
 // columnsFor is the table's header row for s.
-func columnsFor(s Status) table.Row {
+func columnsFor(s schema.Status) table.Row {
 	if !s.HasOffload() {
 		return tableColumns
 	}
@@ -55,7 +56,7 @@ func withOffload(row, cells table.Row) table.Row {
 // the replica table with a totals row, the since-when line and any
 // warnings. It is what `warden status` prints; it does not end with a clear
 // screen or colour codes, so it can go to a file or a pipe.
-func formatStatusTable(w io.Writer, s Status) {
+func formatStatusTable(w io.Writer, s schema.Status) {
 	for _, l := range badgeLines(s) {
 		fmt.Fprintln(w, l)
 	}
@@ -78,8 +79,8 @@ func formatStatusTable(w io.Writer, s Status) {
 	}
 	foot := totalsRow(s)
 	if tier {
-		tot := TotalsOf(s.Replicas)
-		foot = withOffload(foot, table.Row{fmtOffloadSize(Replica{OffloadBackend: "any", OffloadBytes: tot.OffloadBytes}),
+		tot := schema.TotalsOf(s.Replicas)
+		foot = withOffload(foot, table.Row{fmtOffloadSize(schema.Replica{OffloadBackend: "any", OffloadBytes: tot.OffloadBytes}),
 			fmtPct(tot.OffloadHitRate)})
 	}
 	t.AppendFooter(foot)
@@ -103,7 +104,7 @@ func formatStatusTable(w io.Writer, s Status) {
 		writeWrapped(w, "! "+m, 100)
 	}
 	if _, over := Overcommit(s); s.PeakOvercommit != nil && !over {
-		writeWrapped(w, "! "+s.PeakOvercommit.peakLine(), 100)
+		writeWrapped(w, "! "+peakLine(*s.PeakOvercommit), 100)
 	}
 }
 
@@ -122,7 +123,7 @@ func columnConfigs(cols table.Row) []table.ColumnConfig {
 
 // badgeLines renders the panel's badges: what is served and how it is
 // routed, then the live routing numbers.
-func badgeLines(s Status) []string {
+func badgeLines(s schema.Status) []string {
 	first := "warden"
 	if s.Model != "" {
 		first += " serving " + s.Model
@@ -142,7 +143,7 @@ func badgeLines(s Status) []string {
 }
 
 // badgeLine renders the routing badges on one line.
-func badgeLine(s Status) string {
+func badgeLine(s schema.Status) string {
 	parts := []string{
 		"policy " + s.Policy,
 		"affinity " + fmtOnOff(s.Affinity),
@@ -158,7 +159,7 @@ func badgeLine(s Status) string {
 }
 
 // replicaRow is one table row, in tableColumns order.
-func replicaRow(r Replica) table.Row {
+func replicaRow(r schema.Replica) table.Row {
 	return table.Row{
 		r.Rank, fmtDevices(r), r.Port, fmtUp(r), r.InFlight, r.Sticky, r.SpilledIn, r.Pinned,
 		fmtNum(r.Running), fmtNum(r.Waiting), fmtPct(r.KVUsed), fmtTokens(float64(r.KVCapacityTokens)),
@@ -168,7 +169,7 @@ func replicaRow(r Replica) table.Row {
 
 // totalsRow sums the rows; kv is the capacity-weighted mean fill and hit
 // the hit rate over all replicas' counters.
-func totalsRow(s Status) table.Row {
+func totalsRow(s schema.Status) table.Row {
 	var inflight, up, sess, sub, rst int
 	var sticky, spill, pinned uint64
 	var run, wait, used, q, h float64
@@ -224,7 +225,7 @@ func fmtSessions(active, subagents int) string {
 
 // fmtActiveSessions is the sessions badge: the active sessions (the
 // table's total), and how many more the warden remembers when it does.
-func fmtActiveSessions(s Status) string {
+func fmtActiveSessions(s schema.Status) string {
 	n := s.ActiveSessionCount()
 	if s.Sessions != n {
 		return fmt.Sprintf("%d (%d remembered)", n, s.Sessions)

@@ -2,6 +2,7 @@ package panel
 
 import (
 	"bytes"
+	"github.com/lmwarden/warden/router/schema"
 	"strings"
 	"testing"
 	"time"
@@ -102,7 +103,7 @@ func TestFormatStatusTableBadgesAndWarnings(t *testing.T) {
 	s.Sessions = 1 // not overcommitted now: the peak is shown
 	s.Policy, s.Affinity, s.SpillThreshold, s.SpillAuto = "off", false, 5, false
 	s.Warnings = []string{"KV cache overcommitted: test"}
-	s.PeakOvercommit = &OvercommitPeak{At: time.Date(2026, 3, 14, 10, 5, 12, 0, time.Local), Sessions: 26, MeanContextTokens: 58_100, CapacityTokens: 1_200_000}
+	s.PeakOvercommit = &schema.OvercommitPeak{At: time.Date(2026, 3, 14, 10, 5, 12, 0, time.Local), Sessions: 26, MeanContextTokens: 58_100, CapacityTokens: 1_200_000}
 	var b bytes.Buffer
 	formatStatusTable(&b, s)
 	out := b.String()
@@ -148,7 +149,7 @@ func TestFormatStatusTableFits100Columns(t *testing.T) {
 
 func TestFormatStatusTableEmpty(t *testing.T) {
 	var b bytes.Buffer
-	formatStatusTable(&b, Status{})
+	formatStatusTable(&b, schema.Status{})
 	if got := rowFields(b.String(), "all"); len(got) == 0 || got[1] != "0/0" {
 		t.Errorf("empty status: totals row %q in:\n%s", got, b.String())
 	}
@@ -162,7 +163,7 @@ func TestFormats(t *testing.T) {
 		{fmtTokens(41936), "41.9k"}, {fmtTokens(999949), "999.9k"}, {fmtTokens(999950), "1.00M"},
 		{fmtTokens(1_510_000), "1.51M"}, {fmtPct(0), "0.0%"}, {fmtPct(0.8642), "86.4%"}, {fmtPct(1), "100.0%"},
 		{fmtNum(3), "3"}, {fmtNum(2.5), "2.5"}, {fmtGPUs(nil), "-"}, {fmtGPUs([]string{"0", "1"}), "0,1"},
-		{fmtUp(Replica{Up: true, State: "ready"}), "up"}, {fmtUp(Replica{State: "failed"}), "failed"}, {fmtUp(Replica{}), "down"},
+		{fmtUp(schema.Replica{Up: true, State: "ready"}), "up"}, {fmtUp(schema.Replica{State: "failed"}), "failed"}, {fmtUp(schema.Replica{}), "down"},
 		{fmtDuration(12e9), "12s"}, {fmtDuration(245e9), "4m05s"}, {fmtDuration(3723e9), "1h02m03s"},
 	} {
 		if c.got != c.want {
@@ -174,13 +175,13 @@ func TestFormats(t *testing.T) {
 func TestFormatStatusTableShowsContextAndTools(t *testing.T) {
 	s := sampleStatus(2)
 	s.MaxModelLen = 38000
-	s.Engines = &EngineSetup{AutoToolChoice: true, ToolCallParser: "hermes"}
+	s.Engines = &schema.EngineSetup{AutoToolChoice: true, ToolCallParser: "hermes"}
 	var b bytes.Buffer
 	formatStatusTable(&b, s)
 	if !strings.Contains(b.String(), ", context 38000 tokens, tools hermes\n") {
 		t.Errorf("header:\n%s", b.String())
 	}
-	s.Engines = &EngineSetup{}
+	s.Engines = &schema.EngineSetup{}
 	b.Reset()
 	formatStatusTable(&b, s)
 	if !strings.Contains(b.String(), ", TOOLS OFF\n") {

@@ -3,12 +3,10 @@ package panel
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
+	"github.com/lmwarden/warden/router/schema"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -19,9 +17,6 @@ import (
 
 	"github.com/lmwarden/warden/internal/exit"
 )
-
-// DefaultURL is where `warden status` looks for a warden.
-const DefaultURL = "http://127.0.0.1:8000"
 
 // StatusOptions are `warden status`'s settings.
 type StatusOptions struct {
@@ -38,7 +33,7 @@ type StatusOptions struct {
 // a terminal). The error carries the exit status: 2 for bad options, 1 when
 // the warden cannot be read once.
 func ShowStatus(ctx context.Context, o StatusOptions) error {
-	base, err := NormalizeURL(o.URL)
+	base, err := schema.NormalizeURL(o.URL)
 	if err != nil {
 		return exit.New(2, err.Error())
 	}
@@ -55,61 +50,10 @@ func ShowStatus(ctx context.Context, o StatusOptions) error {
 	return v.watch(ctx, o.Interval)
 }
 
-// NormalizeURL accepts "host:port" or a full http(s) URL and returns it
-// without a trailing slash; a base URL as agents take it (ending in /v1,
-// the API's root) stands for the warden it names.
-func NormalizeURL(raw string) (string, error) {
-	s := strings.TrimSpace(raw)
-	if s == "" {
-		return "", errors.New("--url is empty")
-	}
-	if !strings.Contains(s, "://") {
-		s = "http://" + s
-	}
-	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("--url %q: want a URL such as %s", raw, DefaultURL)
-	}
-	u.Path = strings.TrimSuffix(strings.TrimRight(u.Path, "/"), "/v1")
-	u.RawPath = ""
-	return strings.TrimRight(u.String(), "/"), nil
-}
-
 // isTerminal reports whether w is a terminal (so --watch redraws in place).
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
-}
-
-// FetchStatus reads the Status of the warden at base (e.g.
-// http://127.0.0.1:8000) from StatusPath. It also returns the raw body.
-// Errors say what was wrong: nothing listening, not a warden, bad JSON.
-func FetchStatus(ctx context.Context, client *http.Client, base string) (Status, []byte, error) {
-	var s Status
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+StatusPath, nil)
-	if err != nil {
-		return s, nil, fmt.Errorf("status request: %w", err)
-	}
-	res, err := client.Do(req)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // the URL is in the message already
-		}
-		return s, nil, fmt.Errorf("no warden at %s: %w — is `warden serve` running?", base, err)
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(res.Body, 32<<20))
-	if err != nil {
-		return s, nil, fmt.Errorf("reading %s%s: %w", base, StatusPath, err)
-	}
-	if res.StatusCode != http.StatusOK {
-		return s, body, fmt.Errorf("%s%s answered %s: is this a warden (`warden serve`)?", base, StatusPath, res.Status)
-	}
-	if err := json.Unmarshal(body, &s); err != nil {
-		return s, body, fmt.Errorf("%s%s did not answer a warden status: %w", base, StatusPath, err)
-	}
-	return s, body, nil
 }
 
 // viewer prints the status of one warden.
@@ -133,7 +77,7 @@ func (v viewer) once(ctx context.Context) error {
 
 // render writes one frame: the table, or the raw JSON.
 func (v viewer) render(ctx context.Context, w io.Writer) error {
-	s, body, err := FetchStatus(ctx, v.client, v.base)
+	s, body, err := schema.Fetch(ctx, v.client, v.base)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/lmwarden/warden/router/schema"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -33,8 +34,8 @@ func show(ctx context.Context, o StatusOptions) (string, error) {
 	return out.String(), err
 }
 
-func statusServer(t *testing.T, s Status) *httptest.Server {
-	srv := httptest.NewServer(JSONHandler(func() Status { return s }))
+func statusServer(t *testing.T, s schema.Status) *httptest.Server {
+	srv := httptest.NewServer(JSONHandler(func() schema.Status { return s }))
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -68,12 +69,12 @@ func TestShowStatusPrintsTable(t *testing.T) {
 func TestShowStatusJSON(t *testing.T) {
 	s := sampleStatus(2)
 	srv := statusServer(t, s)
-	// host:port works too (WARDEN_URL: internal/command's TestStatusURLFromTheEnvironment)
+	// host:port works too (WARDEN_URL: command's TestStatusURLFromTheEnvironment)
 	out, err := show(context.Background(), StatusOptions{URL: strings.TrimPrefix(srv.URL, "http://"), JSON: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got Status
+	var got schema.Status
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, out)
 	}
@@ -132,7 +133,7 @@ func TestShowStatusWatch(t *testing.T) {
 		if n.Add(1) == 3 {
 			cancel()
 		}
-		JSONHandler(func() Status { return s }).ServeHTTP(w, r)
+		JSONHandler(func() schema.Status { return s }).ServeHTTP(w, r)
 	}))
 	defer srv.Close()
 	out, err := show(ctx, StatusOptions{URL: srv.URL, Watch: true, Interval: 100 * time.Millisecond})
@@ -185,23 +186,5 @@ func TestFrameOnTerminal(t *testing.T) {
 	}
 	if diff := cmp.Diff("\x1b[Ha\x1b[K\nbb\x1b[K\n\x1b[J", b.String()); diff != "" {
 		t.Error(diff)
-	}
-}
-
-func TestNormalizeURL(t *testing.T) {
-	for in, want := range map[string]string{
-		"http://127.0.0.1:8000/": "http://127.0.0.1:8000", "127.0.0.1:9000": "http://127.0.0.1:9000",
-		" https://warden.lan/ ": "https://warden.lan", "http://h:1/base/": "http://h:1/base",
-		"http://127.0.0.1:8000/v1": "http://127.0.0.1:8000", "127.0.0.1:8000/v1/": "http://127.0.0.1:8000",
-		"http://h:1/base/v1": "http://h:1/base", "http://h:1/v1beta": "http://h:1/v1beta",
-	} {
-		if got, err := NormalizeURL(in); err != nil || got != want {
-			t.Errorf("NormalizeURL(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "ftp://x", "http://", "::"} {
-		if _, err := NormalizeURL(bad); err == nil {
-			t.Errorf("NormalizeURL(%q) accepted", bad)
-		}
 	}
 }

@@ -13,7 +13,7 @@ package place
 //   - Admission. A new conversation goes to the least-loaded replica among
 //     those with room; failing that, to the one with the most room if it
 //     overcommits that one by at most AdmitSlack. Otherwise it waits at the
-//     proxy (ReasonWait; the proxy asks again when a request ends) for at
+//     warden (ReasonWait; the Placer asks again when a request ends) for at
 //     most AdmitWait — a bounded first-turn wait instead of evicting the
 //     working sets of running conversations — but only while the overflow
 //     is small (MaxOverflow); past the bound, or at a deeper overload, it
@@ -92,7 +92,7 @@ func (c Config) FillFraction() float64 {
 	return DefaultFill
 }
 
-// admitWait is the bound on a new conversation's wait at the proxy in
+// admitWait is the bound on a new conversation's wait at the warden in
 // seconds: the configured one, or defaultAdmitTurns mean turn times.
 func (c Config) admitWait(snap []ReplicaView) float64 {
 	if c.AdmitWait != 0 {

@@ -71,7 +71,7 @@ func TestPickAdaptive(t *testing.T) {
 				s[0].ActiveSessions, s[1].ActiveSessions, s[2].ActiveSessions, s[3].ActiveSessions = 30, 0, 0, 0
 				s[1].Homed, s[2].Homed, s[3].Homed = 2, 1, 3
 			}), fresh, cfg, Decision{0, ReasonNew}},
-		{"no room anywhere: the new conversation waits at the proxy",
+		{"no room anywhere: the new conversation waits at the warden",
 			busy(kv4(35000, 38000, 36000, 39000)), fresh, cfg, Decision{-1, ReasonWait}},
 		{"no room, but one replica overcommits by at most 5 % of its KV: it goes there, not to the wait",
 			busy(kv4(35000, 31500, 36000, 39000)), fresh, cfg, Decision{1, ReasonNew}},
@@ -82,7 +82,7 @@ func TestPickAdaptive(t *testing.T) {
 		{"no room but waited past the bound (5 turns of 10 s): least loaded",
 			with(busy(kv4(35000, 38000, 36000, 39000)), func(s []ReplicaView) { s[2].InFlight = 1 }),
 			SessionView{Key: "s", Footprint: 10000, Waited: 51}, cfg, Decision{2, ReasonNew}},
-		{"no room and the proxy will not hold it any longer",
+		{"no room and the warden will not hold it any longer",
 			busy(kv4(35000, 38000, 36000, 39000)), SessionView{Key: "s", Footprint: 10000, NoWait: true}, cfg, Decision{0, ReasonNew}},
 		{"overload beyond what holding fixes (demand > 1.25 x room): no wait",
 			busy(kv4(60000, 60000, 60000, 60000)), fresh, cfg, Decision{0, ReasonNew}},

@@ -82,10 +82,14 @@ const (
 	minBodyForEstimate = 64
 )
 
-// NewMemory remembers at most max conversations (0: 100,000).
+// DefaultMaxSessions bounds the session table and Memory when the
+// configuration gives no bound (router.Config.MaxSessions).
+const DefaultMaxSessions = 100_000
+
+// NewMemory remembers at most max conversations (<= 0: DefaultMaxSessions).
 func NewMemory(max int) *Memory {
 	if max <= 0 {
-		max = 100_000
+		max = DefaultMaxSessions
 	}
 	return &Memory{reps: map[int]*memRep{}, sess: map[string]*memSess{}, max: max, homed: map[int]int{},
 		Grace: defaultGrace, all: ilist.New(func(s *memSess) *ilist.Link[memSess] { return &s.onAll })}
@@ -128,6 +132,8 @@ type Ticket struct {
 	foot   int
 	quiet  bool // nothing else was in flight on the replica when it was placed
 	closed bool
+
+	prevTokens, prevTurns int // the conversation's context and turns before this request
 }
 
 // get returns the conversation's entry, creating it; nil for key "".
@@ -216,7 +222,7 @@ func (m *Memory) Begin(key string, bodyBytes, rank int, reason Reason, now time.
 	if s == nil {
 		t.foot = est
 	} else {
-		t.s = s
+		t.s, t.prevTokens, t.prevTurns = s, s.tokens, s.turns
 		est = max(est, s.tokens)
 		if s.inflight == 0 && s.rank < 0 {
 			m.homed[rank]++ // its first placement, or the first since its prefix was lost
@@ -247,8 +253,8 @@ func (m *Memory) Begin(key string, bodyBytes, rank int, reason Reason, now time.
 }
 
 // end records a request's end: its usage (if the engine reported one) and
-// its time to first byte in seconds (< 0 if none). Idempotent.
-func (m *Memory) End(t *Ticket, u Report, ttfb float64, now time.Time) {
+// its time to first answer content in seconds (< 0 if none). Idempotent.
+func (m *Memory) End(t *Ticket, u Report, ttft float64, now time.Time) {
 	if t == nil || t.closed {
 		return
 	}
@@ -262,12 +268,12 @@ func (m *Memory) End(t *Ticket, u Report, ttfb float64, now time.Time) {
 		r.inflight--
 		r.flyTok -= t.foot
 		r.turn.add(now.Sub(t.start).Seconds(), alpha)
-		if ttfb >= 0 {
-			r.wait.add(ttfb, alpha)
+		if ttft >= 0 {
+			r.wait.add(ttft, alpha)
 		}
 		computed := float64(u.Prompt - min(u.Cached, u.Prompt))
-		if u.Known && u.Prompt > 0 && t.quiet && ttfb >= 0 && computed >= 512 {
-			r.prefill.add(ttfb/computed, alpha)
+		if u.Known && u.Prompt > 0 && t.quiet && ttft >= 0 && computed >= 512 {
+			r.prefill.add(ttft/computed, alpha)
 		}
 	}
 	s := t.s

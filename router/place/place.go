@@ -120,9 +120,11 @@ type SessionView struct {
 	Footprint      int     // KV tokens the conversation keeps beyond the shared prefix
 	ResidentOn     int     // rank that probably still holds its prefix; -1 noDecision
 	TurnsSinceMove int     // turns since it last moved (large if never)
-	Waited         float64 // seconds this request has already waited at the proxy
-	Held           int     // requests held at the proxy now (ReasonWait)
-	NoWait         bool    // the proxy will not hold this request (any longer)
+	Waited         float64 // seconds this request has already waited at the warden
+	Held           int     // requests held at the warden now (ReasonWait)
+	NoWait         bool    // the warden will not hold this request (any longer)
+
+	adopted bool // the engines' truth gave it its home (applyTruth)
 
 	// ScanStart is where the vLLM-style balancers start their scan of the
 	// replicas (an index into the snapshot): vLLM 0.25 and later rotate it

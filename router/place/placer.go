@@ -105,6 +105,10 @@ type Request struct {
 	BodyBytes int           // the request body's size (the adaptive policy's token estimate)
 	Waited    time.Duration // how long it has been held so far
 	Held      bool          // Decide: the caller holds it after an earlier ReasonWait (it counts among the held until placed)
+	// Resident is the engines' truth about the conversation's prefix, one
+	// entry per replica whose KV events flow (router/ledger); nil: the
+	// estimate alone (Memory) decides where it is.
+	Resident []Resident
 }
 
 // Placement is one decision and what the end of the request needs.
@@ -115,8 +119,21 @@ type Placement[R Replica] struct {
 	Home    int           // its home after the decision (-1 none)
 	Policy  string        // the policy that decided
 	Waited  time.Duration // held before this decision (Place)
-	key     string
-	ticket  *Ticket
+	// PrefixOn is where the conversation's prefix was believed to be when
+	// it was placed (the engines' truth where it flows, else the estimate or
+	// the home); -1 nowhere or unknown. Adopted: the truth gave the
+	// conversation its home (the table did not know it, or knew another).
+	PrefixOn int
+	Adopted  bool
+	// PrevContext and PrevTurns are the conversation's context after its
+	// last turn (prompt + completion tokens as the engine reported them; 0
+	// unknown) and the turns that ended before this one.
+	PrevContext, PrevTurns int
+	// Note is the caller's own record of the placement, carried to its end
+	// (the router core's reading of the engines' truth).
+	Note   any
+	key    string
+	ticket *Ticket
 }
 
 // MaxHold bounds one request's hold whatever the policy says (a safety
@@ -182,7 +199,7 @@ func (p *Placer[R]) decide(req Request) Placement[R] {
 	now := p.clock()
 	s, snap, sv := p.view(req, now)
 	d := p.pick(req, snap, sv)
-	return p.commit(req, d, s, snap, now)
+	return p.commit(req, d, s, snap, sv, now)
 }
 
 // view is what a decision for req sees at now: its session (nil when new;
@@ -217,13 +234,17 @@ func (p *Placer[R]) view(req Request, now time.Time) (*Session, []ReplicaView, S
 		sv.Known, sv.Home = true, s.Home()
 	}
 	p.mem.SetPolicy(p.cfg.Policy) // Memory learns under every policy; only adaptive reads its view
+	sv.ResidentOn = -1
 	if p.cfg.Policy == PolicyAdaptive {
 		p.mem.FillView(snap, now)
 		p.mem.ViewSession(&sv, req.BodyBytes, snap)
 		sv.Waited = req.Waited.Seconds()
 		sv.Held = p.held
 		sv.NoWait = req.Waited > MaxHold
+	} else if sv.Known {
+		sv.ResidentOn = sv.Home
 	}
+	sv.adopted = applyTruth(&sv, req.Resident) >= 0
 	return s, snap, sv
 }
 
@@ -242,8 +263,8 @@ func (p *Placer[R]) pick(req Request, snap []ReplicaView, sv SessionView) Decisi
 // in flight (Replica.Sent), the balancers count it sent and rotate their
 // scan start, the session table learns its home and Memory begins its
 // record. The caller holds p.mu.
-func (p *Placer[R]) commit(req Request, d Decision, s *Session, snap []ReplicaView, now time.Time) Placement[R] {
-	pl := Placement[R]{Decision: d, Known: s != nil, Home: -1, Policy: p.cfg.Policy}
+func (p *Placer[R]) commit(req Request, d Decision, s *Session, snap []ReplicaView, sv SessionView, now time.Time) Placement[R] {
+	pl := Placement[R]{Decision: d, Known: s != nil, Home: -1, Policy: p.cfg.Policy, PrefixOn: sv.ResidentOn, Adopted: sv.adopted}
 	switch {
 	case d.Reason == ReasonWait:
 		if !req.Held {
@@ -269,7 +290,7 @@ func (p *Placer[R]) commit(req Request, d Decision, s *Session, snap []ReplicaVi
 		if req.Subagent {
 			p.sessions.MarkSubagent(s)
 		}
-	case s.Home() < 0 || d.Reason == ReasonFailover || d.Reason == ReasonMove:
+	case s.Home() < 0 || d.Reason == ReasonFailover || d.Reason == ReasonMove || (sv.adopted && d.Reason == ReasonSticky):
 		p.sessions.Rehome(s, d.Rank)
 	}
 	if s != nil {
@@ -277,15 +298,16 @@ func (p *Placer[R]) commit(req Request, d Decision, s *Session, snap []ReplicaVi
 	}
 	pl.key = req.Key
 	pl.ticket = p.mem.Begin(req.Key, req.BodyBytes, d.Rank, d.Reason, now)
+	pl.PrevContext, pl.PrevTurns = pl.ticket.prevTokens, pl.ticket.prevTurns
 	return pl
 }
 
 // End records the end of a placed request (or of an attempt that never
 // reached its engine): turn says it was served (it counts in the sticky
-// share), u is what the engine reported (zero when nothing), ttfb the
-// seconds to its first byte (< 0 none). It wakes the held requests. The
+// share), u is what the engine reported (zero when nothing), ttft the
+// seconds to its first answer content (< 0 none). It wakes the held requests. The
 // caller takes the request off the replica's in-flight count afterwards.
-func (p *Placer[R]) End(pl *Placement[R], turn bool, u Report, ttfb float64) {
+func (p *Placer[R]) End(pl *Placement[R], turn bool, u Report, ttft float64) {
 	if pl.ticket == nil {
 		return
 	}
@@ -302,7 +324,7 @@ func (p *Placer[R]) End(pl *Placement[R], turn bool, u Report, ttfb float64) {
 			p.sessions.AddUsage(s, u.Prompt, min(u.Cached, u.Prompt), u.Completion)
 		}
 	}
-	p.mem.End(pl.ticket, u, ttfb, p.clock())
+	p.mem.End(pl.ticket, u, ttft, p.clock())
 	if p.held > 0 {
 		close(p.wake)
 		p.wake = make(chan struct{})

@@ -53,3 +53,21 @@ func BenchmarkDecodeStep(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/256, "ns/seq-step")
 }
+
+// BenchmarkDecodeStepKVEvents is BenchmarkDecodeStep with KV events recorded and taken
+// every step (what the engine hands its publisher): compare the two.
+func BenchmarkDecodeStepKVEvents(b *testing.B) {
+	s := newTestSched(1<<16, 1<<20, 256, func(c *SchedConfig) { c.BlockSize = 16 })
+	s.EnableKVEvents()
+	for i := 0; i < 256; i++ {
+		s.Add(NewSeq(uint64(i), tokens(i, 1000), 1<<30, 16))
+	}
+	step(s)
+	s.TakeKVEvents()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		step(s)
+		s.TakeKVEvents()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/256, "ns/seq-step")
+}

@@ -20,6 +20,7 @@ type BlockPool struct {
 	blocks []Block
 	free   ilist.List[Block] // the free queue: front = next to evict
 	byHash map[uint64][]*Block
+	kv     *kvLog // KV events (nil: off)
 }
 
 // NewBlockPool makes a pool of numBlocks blocks (numBlocks-1 usable).
@@ -137,6 +138,7 @@ func (p *BlockPool) Reset() bool {
 		p.blocks[i].cached = false
 	}
 	p.byHash = map[uint64][]*Block{}
+	p.kv.add(KVEvent{Kind: KVCleared})
 	return true
 }
 
@@ -145,6 +147,9 @@ func (p *BlockPool) evict(b *Block) {
 		return
 	}
 	b.cached = false
+	if p.kv != nil {
+		p.kv.add(KVEvent{Kind: KVRemoved, Hashes: []uint64{b.hash}, Medium: MediumGPU})
+	}
 	bs := p.byHash[b.hash]
 	for i, x := range bs {
 		if x == b {

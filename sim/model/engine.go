@@ -98,6 +98,9 @@ type Engine struct {
 	OnStep func(Snapshot)        // publishes metrics
 	OnTTFT func(seconds float64) // first-token latency in simulated seconds
 	OnDone func(reason string)   // request finished (length, stop, abort)
+	// OnKVEvents, when set (with Scheduler.EnableKVEvents), gets each step's KV events
+	// (and those of a reset or abort between steps), before OnStep. It must not block.
+	OnKVEvents func([]KVEvent)
 
 	submit  chan *Request
 	aborts  chan *Request
@@ -125,15 +128,21 @@ func NewEngine(cfg EngineConfig, prof Profile, sched *Scheduler, log *slog.Logge
 // SimNow is the simulated time in seconds since the engine was built.
 func (e *Engine) SimNow() float64 { return time.Since(e.wallStart).Seconds() * e.cfg.TimeScale }
 
-// Submit queues a request for prompt; maxTokens is how many tokens it will
-// generate, stopReason the finish reason it will report.
-func (e *Engine) Submit(prompt []uint32, maxTokens int, stopReason string) (*Request, error) {
-	return e.SubmitForced(prompt, maxTokens, stopReason, nil, nil)
+// SubmitForced queues a request for prompt; maxTokens is how many tokens it
+// will generate, stopReason the finish reason it will report, and token i
+// of its output is ids[i] with text pieces[i] (len(ids) >= maxTokens).
+func (e *Engine) SubmitForced(prompt []uint32, maxTokens int, stopReason string, ids []uint32, pieces []string) (*Request, error) {
+	return e.SubmitWith(prompt, maxTokens, stopReason, ids, pieces, SubmitOptions{})
 }
 
-// SubmitForced is Submit with the output given: token i of it is ids[i]
-// with text pieces[i] (len(ids) >= maxTokens).
-func (e *Engine) SubmitForced(prompt []uint32, maxTokens int, stopReason string, ids []uint32, pieces []string) (*Request, error) {
+// SubmitOptions are a request's labels for KV events.
+type SubmitOptions struct {
+	Session    string // session_id its BlockStored events carry
+	ReportFull bool   // kv_cache_report_mode "full": its prefix hits are re-reported
+}
+
+// SubmitWith is SubmitForced with opts.
+func (e *Engine) SubmitWith(prompt []uint32, maxTokens int, stopReason string, ids []uint32, pieces []string, opts SubmitOptions) (*Request, error) {
 	e.idMu.Lock()
 	e.nextID++
 	id := e.nextID
@@ -146,6 +155,7 @@ func (e *Engine) SubmitForced(prompt []uint32, maxTokens int, stopReason string,
 		forced: pieces, forcedIDs: ids, stopped: e.stopped}
 	r.seq = NewSeq(id, prompt, maxTokens, e.cfg.BlockSize)
 	r.seq.Owner = r
+	r.seq.Session, r.seq.ReportFull = opts.Session, opts.ReportFull
 	select {
 	case e.submit <- r:
 		return r, nil
@@ -168,7 +178,8 @@ func (e *Engine) Cancel(r *Request) {
 	}
 }
 
-// Do runs f on the engine goroutine between steps and waits for it.
+// Do runs f on the engine goroutine between steps and waits for it. KV events it causes
+// (a reset's) go out with the next step's, as vLLM publishes them.
 func (e *Engine) Do(f func(s *Scheduler)) error {
 	done := make(chan struct{})
 	select {
@@ -236,17 +247,17 @@ func (e *Engine) stepWithHost(ctx context.Context) bool {
 	if len(b.Items) == 0 {
 		e.sched.StepEnd(start)
 		if next, ok := e.sched.NextHostEvent(); ok {
-			e.OnStep(e.Snapshot())
+			e.publish()
 			if !e.wait(ctx, next, true) {
 				return false
 			}
 			e.simT, e.wasBusy = max(start, min(next, e.SimNow())), false
 			e.sched.SetNow(e.simT) // completed transfers show in the gauges even if the engine now idles
-			e.OnStep(e.Snapshot())
+			e.publish()
 			return true
 		}
 		if e.sched.Idle() { // it only flushed finished requests
-			e.OnStep(e.Snapshot())
+			e.publish()
 			return true
 		}
 	}
@@ -349,7 +360,7 @@ func (e *Engine) abort(r *Request) {
 	}
 	e.sched.Abort(r.seq)
 	e.OnDone("abort")
-	e.OnStep(e.Snapshot())
+	e.publish()
 }
 
 // apply samples the step's tokens, publishes the snapshot and then hands the
@@ -377,7 +388,7 @@ func (e *Engine) apply(b Batch, now float64) {
 	for _, q := range finished {
 		e.OnDone(q.Owner.(*Request).stopReason)
 	}
-	e.OnStep(e.Snapshot())
+	e.publish()
 	for _, q := range emitted {
 		r := q.Owner.(*Request)
 		if q.Output != 1 && !done[q] && len(r.unsent) < e.cfg.StreamInterval {
@@ -393,6 +404,24 @@ func (e *Engine) apply(b Batch, now float64) {
 		default:
 		}
 	}
+}
+
+// EnableKVEvents makes the scheduler record KV events and hands each step's to fn (as
+// OnKVEvents). Call it before Run.
+func (e *Engine) EnableKVEvents(fn func([]KVEvent)) {
+	e.sched.EnableKVEvents()
+	e.OnKVEvents = fn
+}
+
+// publish hands the KV events recorded since the last call to OnKVEvents, then the
+// snapshot to OnStep. Engine goroutine only.
+func (e *Engine) publish() {
+	if e.OnKVEvents != nil {
+		if evs := e.sched.TakeKVEvents(); len(evs) > 0 {
+			e.OnKVEvents(evs)
+		}
+	}
+	e.OnStep(e.Snapshot())
 }
 
 // Snapshot reads the scheduler's gauges and counters. Engine goroutine only.

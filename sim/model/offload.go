@@ -72,6 +72,7 @@ func HostTier(gibs float64, p Profile, bs int) HostConfig {
 // hostChunk is one block in host memory.
 type hostChunk struct {
 	hash    uint64
+	idx     int                   // its block index in the storing request (KV events)
 	readyAt float64               // when its store completes (simulated seconds); +Inf until the store is timed
 	loads   int                   // loads reading it (vLLM's ref_cnt > 0: not evictable)
 	lru     ilist.Link[hostChunk] // on hostPool.lru
@@ -86,6 +87,7 @@ type hostPool struct {
 	lru     ilist.List[hostChunk] // recency: front is the least recently used
 	pinned  int                   // chunks that loads hold
 	pending int                   // chunks whose store has not completed
+	kv      *kvLog                // KV events (nil: off)
 }
 
 func newHostPool(blocks int) *hostPool {
@@ -121,6 +123,13 @@ func (p *hostPool) evict(n int, protected map[uint64]bool, now float64) bool {
 	for _, c := range sel {
 		p.lru.Remove(c)
 		delete(p.chunks, c.hash)
+	}
+	if p.kv != nil {
+		ev := KVEvent{Kind: KVRemoved, Medium: MediumCPU}
+		for _, c := range sel {
+			ev.Hashes = append(ev.Hashes, c.hash)
+		}
+		p.kv.add(ev)
 	}
 	return true
 }
@@ -203,6 +212,7 @@ func (s *Scheduler) SetNow(t float64) {
 		h.loads = h.loads[1:]
 	}
 	for len(h.stores) > 0 && h.stores[0].done <= t {
+		s.hostStored(h.stores[0])
 		h.pool.pending -= len(h.stores[0].chunks)
 		h.stores = h.stores[1:]
 	}
@@ -363,6 +373,7 @@ func (s *Scheduler) startLoad(r *Seq, from, n int) {
 func (s *Scheduler) finishLoad(r *Seq) {
 	r.host.loading = false
 	full := min(r.Computed, len(r.Tokens)) / s.cfg.BlockSize
+	s.stored(r, r.numCached, full)
 	for ; r.numCached < full; r.numCached++ {
 		s.pool.Cache(r.blocks[r.numCached], r.hashes[r.numCached])
 	}
@@ -423,17 +434,17 @@ func (s *Scheduler) admitTier(items []Scheduled, budget int) []Scheduled {
 			wm = s.cfg.WatermarkBlocks
 		}
 		if r.Computed > 0 { // back from a load: no lookup
-			n := min(len(r.Tokens)-r.Computed, budget)
-			if !s.alloc(r, n, nil, s.cfg.ReserveFullISL, wm) {
+			n, ok := s.resumeLoaded(r, budget, wm)
+			if !ok {
 				break
 			}
 			*q = (*q)[1:]
-			s.running = append(s.running, r)
 			items = append(items, s.schedule(r, n))
 			budget -= n
 			continue
 		}
 		hits := s.pool.Lookup(r.hashes[:(len(r.Tokens)-1)/bs])
+		s.reportHits(r, hits)
 		hitTok := len(hits) * bs
 		if s.cfg.PrefixStats == StatsLookupAll || (s.cfg.PrefixStats == StatsLookup && r.Preemptions == 0) {
 			s.countQuery(r, hitTok)
@@ -455,10 +466,7 @@ func (s *Scheduler) admitTier(items []Scheduled, budget int) []Scheduled {
 		if s.cfg.PrefixStats == StatsAdmission && r.Preemptions == 0 {
 			s.countQuery(r, hitTok)
 		}
-		if r.Preemptions == 0 && len(r.Tokens) != hitTok {
-			s.Counters.ExternalQueries += int64(len(r.Tokens) - hitTok)
-			s.Counters.ExternalHits += int64(ext)
-		}
+		s.countExternal(r, hitTok, ext)
 		*q = (*q)[1:]
 		r.numCached = len(hits)
 		if r.CachedTokens < 0 {
@@ -478,6 +486,26 @@ func (s *Scheduler) admitTier(items []Scheduled, budget int) []Scheduled {
 	s.holding = append(skipHold, s.holding...)
 	s.waiting = append(skipWait, s.waiting...)
 	return items
+}
+
+// resumeLoaded schedules a request back from a load (its tokens beyond the
+// loaded ones, within budget) and runs it; false when its blocks do not fit.
+func (s *Scheduler) resumeLoaded(r *Seq, budget, watermark int) (int, bool) {
+	n := min(len(r.Tokens)-r.Computed, budget)
+	if !s.alloc(r, n, nil, s.cfg.ReserveFullISL, watermark) {
+		return 0, false
+	}
+	s.running = append(s.running, r)
+	return n, true
+}
+
+// countExternal counts a first admission's lookup in the host tier: the
+// tokens the GPU cache missed and those the tier had (ext).
+func (s *Scheduler) countExternal(r *Seq, hitTok, ext int) {
+	if r.Preemptions == 0 && len(r.Tokens) != hitTok {
+		s.Counters.ExternalQueries += int64(len(r.Tokens) - hitTok)
+		s.Counters.ExternalHits += int64(ext)
+	}
 }
 
 // planStores is the connector's build_connector_meta: the scheduled
@@ -544,7 +572,9 @@ func (s *Scheduler) offerStores(q *Seq, limit int) {
 	}
 	j := &transfer{seq: q, done: math.Inf(1)}
 	for _, i := range store {
-		j.chunks = append(j.chunks, h.pool.insert(q.hashes[i]))
+		c := h.pool.insert(q.hashes[i])
+		c.idx = i
+		j.chunks = append(j.chunks, c)
 	}
 	h.untimed = append(h.untimed, j)
 	hs.nextStored = limit

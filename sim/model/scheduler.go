@@ -17,8 +17,10 @@ type Seq struct {
 	Computed     int // tokens whose KV is computed (or scheduled this step)
 	CachedTokens int // prefix hit at first admission (usage); -1 before
 	Preemptions  int
-	Output       int // generated tokens so far
-	Owner        any // engine-side data
+	Output       int    // generated tokens so far
+	Owner        any    // engine-side data
+	Session      string // session id its KV events carry ("" none)
+	ReportFull   bool   // kv_cache_report_mode "full": prefix hits re-reported as KV events
 
 	blocks    []*Block
 	hashes    []uint64 // chain hashes of the full blocks of Tokens
@@ -119,6 +121,7 @@ type Scheduler struct {
 	waiting  []*Seq
 	holding  []*Seq    // loading from the host tier, or loaded and not yet running (vLLM's kv_holding_waiting)
 	host     *hostTier // nil without the tier
+	kv       *kvLog    // KV events (nil: off; kvevents.go)
 	Counters Counters
 }
 
@@ -227,6 +230,7 @@ func (s *Scheduler) admit(items []Scheduled, budget int) []Scheduled {
 	for len(s.waiting) > 0 && budget > 0 && len(s.running) < s.cfg.MaxNumSeqs {
 		r := s.waiting[0]
 		hits := s.pool.Lookup(r.hashes[:(len(r.Tokens)-1)/bs])
+		s.reportHits(r, hits)
 		hitTok := len(hits) * bs
 		if s.cfg.PrefixStats == StatsLookupAll || (s.cfg.PrefixStats == StatsLookup && r.Preemptions == 0) {
 			s.countQuery(r, hitTok)
@@ -303,6 +307,7 @@ func (s *Scheduler) schedule(q *Seq, n int) Scheduled {
 	it := Scheduled{Seq: q, Start: q.Computed, N: n, Decode: q.Output > 0 && n == 1 && q.Computed == len(q.Tokens)-1}
 	q.Computed += n
 	full := min(q.Computed, len(q.Tokens)) / s.cfg.BlockSize
+	s.stored(q, q.numCached, full)
 	for ; q.numCached < full; q.numCached++ {
 		s.pool.Cache(q.blocks[q.numCached], q.hashes[q.numCached])
 	}

@@ -70,6 +70,7 @@
       badge('sessions', 'sessions', fmt.activeSessions(s)),
       ...(s.subagent_sessions > 0 ? [badge('subagents', 'subagents', String(s.subagent_sessions))] : []),
       ...(s.max_model_len > 0 ? [badge('context', 'context', String(s.max_model_len))] : []),
+      ...truthBadge(s.replicas || []),
       ...(s.engines ? [badge('tools', 'tools', s.engines.auto_tool_choice ? s.engines.tool_call_parser : 'off',
         s.engines.auto_tool_choice ? 'on' : 'off')] : []),
     );
@@ -288,10 +289,33 @@
     $('chart').replaceChildren(...g);
   }
 
+  // truthBadge says how many replicas' KV-cache events flow (placement
+  // reads what their engines hold); none when no replica has events.
+  function truthBadge(reps) {
+    const on = reps.filter((r) => r.kv_events);
+    if (on.length === 0) return [];
+    const live = on.filter((r) => r.kv_events === 'live').length;
+    return [badge('truth', 'engine truth', live + '/' + reps.length + ' live', live === reps.length ? 'on' : 'off')];
+  }
+
+  // MISS_ORDER mirrors missOrder in summary.go.
+  const MISS_ORDER = ['new', 'evicted', 'moved', 'restarted', 'prefix_changed', 'unknown'];
+
+  function renderMisses(s) {
+    const m = s.miss_tokens || {};
+    const total = MISS_ORDER.reduce((a, k) => a + (m[k] || 0), 0);
+    const p = $('misses');
+    p.hidden = total === 0;
+    if (total === 0) return;
+    p.textContent = 'uncached prompt tokens by cause: ' + MISS_ORDER.filter((k) => m[k] > 0)
+      .map((k) => k + ' ' + fmt.tokens(m[k]) + ' (' + fmt.pct(m[k] / total) + ')').join(', ');
+  }
+
   function render(s) {
     renderBadges(s);
     renderTable(s);
     renderSince(s);
+    renderMisses(s);
     const h = lastHour(s);
     renderShare(h);
     renderChart(h);
