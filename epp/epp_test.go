@@ -300,6 +300,44 @@ func TestHealthServices(t *testing.T) {
 			t.Errorf("health %q: %v %v", svc, resp.GetStatus(), err)
 		}
 	}
+
+	// With no engine in rotation (the only one is gone), readiness and the
+	// ext_proc service say NOT_SERVING; liveness stays SERVING.
+	gone := healthyEngine(t)
+	gone.Close()
+	core, err := router.New(router.Config{Policy: place.PolicySticky, Logger: slog.New(slog.DiscardHandler)},
+		[]router.Backend{{Rank: 0, URL: gone.URL, MaxNumSeqs: 32}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // engine.CheckFailsDown failed checks take it out
+		core.CheckNow(context.Background())
+	}
+	s, err := New(core, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	s.Register(g)
+	go g.Serve(ln)
+	defer g.Stop()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	down := healthpb.NewHealthClient(conn)
+	for svc, want := range map[string]healthpb.HealthCheckResponse_ServingStatus{"liveness": healthpb.HealthCheckResponse_SERVING,
+		"readiness": healthpb.HealthCheckResponse_NOT_SERVING, ServiceName: healthpb.HealthCheckResponse_NOT_SERVING} {
+		resp, err := down.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || resp.GetStatus() != want {
+			t.Errorf("no engine in rotation: health %q: %v %v, want %v", svc, resp.GetStatus(), err, want)
+		}
+	}
 }
 
 // TestEndpointsFile: llm-d's schema parses; bad entries are refused with
