@@ -183,7 +183,11 @@ func (c *checker) checkLargeBody(m mode) func(context.Context) {
 			c.add(name, Fail, "%v (a picker must take bodies up to its limit: raise the gRPC server's max receive size to it; check a smaller limit with --max-body-bytes)", err)
 			return
 		}
-		c.add(name, Pass, "in %d pieces: picked %s, handed back intact", len(t.chunks), o.header)
+		how := fmt.Sprintf("in %d pieces", len(t.chunks))
+		if m == buffered {
+			how = "as one gRPC message"
+		}
+		c.add(name, Pass, "%s: picked %s, handed back intact", how, o.header)
 	}
 }
 
