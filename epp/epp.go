@@ -278,6 +278,7 @@ type exchange struct {
 	id      string // the client's X-Request-Id, for the decision log
 	kind    tap.Kind
 	stream  bool
+	strip   bool // the picker asked for the usage chunk: the client does not get it
 	pr      place.Request
 	pl      router.Placement
 	placed  bool // pl is in flight and must be finished
@@ -336,8 +337,9 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) ([]*extprocv3.Proces
 		return x.responseHeaders(v.ResponseHeaders, req.MetadataContext), nil
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		b := v.ResponseBody
+		out := b.Body
 		if x.tap != nil {
-			x.tap.Write(b.Body)
+			out = x.tap.Pass(b.Body, b.EndOfStream) // the usage read; the chunk the picker asked for dropped
 		}
 		if b.EndOfStream {
 			x.end(nil)
@@ -345,7 +347,7 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) ([]*extprocv3.Proces
 		br := &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}}
 		if x.respDuplex { // full-duplex: only what comes back goes on to the client
 			br.Response.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
-				StreamedResponse: &extprocv3.StreamedBodyResponse{Body: b.Body, EndOfStream: b.EndOfStream}}}
+				StreamedResponse: &extprocv3.StreamedBodyResponse{Body: out, EndOfStream: b.EndOfStream}}}
 		}
 		return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: br}}}, nil
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
@@ -460,7 +462,7 @@ func (x *exchange) edit(req router.Request) (edited bool) {
 	}
 	if x.stream && x.kind == tap.OpenAI && !f.StreamOptions.Get("include_usage").Bool() {
 		if b, ok := reqedit.IncludeUsage(x.body, f.StreamOptions); ok {
-			x.body, edited = b, true
+			x.body, edited, x.strip = b, true, true
 		}
 	}
 	if b, dropped := reqedit.DropTools(x.body, drop); len(dropped) > 0 {
@@ -644,13 +646,17 @@ func (x *exchange) refuse(code int, msg string) ([]*extprocv3.ProcessingResponse
 // client where it went (X-Warden-Replica, X-Warden-Route).
 func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders, md *corev3.Metadata) []*extprocv3.ProcessingResponse {
 	x.replied = true
+	sse := false
 	for _, kv := range h.GetHeaders().GetHeaders() {
-		if kv.GetKey() == ":status" {
-			v := kv.GetValue()
-			if v == "" {
-				v = string(kv.GetRawValue())
-			}
+		v := kv.GetValue()
+		if v == "" {
+			v = string(kv.GetRawValue())
+		}
+		switch strings.ToLower(kv.GetKey()) {
+		case ":status":
 			x.status, _ = strconv.Atoi(v)
+		case "content-type":
+			sse = strings.HasPrefix(v, "text/event-stream")
 		}
 	}
 	served := md.GetFilterMetadata()[LBNamespace].GetFields()[ServedKey].GetStringValue()
@@ -660,7 +666,10 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders, md *corev3.Metadata
 	var set []*corev3.HeaderValueOption
 	if x.placed {
 		if x.status == http.StatusOK && x.kind != tap.None {
-			x.tap = tap.New(nil, x.kind, tap.Options{Stream: x.stream, Now: x.s.core.Now})
+			// The usage chunk the picker asked for is dropped from what the
+			// client gets, as serve does; only where the picker hands the
+			// answer on (full-duplex), not where the gateway streams it.
+			x.tap = tap.New(nil, x.kind, tap.Options{Stream: x.stream, Strip: x.strip && x.respDuplex && sse, Now: x.s.core.Now})
 		}
 		set = []*corev3.HeaderValueOption{
 			{Header: &corev3.HeaderValue{Key: strings.ToLower(identity.PinHeader), RawValue: []byte(strconv.Itoa(x.pl.Rank))}},
