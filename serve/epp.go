@@ -49,8 +49,9 @@ type EPPConfig struct {
 	EPP           epp.Config
 	AdminToken    string
 	// Flagged are the --replica engines' URLs: an endpoints file's reload
-	// never removes them.
-	Flagged map[string]bool
+	// never removes them. FromFile are the endpoints file's at the start:
+	// the ones its reloads may remove.
+	Flagged, FromFile map[string]bool
 }
 
 // Config validates the options (reading the endpoints file).
@@ -82,7 +83,10 @@ func (o EPPOptions) Config() (EPPConfig, error) {
 	if err := o.KVEvents.apply(cfg.Replicas); err != nil {
 		return cfg, err
 	}
-	cfg.Flagged = map[string]bool{}
+	cfg.Flagged, cfg.FromFile = map[string]bool{}, map[string]bool{}
+	for _, b := range cfg.Replicas {
+		cfg.FromFile[b.URL] = true
+	}
 	if len(o.Replicas) > 0 {
 		flagged, err := parseReplicas(o.Replicas, o.MaxNumSeqs, -1)
 		if err != nil {
@@ -90,6 +94,7 @@ func (o EPPOptions) Config() (EPPConfig, error) {
 		}
 		for _, b := range flagged {
 			cfg.Flagged[b.URL] = true
+			delete(cfg.FromFile, b.URL)
 		}
 	}
 	for _, b := range cfg.Replicas {
@@ -249,14 +254,7 @@ func runEPP(ctx context.Context, stopSignals func(), cfg EPPConfig, core *router
 // watchEndpointsFile makes the core's replicas follow the endpoints file.
 func watchEndpointsFile(ctx context.Context, cfg EPPConfig, core *router.Core, log *slog.Logger) {
 	fallback := core.FallbackMaxNumSeqs()
-	owned := fileEndpoints{flagged: cfg.Flagged, owned: map[string]bool{}}
-	if eps, err := epp.ReadEndpoints(cfg.EndpointsFile); err == nil { // what the start took from the file
-		for _, e := range eps {
-			if bs, err := parseReplicas([]string{e.URL()}, fallback, -1); err == nil {
-				owned.owned[bs[0].URL] = true
-			}
-		}
-	}
+	owned := fileEndpoints{flagged: cfg.Flagged, owned: cfg.FromFile}
 	err := epp.WatchEndpoints(ctx, cfg.EndpointsFile, log, func(eps []epp.Endpoint) {
 		var specs []string
 		for _, e := range eps {
