@@ -26,7 +26,8 @@ import (
 )
 
 // fakeEngine is an engine whose completions the test decides: a session
-// whose id starts with "hang" hangs until its client is gone, "fail"
+// whose id starts with "hang" hangs until its client is gone, "midway"
+// sends its first event and then waits for its client to go, "fail"
 // answers 500 with no body, anything else streams a short SSE answer
 // with usage. It records each completion body it got.
 type fakeEngine struct {
@@ -64,6 +65,11 @@ func newFakeEngine(t *testing.T) *fakeEngine {
 		switch {
 		case strings.HasPrefix(session, "hang"):
 			close(arrived(session))
+			<-r.Context().Done()
+		case strings.HasPrefix(session, "midway"):
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"o\"}}]}\n\n")
+			w.(http.Flusher).Flush()
 			<-r.Context().Done()
 		case strings.HasPrefix(session, "fail"):
 			w.WriteHeader(http.StatusInternalServerError)
@@ -301,8 +307,9 @@ func TestModelsIsNotATurn(t *testing.T) {
 }
 
 // TestHundredStreamsWithAborts: a hundred streams at once through Envoy,
-// one in four given up by its client before the first byte: every other
-// turn is answered, nothing stays in flight, no engine is taken out.
+// one in four given up by its client before the first byte and one in
+// eight in the middle of its answer: every other turn is answered,
+// nothing stays in flight, no engine is taken out.
 func TestHundredStreamsWithAborts(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
@@ -313,8 +320,11 @@ func TestHundredStreamsWithAborts(t *testing.T) {
 			aborts := 0
 			for i := range n {
 				session := fmt.Sprintf("load-%d", i%20)
-				if i%4 == 3 {
+				switch i % 8 {
+				case 3, 7:
 					session, aborts = fmt.Sprintf("hang-%s-load-%d", m.name, i), aborts+1
+				case 5:
+					session, aborts = fmt.Sprintf("midway-%s-load-%d", m.name, i), aborts+1
 				}
 				wg.Go(func() {
 					ctx, cancel := context.WithCancel(context.Background())
@@ -331,6 +341,14 @@ func TestHundredStreamsWithAborts(t *testing.T) {
 						}()
 					}
 					resp, err := http.DefaultClient.Do(req)
+					if strings.HasPrefix(session, "midway") { // the first event read, then the client goes
+						if err == nil {
+							bufio.NewReader(resp.Body).ReadString('\n')
+							cancel()
+							resp.Body.Close()
+						}
+						return
+					}
 					if strings.HasPrefix(session, "hang") {
 						if err == nil {
 							resp.Body.Close()
