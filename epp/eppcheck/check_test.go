@@ -8,11 +8,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/lmwarden/warden/epp/eppcheck"
 	"github.com/lmwarden/warden/internal/simproc"
@@ -110,5 +115,23 @@ func TestCheckSeesReadinessGoWhileDraining(t *testing.T) {
 	}
 	if drain == nil || drain.Verdict != eppcheck.Pass {
 		t.Fatalf("the drain check: %v", drain)
+	}
+}
+
+// TestCheckRefusesAGRPCServerWithoutExtProc: a gRPC server that is no
+// picker (health only) is told apart from one: ErrNotAPicker naming the
+// missing service, no checks run.
+func TestCheckRefusesAGRPCServerWithoutExtProc(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	healthpb.RegisterHealthServer(g, health.NewServer())
+	go g.Serve(ln)
+	defer g.Stop()
+	res, err := eppcheck.Run(context.Background(), eppcheck.Config{Target: ln.Addr().String()}, nil)
+	if !errors.Is(err, eppcheck.ErrNotAPicker) || !strings.Contains(err.Error(), "envoy.service.ext_proc.v3.ExternalProcessor") || len(res) != 0 {
+		t.Errorf("a health-only gRPC server: %d results, %v; want ErrNotAPicker naming the ext_proc service", len(res), err)
 	}
 }
