@@ -341,7 +341,7 @@ func (r *stageRun) runSubagent(ctx context.Context, k, j int, parentID, home str
 		r.completed.Add(1)
 		r.record(k, parentID, agent, turn, res, home, turn == 1+turns)
 		if res.Err != nil {
-			r.log.Debug("subagent turn failed", "session", k, "agent", agent, "turn", turn, "err", res.Err)
+			r.log.Debug("subagent "+turnEnd(res), "session", k, "agent", agent, "turn", turn, "err", res.Err)
 			r.backoff()
 			return "", false
 		}

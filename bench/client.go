@@ -158,6 +158,9 @@ type turnResult struct {
 	UsageSeen              bool
 	Replica                string // X-Warden-Replica response header, "" if absent
 	Err                    error
+	// Canceled: the bench ended the turn itself (Ctrl-C, or the end of the
+	// stage's drain), so Err says nothing of the server.
+	Canceled bool
 }
 
 // doTurn sends one turn and reads its stream to the end. rtt (wall time)
@@ -181,6 +184,7 @@ func doTurn(ctx context.Context, hc *http.Client, base string, c *conversation, 
 		}
 	}
 	r.Err = err
+	r.Canceled = err != nil && ctx.Err() != nil
 	r.End = now()
 	return r
 }

@@ -51,6 +51,10 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		if s.Errors > 0 {
 			log.Warn("turns failed", "variant", s.Variant, "sessions", s.Sessions, "errors", s.Errors)
 		}
+		if s.Canceled > 0 {
+			log.Info("turns canceled by the bench (interrupted, or still running when the stage's drain ended)",
+				"variant", s.Variant, "sessions", s.Sessions, "canceled", s.Canceled)
+		}
 		if s.LagWarning != "" {
 			log.Warn(s.LagWarning, "variant", s.Variant, "sessions", s.Sessions,
 				"ttfb_p95_s", *s.TTFBP95, "bench_lag_p99_s", *s.BenchLagP99)

@@ -99,6 +99,8 @@ type Runner struct {
 	HC     *http.Client // nil = a client with enough idle connections
 	Log    *slog.Logger
 	Stderr io.Writer // progress bars; nil = none
+
+	all *overall // the run's advance over its stage runs, for the bars
 }
 
 // newHTTPClient returns one client for all sessions, keeping connections
@@ -178,7 +180,12 @@ func (r *Runner) Run(ctx context.Context, abExplicit bool) (*Results, error) {
 		agentSystem = agentSystemPrompt(cfg.Seed, cfg.Sizes, cfg.Subagents)
 	}
 	current := ""
-	for _, group := range groupSteps(plan(cfg.Stages, cfg.Variants, cfg.Alternate), cfg.carry()) {
+	groups := groupSteps(plan(cfg.Stages, cfg.Variants, cfg.Alternate), cfg.carry())
+	r.all = newOverall(&cfg, groups, time.Now())
+	if r.Stderr != nil {
+		fmt.Fprintln(r.Stderr, r.all.announce(&cfg))
+	}
+	for _, group := range groups {
 		st := group[0]
 		if err := r.prepare(ctx, t, cfg, st, &current); err != nil {
 			return res, err
@@ -309,6 +316,9 @@ func (r *Runner) progress(st step, cfg Config) progress {
 	if st.Sessions < 10 { // aligned as %2d: " 1 session", " 8 sessions [off]", "16 sessions [off]"
 		title = " " + title
 	}
+	if r.all != nil {
+		title = "[" + r.all.next(time.Now()) + "] " + title
+	}
 	return newBarProgress(r.Stderr, title, cfg.wall(cfg.Stage))
 }
 
@@ -369,7 +379,7 @@ func (res *Results) Failed(maxShare float64) error {
 		}
 		msg := ""
 		for _, t := range res.Turns {
-			if t.Error != "" && t.Sessions == s.Sessions && t.Variant == s.Variant {
+			if t.Error != "" && !t.Canceled && t.Sessions == s.Sessions && t.Variant == s.Variant {
 				msg = t.Error
 				break
 			}

@@ -28,6 +28,9 @@ type TurnRecord struct {
 	InStage      bool    `json:"in_stage"`         // finished before the stage end (counted in the summary)
 	LastTurn     bool    `json:"last_turn"`        // finished the session (a subagent's: finished the subagent)
 	Error        string  `json:"error,omitempty"`
+	// Canceled marks a turn the bench ended itself (Ctrl-C, or the end of
+	// the stage's drain): not a failure of the server; Error says how.
+	Canceled bool `json:"canceled,omitempty"`
 	// Subagent marks a subagent's turn (--subagents): Session, SessionID
 	// and Variant are its parent's, AgentID its own x-claude-code-agent-id.
 	Subagent bool   `json:"subagent,omitempty"`
@@ -140,7 +143,7 @@ func (r *stageRun) runSession(ctx context.Context, k int, quit <-chan struct{}) 
 		}
 		r.record(k, id, "", turn, res, home, turn == 1+turns)
 		if res.Err != nil {
-			r.log.Debug("turn failed", "session", k, "turn", turn, "err", res.Err)
+			r.log.Debug(turnEnd(res), "session", k, "turn", turn, "err", res.Err)
 			r.backoff()
 			return
 		}
@@ -202,6 +205,7 @@ func (r *stageRun) record(k int, id, agent string, turn int, res turnResult, hom
 	}
 	if res.Err != nil {
 		rec.Error = res.Err.Error()
+		rec.Canceled = res.Canceled
 		rec.LastTurn = false
 	}
 	r.mu.Lock()
@@ -291,4 +295,12 @@ func (r *stageRun) poll(ctx context.Context, bar progress) ([]pollStat, sample) 
 			}
 		}
 	}
+}
+
+// turnEnd names how a turn that did not finish ended, for the log.
+func turnEnd(res turnResult) string {
+	if res.Canceled {
+		return "turn canceled"
+	}
+	return "turn failed"
 }

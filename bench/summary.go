@@ -17,7 +17,8 @@ type StageSummary struct {
 	SessionsFinished int `json:"sessions_finished"` // sessions whose last turn finished within the stage
 	SessionsStarted  int `json:"sessions_started"`
 	Errors           int `json:"errors"`
-	Late             int `json:"late_turns"` // finished outside the measured window: warm-up, or after the end (not counted)
+	Canceled         int `json:"canceled_turns"` // ended by the bench (Ctrl-C, the drain's end), not failed: not in Errors
+	Late             int `json:"late_turns"`     // finished outside the measured window: warm-up, or after the end (not counted)
 
 	SessionsPerHour float64  `json:"sessions_per_hour"`
 	OutputPerMin    float64  `json:"output_tokens_per_min"`
@@ -102,7 +103,10 @@ func summarize(variant string, sessions int, seconds float64, turns []TurnRecord
 	started := map[int]bool{}
 	for _, t := range turns {
 		started[t.Session] = true
-		if t.Error != "" && t.InStage {
+		switch {
+		case t.Error != "" && t.Canceled:
+			s.Canceled++
+		case t.Error != "" && t.InStage:
 			s.Errors++
 		}
 		if !t.InStage || t.Error != "" {

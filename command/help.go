@@ -130,7 +130,10 @@ func usageError(ctx *cli.Context, err error, _ bool) error {
 		for _, f := range flags {
 			names = append(names, f.Names()...)
 		}
-		if near := nearest(name, names); near != "" {
+		has := func(n string) bool { return slices.Contains(names, n) }
+		if hint := flagHint(name, has, ctx.Command != nil && ctx.Command.Name == "serve"); hint != "" {
+			msg += "; " + hint
+		} else if near := nearest(name, names); near != "" {
 			msg += "; did you mean --" + near + "?"
 		}
 	}

@@ -118,6 +118,14 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "aider"}, []string{`no agent "aider"`, "warden run has these agents: claude, codex, opencode.", "Run 'warden run --help'"}},
 		{[]string{"run", "claud"}, []string{`did you mean claude?`}},
 		{[]string{"status", "--jsno"}, []string{"did you mean --json?"}},
+		// names from vLLM and other routers, and engine flags before -- (issue 45)
+		{[]string{"serve", "--model", "m", "--replicas", "2"}, []string{"unknown flag --replicas; did you mean --dp?"}},
+		{[]string{"route", "--replicas", "http://x"}, []string{"unknown flag --replicas; did you mean --replica?"}},
+		{[]string{"serve", "--model", "m", "--data-parallel-size", "2"}, []string{"unknown flag --data-parallel-size; did you mean --dp?", "with --vllm-dp: vLLM's own data parallelism"}},
+		{[]string{"serve", "--tensor-parallel-size", "2"}, []string{"did you mean --tp?"}},
+		{[]string{"serve", "--engine", "sim", "--sim-time-scale", "10"}, []string{"unknown flag --sim-time-scale; it is the simulator's: engine flags go after --", "warden serve ... -- --sim-time-scale VALUE"}},
+		{[]string{"serve", "--max-model-len", "4096"}, []string{"--max-model-len; it is vLLM's: engine flags go after --"}},
+		{[]string{"serve", "--model", "m", "--", "--data-parallel-size", "2"}, []string{"--data-parallel-size is set by the warden: use the warden's --dp", "or --dp with --vllm-dp"}},
 	} {
 		cmd := exec.Command(bin, tc.args...)
 		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir()}

@@ -130,7 +130,7 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "reasoning", Value: engineplan.ToolsAuto, EnvVars: envVars("REASONING"),
 			Usage: "vLLM's --reasoning-parser: auto (the model's, when it thinks), off, or a parser name"},
 		&cli.StringFlag{Name: "log-dir", EnvVars: envVars("LOG_DIR"),
-			Usage: "`DIR` for per-rank engine logs (default: $XDG_STATE_HOME/warden/runs/<time>)"},
+			Usage: "`DIR` for per-rank engine logs (default: $XDG_STATE_HOME/warden/runs/<time>-<pid>)"},
 		&cli.DurationFlag{Name: "startup-timeout", Value: launch.DefaultStartupTimeout, EnvVars: envVars("STARTUP_TIMEOUT"),
 			Usage: "give up when a replica is not healthy after this long (large models load for minutes)"},
 		&cli.DurationFlag{Name: "stop-grace", Value: launch.DefaultStopGrace, EnvVars: envVars("STOP_GRACE"),
@@ -262,7 +262,8 @@ func serveOptions(c *cli.Context) serve.Options {
 		MaxNumSeqs: c.Int("max-num-seqs"), Engine: c.String("engine"), VLLMPath: c.String("vllm"),
 		LogDir: c.String("log-dir"), StartupTimeout: c.Duration("startup-timeout"), StopGrace: c.Duration("stop-grace"),
 		Extra: c.Args().Slice(), Router: routerOptions(c), SimKVCache: sim.KVCacheBytes, SimFirstContact: sim.FirstContact,
-		Image: c.String("image"), ContainerRuntime: c.String("container-runtime"), VLLMDP: c.Bool("vllm-dp"),
+		SimModelContext: sim.ModelContext,
+		Image:           c.String("image"), ContainerRuntime: c.String("container-runtime"), VLLMDP: c.Bool("vllm-dp"),
 		KVEvents: c.Bool("kv-events"),
 	}
 }

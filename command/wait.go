@@ -17,7 +17,8 @@ func waitCommand() *cli.Command {
 		Name:  "wait",
 		Usage: "wait until a warden answers /health with 200, then exit 0",
 		Description: "Polls URL/health every half second. Exits 0 as soon as the warden is ready\n" +
-			"(all engines loaded and at least one replica healthy), 1 on timeout.",
+			"(all engines loaded and at least one replica healthy), 1 on timeout. While it waits it\n" +
+			"says why on stderr every 5 seconds (the warden's answer, or that none came).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "url", Value: schema.DefaultURL, EnvVars: []string{"WARDEN_URL"},
 				Usage: "base URL of the warden to wait for"},
@@ -31,7 +32,7 @@ func waitCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("warden wait: "+err.Error(), 2)
 			}
-			return wardenproc.Wait(ctx, base)
+			return wardenproc.Wait(ctx, base, c.App.ErrWriter)
 		}),
 	}
 }

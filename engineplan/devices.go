@@ -2,6 +2,7 @@ package engineplan
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/lmwarden/warden/gpu"
 	"github.com/lmwarden/warden/hostcpu"
@@ -189,7 +190,7 @@ func FindDevices(ctx context.Context, cfg Request, facts Facts, log *slog.Logger
 	}
 	devs, err := gpu.Discover(ctx)
 	if err != nil {
-		return d, err
+		return d, noGPUWithImage(cfg, err)
 	}
 	shm, shmOK := ShmFree()
 	cuda, cudaSet := os.LookupEnv("CUDA_VISIBLE_DEVICES")
@@ -252,7 +253,10 @@ func cpuDevices(cfg Request, d Devices, log *slog.Logger) (Devices, error) {
 type Facts struct {
 	Files   modelinfo.Files
 	Version string
-	Runtime string // with an Image: the container runtime's executable
+	// VersionFrom says where Version was read (with an Image: its label,
+	// the package metadata in it, or its tag).
+	VersionFrom string
+	Runtime     string // with an Image: the container runtime's executable
 }
 
 // ReadFacts reads the model's files (modelinfo.Find) and the engines' vLLM
@@ -273,9 +277,8 @@ func ReadFacts(ctx context.Context, cfg Request, log *slog.Logger) (Facts, error
 		if err := CheckImage(ctx, f.Runtime, cfg.Image, log); err != nil {
 			return f, err
 		}
-		var from string
-		if f.Version, from = ImageVersion(ctx, f.Runtime, cfg.Image); f.Version != "" {
-			log.Info("engine image", "image", cfg.Image, "runtime", f.Runtime, "vllm_version", f.Version, "read_from", from)
+		if f.Version, f.VersionFrom = ImageVersion(ctx, f.Runtime, cfg.Image); f.Version != "" {
+			log.Info("engine image", "image", cfg.Image, "runtime", f.Runtime, "vllm_version", f.Version, "read_from", f.VersionFrom)
 		} else {
 			log.Warn("engine image: its vLLM version could not be read (no "+LabelVLLMVersion+" label, no python3 "+
 				"with vllm in it, no version tag); the per-version rules take it as unknown", "image", cfg.Image)
@@ -307,3 +310,26 @@ func ChooseFlags(cfg Request, facts Facts, log *slog.Logger) (ToolsChoice, Conte
 	log.Info(ctx.Info)
 	return c, ctx
 }
+
+// noGPUWithImage rewords "no GPU" for --image, which the simulator refuses:
+// the way to run an image without GPUs is vLLM's CPU build (--device cpu
+// with a CPU image), not the --engine sim that gpu.ErrNoGPU names for host
+// runs. errors.Is(err, gpu.ErrNoGPU) still holds.
+func noGPUWithImage(cfg Request, err error) error {
+	if cfg.Image == "" || !errors.Is(err, gpu.ErrNoGPU) {
+		return err
+	}
+	return imageNoGPU{image: cfg.Image, err: err}
+}
+
+type imageNoGPU struct {
+	image string
+	err   error
+}
+
+func (e imageNoGPU) Error() string {
+	return "no NVIDIA GPU found for --image " + e.image + " (no NVIDIA driver, NVML or nvidia-smi); without GPUs " +
+		"run vLLM's CPU image with --device cpu (docs/container.md), or drop --image to use --engine sim"
+}
+
+func (e imageNoGPU) Unwrap() error { return e.err }

@@ -8,8 +8,8 @@ import (
 // reservedFlags are the engine flags the warden sets itself, with the
 // warden flag to use instead. Passing them after `--` would move an engine
 // off loopback, off the port the proxy knows, away from the limits the
-// spill threshold derives from, or give every rank a host KV tier sized
-// without the others (--kv-offload splits the host's memory over them).
+// spill threshold derives from, make every rank a data-parallel server of
+// its own, or give every rank a host KV tier sized without the others (--kv-offload splits the host's memory over them).
 var reservedFlags = map[string]string{
 	"--host":                 "engines listen on 127.0.0.1 only; use the warden's --host for its own port",
 	"--port":                 "the warden picks free loopback ports; use the warden's --port for its own",
@@ -18,6 +18,8 @@ var reservedFlags = map[string]string{
 	"--max-num-seqs":         "use the warden's --max-num-seqs (the spill threshold derives from it)",
 	"--tensor-parallel-size": "use the warden's --tp",
 	"-tp":                    "use the warden's --tp",
+	"--data-parallel-size":   "use the warden's --dp\n(one vLLM server per rank), or --dp with --vllm-dp (one server, vLLM's own data parallelism)",
+	"-dp":                    "use the warden's --dp\n(one vLLM server per rank), or --dp with --vllm-dp (one server, vLLM's own data parallelism)",
 	"--kv-offloading-size":   "use the warden's --kv-offload (auto or a size per rank; it sizes every rank's host KV tier from the host's memory)",
 	"--kv-offloading-backend": "use the warden's --kv-offload, which runs vLLM's native backend (LMCache needs its own server: " +
 		"configure it with -- --kv-transfer-config and leave --kv-offload off)",

@@ -142,7 +142,7 @@ func New(core Core, cfg Config) (*Proxy, error) {
 	mux.HandleFunc("HEAD /api/hello", func(w http.ResponseWriter, _ *http.Request) {}) // Claude Code's pre-warm
 	mux.HandleFunc("GET /v1/models", p.requireKey(p.serveModels))
 	mux.HandleFunc("/v1/", p.requireKey(p.serveProxied))
-	p.handler = mux
+	p.handler = withAPIHint(mux)
 	return p, nil
 }
 

@@ -99,6 +99,7 @@ type Replica struct {
 	dpValue      []string // the engine's data-parallel rank as a header value; nil when not pinned
 	learnDP      atomic.Bool
 	pinIgnored   atomic.Bool // PinIgnored said so
+	modelsDenied atomic.Bool // its /v1/models answered 401/403, said once
 
 	inflight                                                                  atomic.Int64 // raised in the Placer's decision (Sent), lowered when the request has been accounted
 	requests, newTurns, sticky, spilledIn, pinned, failover, balanced, errors atomic.Uint64

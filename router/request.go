@@ -173,8 +173,10 @@ func (c *Core) Finish(pl *Placement, o Outcome) Placement {
 	case Reset:
 		c.retried(pl, "reset", o.Err)
 	case ServedElsewhere:
-		pl.Replica.Refused(fmt.Errorf("the gateway served the request on %s instead", o.ServedOn))
-		c.retried(pl, "gateway", fmt.Errorf("served on %s", o.ServedOn))
+		// Name the box that did not answer first: the one that served is fine.
+		dead := pl.Replica.URL().Host
+		pl.Replica.Refused(fmt.Errorf("%s did not answer: the gateway served the request on %s instead", dead, o.ServedOn))
+		c.retried(pl, "gateway", fmt.Errorf("%s did not answer; the gateway served the request on %s", dead, o.ServedOn))
 		return c.placeServed(o.ServedOn, o.Request)
 	default:
 		c.account(pl, o)

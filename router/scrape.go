@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -157,7 +158,11 @@ func (c *Core) scrape(ctx context.Context, r *Replica) (engine.Sample, error) {
 	err := read("/metrics")
 	if err == nil && !whole && s.HasRunning() {
 		r.fullScrape.Store(true)
-		r.log.Info("the engine does not answer /metrics/?name[]= as vLLM does: reading its whole /metrics from now on")
+		if s.FromWarden() {
+			r.log.Info("the server is a warden (a box's warden serve), which serves its /metrics whole: reading it whole from now on")
+		} else {
+			r.log.Info("the engine does not answer /metrics/?name[]= as vLLM does: reading its whole /metrics from now on")
+		}
 	}
 	return s, err
 }
@@ -167,7 +172,7 @@ func (c *Core) scrape(ctx context.Context, r *Replica) (engine.Sample, error) {
 // or with --max-model-len auto, can fit different ones, and the warden
 // reports the smallest (Status.MaxModelLen, /v1/models).
 func (c *Core) learnMaxModelLen(ctx context.Context, r *Replica) {
-	_ = c.getOK(ctx, r.target.String()+"/v1/models", func(body io.Reader) error {
+	err := c.getOK(ctx, r.target.String()+"/v1/models", func(body io.Reader) error {
 		b, err := io.ReadAll(io.LimitReader(body, maxModelsBody))
 		if err != nil {
 			return err
@@ -183,7 +188,25 @@ func (c *Core) learnMaxModelLen(ctx context.Context, r *Replica) {
 		}
 		return nil
 	})
+	if err != nil && deniedErr(err) && !r.modelsDenied.Swap(true) {
+		r.log.Warn("the server refuses GET /v1/models without a key (vLLM started with --api-key): its context is not "+
+			"learned and clients are not told it; requests still pass with the key their clients send", "error", err)
+	}
 }
+
+// deniedErr reports whether a getOK error is a 401 or 403 answer.
+func deniedErr(err error) bool {
+	var se *statusError
+	return errors.As(err, &se) && (se.code == http.StatusUnauthorized || se.code == http.StatusForbidden)
+}
+
+// statusError is getOK's error for an answer other than 200.
+type statusError struct {
+	url, status string
+	code        int
+}
+
+func (e *statusError) Error() string { return "GET " + e.url + ": " + e.status }
 
 // getOK GETs url and requires 200; read, if set, consumes the body.
 func (c *Core) getOK(ctx context.Context, url string, read func(io.Reader) error) error {
@@ -200,7 +223,7 @@ func (c *Core) getOK(ctx context.Context, url string, read func(io.Reader) error
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
+		return &statusError{url: url, status: resp.Status, code: resp.StatusCode}
 	}
 	if read != nil {
 		return read(resp.Body)

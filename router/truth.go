@@ -222,7 +222,7 @@ func (c *Core) residency(label string) []place.Resident {
 			continue
 		}
 		if res := r.kv.ledger.Resident(label); res.Known {
-			out = append(out, place.Resident{Rank: r.rank, Tokens: res.Tokens})
+			out = append(out, place.Resident{Rank: r.rank, Tokens: res.Tokens, Shared: r.kv.ledger.Shared()})
 		}
 	}
 	return out

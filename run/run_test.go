@@ -544,6 +544,7 @@ func TestSplitWords(t *testing.T) {
 }
 
 func TestRunServeArgs(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir()) // serveArgs makes the run's log folder there
 	args, host, port, logDir, err := serveArgs([]string{"--engine", "sim", "--", "--max-model-len", "4096"})
 	if err != nil {
 		t.Fatal(err)
@@ -551,6 +552,9 @@ func TestRunServeArgs(t *testing.T) {
 	want := []string{"--engine", "sim", "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--log-dir", logDir, "--", "--max-model-len", "4096"}
 	if diff := cmp.Diff(want, args); diff != "" || host != "127.0.0.1" || port == 0 {
 		t.Errorf("args (-want +got):\n%s host %q port %d", diff, host, port)
+	}
+	if fi, err := os.Stat(logDir); err != nil || !fi.IsDir() {
+		t.Errorf("the log folder %s was not made: %v", logDir, err)
 	}
 	args, host, port, logDir, err = serveArgs([]string{"--port=18655", "-host", "0.0.0.0", "--log-dir", "/tmp/x"})
 	if err != nil || port != 18655 || host != "0.0.0.0" || logDir != "/tmp/x" ||

@@ -116,7 +116,9 @@ func serveArgs(words []string) (args []string, host string, port int, logDir str
 		extra = append(extra, "--port", strconv.Itoa(port))
 	}
 	if logDir, ok = value("log-dir"); !ok {
-		logDir = wardenproc.DefaultLogDir(time.Now())
+		if logDir, err = wardenproc.NewRunDir(time.Now()); err != nil {
+			return nil, "", 0, "", fmt.Errorf("--serve: the log folder: %w", err)
+		}
 		extra = append(extra, "--log-dir", logDir)
 	}
 	args = append(append(append([]string{}, words[:end]...), extra...), words[end:]...)

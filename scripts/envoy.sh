@@ -8,8 +8,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 version="${ENVOY_VERSION:-1.40.0}"
 dir=.envoy
-if [ -x "$dir/bin/envoy" ] && "$dir/bin/envoy" --version 2>/dev/null | grep -q "/$version/"; then
-	echo "envoy: $("$dir/bin/envoy" --version | grep -o "[0-9.]*/Clean/[A-Z]*") already at $dir/bin/envoy"
+# The version is read whole before grep looks at it: `envoy --version | grep -q`
+# fails under pipefail whenever grep exits at the match before envoy has
+# written everything (envoy then dies of SIGPIPE), about half the time.
+have=""
+if [ -x "$dir/bin/envoy" ]; then
+	have=$("$dir/bin/envoy" --version 2>/dev/null || true)
+fi
+if grep -q "/$version/" <<<"$have"; then
+	echo "envoy: $(grep -o "[0-9.]*/Clean/[A-Z]*" <<<"$have") already at $dir/bin/envoy"
 	exit 0
 fi
 free=$(df -Pm . | awk 'NR==2 {print $4}')

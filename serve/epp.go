@@ -332,4 +332,5 @@ func printEPPReady(w io.Writer, cfg EPPConfig, st schema.Status) {
 	url := wardenproc.URL(host, port)
 	fmt.Fprintf(w, "warden: endpoint picker ready at %s (gRPC ext_proc; %d of %d endpoints up, policy %s; status page %s/)\n",
 		cfg.GRPCAddr, up, len(st.Replicas), st.Policy, url)
+	fmt.Fprintln(w, endpointLimits(st))
 }

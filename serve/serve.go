@@ -63,6 +63,11 @@ type Options struct {
 	// for their arguments (the command layer passes sim.FirstContact), told
 	// at start and in the status. Nil: nothing said.
 	SimFirstContact func(args []string) []string
+	// SimModelContext is the context the simulator serves a model at and
+	// where it learnt it, 0 when it knows nothing of the model (the command
+	// layer passes sim.ModelContext): a name it does not know is likely
+	// misspelt, and the warden says so at start. Nil: nothing said.
+	SimModelContext func(model string, getenv func(string) string) (int, string)
 	// Image is --image: every rank's vLLM runs in a container of this image
 	// (docs/container.md); "" a host vLLM. ContainerRuntime is
 	// --container-runtime: docker, podman (or a path to one), "" detected.
@@ -389,9 +394,9 @@ func dpSpec(cfg Options, d engineplan.Devices, eng engineplan.Engine, port int, 
 // the engines (SIGTERM to each process group, SIGKILL after --stop-grace),
 // then print the summary.
 func Main(ctx context.Context, o Options, stdout io.Writer) error {
-	cfg, err := o.Config()
+	cfg, err := serveConfig(o)
 	if err != nil {
-		return exit.New(2, "warden serve: "+err.Error())
+		return err
 	}
 	log := newLogger()
 	raiseFDLimit(log)
@@ -456,7 +461,7 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	core.CheckNow(ctx)
 	core.SetStarting(false)
 	if cfg.Engine == "vllm" {
-		log.Info("engines ready", "vllm_version", engineplan.Version(ctx, backends[0].URL))
+		logEngineVersion(ctx, cfg.Image, facts, backends[0].URL, log)
 	}
 	printServeReady(stdout, cfg, core.Status().Policy, setup.Simulator)
 
@@ -467,6 +472,23 @@ func Main(ctx context.Context, o Options, stdout io.Writer) error {
 	return nil
 }
 
+// serveConfig is o's Config with the engine log folder made: --log-dir, or
+// this run's own folder under the state directory, made now so that two
+// wardens started in the same second never share one. Its errors are exit
+// errors (2 for bad options).
+func serveConfig(o Options) (Config, error) {
+	cfg, err := o.Config()
+	if err != nil {
+		return cfg, exit.New(2, "warden serve: "+err.Error())
+	}
+	if o.LogDir == "" {
+		if cfg.LogDir, err = wardenproc.NewRunDir(time.Now()); err != nil {
+			return cfg, exit.New(1, "warden serve: the engine log folder: "+err.Error())
+		}
+	}
+	return cfg, nil
+}
+
 // chooseFlags picks the engines' tool and context flags and says how they
 // were started, for the status.
 func chooseFlags(cfg Options, plan engineplan.Request, facts engineplan.Facts, devices engineplan.Devices,
@@ -474,9 +496,7 @@ func chooseFlags(cfg Options, plan engineplan.Request, facts engineplan.Facts, d
 	tools, fit := engineplan.ChooseFlags(plan, facts, log)
 	setup := engineSetup(cfg.Extra, tools)
 	setup.OffloadHint = engineplan.OffloadHint(plan, devices)
-	if cfg.Engine == "sim" && cfg.SimFirstContact != nil {
-		setup.Simulator = cfg.SimFirstContact(cfg.Extra)
-	}
+	setup.Simulator = simNotes(cfg, log)
 	return tools, fit, setup
 }
 

@@ -272,3 +272,32 @@ func TestServeSIGTERMWhileLoadingExits130WithNoEngineLeft(t *testing.T) {
 	}
 	t.Logf("SIGTERM while loading: exit 130, %d engine processes gone", len(unit))
 }
+
+// The unit does not run the warden and its engines as root, names the
+// vllm executable (a venv is not on systemd's PATH), and its comment shows
+// a drop-in that clears ExecStart= before setting engine arguments
+// (issue 45).
+func TestServiceUnitNotRootAndSaysWhatToSet(t *testing.T) {
+	keys, env := unitFile(t)
+	if keys["DynamicUser"] != "yes" && (keys["User"] == "" || keys["User"] == "root") {
+		t.Errorf("the unit runs as root: want DynamicUser=yes or a User=")
+	}
+	if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "WARDEN_VLLM=/") }) {
+		t.Errorf("the unit does not set WARDEN_VLLM to a full path: %v", env)
+	}
+	b, err := os.ReadFile("../scripts/warden.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^#\s+ExecStart=\n#\s+ExecStart=/`).Match(b) {
+		t.Error("the unit's comment shows no drop-in that clears ExecStart= before setting it")
+	}
+	for _, dir := range []string{"WARDEN_LOG_DIR=/var/log/warden", "HF_HOME=/var/cache/warden/"} {
+		if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, dir) }) {
+			t.Errorf("the unit does not set %s (a folder systemd makes for the dynamic user)", dir)
+		}
+	}
+	if keys["LogsDirectory"] != "warden" || keys["CacheDirectory"] != "warden" {
+		t.Errorf("LogsDirectory=%q CacheDirectory=%q, want warden for both", keys["LogsDirectory"], keys["CacheDirectory"])
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/lmwarden/warden/internal/exit"
 )
 
@@ -61,11 +63,20 @@ var ErrExited = errors.New("exited before it was ready")
 // 200 (nil), ctx ends (ctx's error), or exited is closed (ErrExited; a nil
 // exited is never closed). last is the last answer before that.
 func Poll(ctx context.Context, client *http.Client, base string, interval time.Duration, exited <-chan struct{}) (last Health, err error) {
+	return poll(ctx, client, base, interval, exited, nil)
+}
+
+// poll is Poll, calling each (when not nil) with every answer that was not
+// yet a 200 and its number, from 1.
+func poll(ctx context.Context, client *http.Client, base string, interval time.Duration, exited <-chan struct{}, each func(n int, h Health)) (last Health, err error) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	for {
+	for n := 1; ; n++ {
 		if last, err = Check(ctx, client, base); err != nil || last.OK() {
 			return last, err
+		}
+		if each != nil {
+			each(n, last)
 		}
 		select {
 		case <-ctx.Done():
@@ -77,16 +88,48 @@ func Poll(ctx context.Context, client *http.Client, base string, interval time.D
 	}
 }
 
+// WaitProgressEvery is how many polls of `warden wait` (half a second
+// apart) pass between its progress lines: one line every 5 seconds.
+const WaitProgressEvery = 10
+
 // Wait is `warden wait`: it polls base/health every half second until the
 // warden answers 200 or ctx ends; the error (exit status 1, or 2 for a bad
-// base) names the last answer.
-func Wait(ctx context.Context, base string) error {
-	last, err := Poll(ctx, &http.Client{Timeout: 2 * time.Second}, base, 500*time.Millisecond, nil)
+// base) names the last answer. Meanwhile it writes to progress (when not
+// nil) a line at the first answer that is not ready and then every
+// WaitProgressEvery polls: the answer and how long it has waited, so that
+// minutes of loading engines, or no warden at all, are not silence.
+func Wait(ctx context.Context, base string, progress io.Writer) error {
+	start := time.Now()
+	limit := ""
+	if d, ok := ctx.Deadline(); ok {
+		limit = " of " + d.Sub(start).Round(time.Second).String()
+	}
+	each := func(n int, h Health) {
+		if progress != nil && (n == 1 || n%WaitProgressEvery == 0) {
+			fmt.Fprintf(progress, "warden wait: %s not ready yet (%s), waited %s%s\n",
+				base, h.Reason(), time.Since(start).Round(time.Second), limit)
+		}
+	}
+	last, err := poll(ctx, &http.Client{Timeout: 2 * time.Second}, base, 500*time.Millisecond, nil, each)
 	switch {
 	case err == nil:
 		return nil
 	case ctx.Err() != nil:
-		return exit.New(1, fmt.Sprintf("warden wait: %s not ready (%s); last answer: %s", base, ctx.Err(), last))
+		return exit.New(1, fmt.Sprintf("warden wait: %s not ready (%s); last answer: %s", base, ctx.Err(), last.Reason()))
 	}
 	return exit.New(2, fmt.Sprintf("warden wait: bad --url %q: %v", base, err))
+}
+
+// Reason is the answer with the warden's own word on it: the status line
+// and the error message of a JSON body ("503 Service Unavailable: starting:
+// engines are loading"), or why nothing answered.
+func (h Health) Reason() string {
+	msg := gjson.GetBytes(h.Body, "error.message").String()
+	if msg == "" {
+		msg = gjson.GetBytes(h.Body, "message").String()
+	}
+	if h.Err != nil || h.Status == 0 || msg == "" {
+		return h.String()
+	}
+	return h.Text + ": " + msg
 }

@@ -80,6 +80,7 @@ type Sample struct {
 	offload                             Offload
 	timeScale                           float64 // metricname.SimTimeScale; 0 when absent
 	hasRunning                          bool
+	warden                              bool // read from another warden's mirrors (wardenSample)
 	offQueries, offHits                 float64
 	offLoaded, offStored                float64
 	hasOffQ, hasOffH, hasOffL, hasOffSt bool
@@ -89,6 +90,10 @@ type Sample struct {
 	// alone for one engine), nil when the exposition has no engine label.
 	engines map[string]Sample
 }
+
+// FromWarden reports whether the sample was read from another warden's
+// /metrics (a box's `warden serve` behind route or epp), not an engine's.
+func (s Sample) FromWarden() bool { return s.warden }
 
 // Engines are the engine label's values in the sample, in numeric order
 // (a vLLM server's data-parallel ranks: "0", "1", ...).
@@ -137,6 +142,7 @@ func Parse(r io.Reader) (Sample, error) {
 		return Sample{}, err
 	}
 	if ws, ok := wardenSample(fams); ok && fams[mn.VLLMRunning] == nil {
+		ws.warden = true
 		return ws, nil // another warden (route in front of serve): dynamic.go
 	}
 	s := parseVLLM(fams)

@@ -20,6 +20,7 @@ const (
 	MetricReplicaInFlight = "warden_replica_in_flight_requests" // gauge: proxied requests open now
 	MetricSessionsActive  = "warden_sessions_active"            // gauge: active sessions homed there
 	MetricSessionsSeen    = "warden_sessions_seen_total"        // counter, no labels
+	MetricReplicaErrors   = "warden_replica_errors_total"       // counter: answers of 5xx or transport errors
 	MetricKVEventsLive    = "warden_kv_events_live"             // gauge 1/0: the ledger is read for it
 	MetricLedgerBlocks    = "warden_ledger_blocks"              // gauge: blocks its engine holds (events)
 )
@@ -75,6 +76,7 @@ func replicaMetrics() []metricDesc {
 	return []metricDesc{
 		gauge(MetricReplicaUp, "Whether the replica is routable now (1) or not (0).", func(r schema.Replica) float64 { return b2f(r.Up) }),
 		counter(MetricReplicaRestarts, "Engine restarts of the replica since warden start.", func(r schema.Replica) float64 { return float64(r.Restarts) }),
+		counter(MetricReplicaErrors, "Requests the replica answered with a server error (5xx, or a stream broken off) since warden start; the client saw the failure.", func(r schema.Replica) float64 { return float64(r.Errors) }),
 		gauge(MetricReplicaInFlight, "Requests the warden has open to the replica now.", func(r schema.Replica) float64 { return float64(r.InFlight) }),
 		gauge(MetricSessionsActive, "Active (not expired) sessions whose home is the replica.", func(r schema.Replica) float64 { return float64(r.ActiveSessions) }),
 		gauge(mn.EngineRunning, "Requests the engine is running (vllm:num_requests_running).", func(r schema.Replica) float64 { return r.Running }),

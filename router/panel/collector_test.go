@@ -28,8 +28,8 @@ func TestCollectorPedanticAndLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(mfs) != 16 {
-		t.Errorf("%d metric families, want 16", len(mfs))
+	if len(mfs) != 17 {
+		t.Errorf("%d metric families, want 17", len(mfs))
 	}
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
@@ -118,6 +118,9 @@ warden_sessions_seen_total 241
 	for _, r := range s.Replicas {
 		if got := gathered(t, reg, mn.EngineKVUsage, strconv.Itoa(r.Rank)); got != r.KVUsed {
 			t.Errorf("kv usage of replica %d = %v, want %v", r.Rank, got, r.KVUsed)
+		}
+		if got := gathered(t, reg, MetricReplicaErrors, strconv.Itoa(r.Rank)); got != float64(r.Errors) {
+			t.Errorf("errors of replica %d = %v, want %v", r.Rank, got, r.Errors)
 		}
 		if got := gathered(t, reg, mn.EngineGenTokens, strconv.Itoa(r.Rank)); got != r.EngineGenerated {
 			t.Errorf("engine generated tokens of replica %d = %v, want %v", r.Rank, got, r.EngineGenerated)

@@ -21,7 +21,7 @@ func sampleStatus(n int) schema.Status {
 	for i := 0; i < n; i++ {
 		r := schema.Replica{
 			Rank: i, GPUs: []string{fmt.Sprint(i)}, URL: fmt.Sprintf("http://127.0.0.1:%d", 8101+i),
-			Port: 8101 + i, Up: true, State: "ready", Restarts: i % 2, MaxNumSeqs: 32,
+			Port: 8101 + i, Up: true, State: "ready", Restarts: i % 2, Errors: uint64(7 * i), MaxNumSeqs: 32,
 			InFlight: 3 + i, Requests: uint64(1200 + 37*i), New: uint64(40 + i), Sticky: uint64(1100 + 31*i),
 			SpilledIn: uint64(17 + i), Pinned: uint64(2 * i), Failover: uint64(i % 3), ActiveSessions: 2 + i%3,
 			PromptTokens: uint64(9_800_000 + 123_457*i), CachedTokens: uint64(7_900_000 + 98_765*i),

@@ -47,15 +47,15 @@ func UpdatePeak(prev *schema.OvercommitPeak, s schema.Status) *schema.Overcommit
 // number is unknown.
 func loadOf(s schema.Status) (schema.OvercommitPeak, bool) {
 	capTok := totalCapacity(s)
-	n := s.Sessions
+	n, window := s.Sessions, 0.0
 	if s.ConcurrentSessions > 0 {
-		n = s.ConcurrentSessions
+		n, window = s.ConcurrentSessions, s.ActiveWindowSeconds
 	}
 	if n <= 0 || s.ActiveContextSessions <= 0 || s.ActiveContextTokens == 0 || capTok <= 0 {
 		return schema.OvercommitPeak{}, false
 	}
 	mean := int(s.ActiveContextTokens / uint64(s.ActiveContextSessions))
-	p := schema.OvercommitPeak{At: s.Now, Sessions: n, MeanContextTokens: mean, CapacityTokens: capTok}
+	p := schema.OvercommitPeak{At: s.Now, Sessions: n, WindowSeconds: window, MeanContextTokens: mean, CapacityTokens: capTok}
 	if s.Engines != nil {
 		p.Hint = s.Engines.OffloadHint
 	}
@@ -81,12 +81,23 @@ func peakFits(p schema.OvercommitPeak) int {
 	return p.CapacityTokens / p.MeanContextTokens
 }
 
+// peakSessions says what Sessions counts: the sessions with a turn within
+// the active window (finished conversations too, until the window passes)
+// when the window is known.
+func peakSessions(p schema.OvercommitPeak) string {
+	if p.WindowSeconds > 0 {
+		return fmt.Sprintf("%s with a turn in the last %s", count(p.Sessions, "session"),
+			fmtDuration(time.Duration(p.WindowSeconds*float64(time.Second))))
+	}
+	return fmt.Sprintf("%d active sessions", p.Sessions)
+}
+
 // message states the numbers and the remedy, after a lead-in.
 func peakMessage(p schema.OvercommitPeak, lead string) string {
-	return fmt.Sprintf("%s: %d active sessions x %s tokens mean context = %s tokens > %s tokens "+
+	return fmt.Sprintf("%s: %s x %s tokens mean context = %s tokens > %s tokens "+
 		"of KV cache on all replicas; conversations evict each other's prefixes and are prefilled again. "+
-		"Run at most %d concurrent sessions, or add replicas.%s",
-		lead, p.Sessions, fmtTokens(float64(p.MeanContextTokens)), fmtTokens(float64(peakDemand(p))),
+		"Keep at most %d conversations going at once, or add replicas.%s",
+		lead, peakSessions(p), fmtTokens(float64(p.MeanContextTokens)), fmtTokens(float64(peakDemand(p))),
 		fmtTokens(float64(p.CapacityTokens)), peakFits(p), peakHint(p))
 }
 
@@ -100,6 +111,6 @@ func peakHint(p schema.OvercommitPeak) string {
 // peakLine is the one-line note on the panel about a past overcommit.
 func peakLine(p schema.OvercommitPeak) string {
 	return fmt.Sprintf("KV cache overcommitted earlier (worst at %s): %s x %s = %s > %s tokens",
-		p.At.Local().Format("15:04:05"), count(p.Sessions, "session"), fmtTokens(float64(p.MeanContextTokens)),
+		p.At.Local().Format("15:04:05"), peakSessions(p), fmtTokens(float64(p.MeanContextTokens)),
 		fmtTokens(float64(peakDemand(p))), fmtTokens(float64(p.CapacityTokens)))
 }

@@ -30,7 +30,7 @@ func TestOvercommit(t *testing.T) {
 		{name: "the field case: 26 sessions of 58k on 7 cards of ~40k", s: loadStatus(26, 58_000, t0, 40_000, 40_000, 40_000, 40_000, 40_000, 40_000, 40_000),
 			over: true, msg: "KV cache overcommitted: 26 active sessions x 58.0k tokens mean context = 1.51M tokens > 280.0k tokens"},
 		{name: "fits exactly", s: loadStatus(2, 40_000, t0, 40_000, 40_000)},
-		{name: "one token over", s: loadStatus(2, 40_001, t0, 40_000, 40_000), over: true, msg: "Run at most 1 concurrent sessions"},
+		{name: "one token over", s: loadStatus(2, 40_001, t0, 40_000, 40_000), over: true, msg: "Keep at most 1 conversations going at once"},
 		{name: "capacity unknown", s: loadStatus(30, 58_000, t0, 0, 0)},
 		{name: "no sessions", s: loadStatus(0, 0, t0, 40_000)},
 		{name: "context unknown", s: schema.Status{Sessions: 30, Replicas: []schema.Replica{{KVCapacityTokens: 40_000}}}},
@@ -77,6 +77,24 @@ func TestOvercommitPrefersConcurrentSessions(t *testing.T) {
 	s.ConcurrentSessions = 4 // 120k does not
 	if msg, _ := Overcommit(s); !strings.Contains(msg, ": 4 active sessions x 30.0k") {
 		t.Errorf("got %q", msg)
+	}
+}
+
+// The warning says what its number counts: after a bench of two sessions
+// at a time, the sessions with a turn in the active window include those
+// that finished (issue 45: "11 active sessions ... run at most 9
+// concurrent sessions" read as if 11 ran at once).
+func TestOvercommitSaysWhatItCounts(t *testing.T) {
+	s := loadStatus(40, 10_000, time.Time{}, 45_000, 45_000)
+	s.ConcurrentSessions, s.ActiveWindowSeconds = 11, 300
+	msg, over := Overcommit(s)
+	want := "KV cache overcommitted: 11 sessions with a turn in the last 5m00s x 10.0k tokens mean context"
+	if !over || !strings.Contains(msg, want) || !strings.Contains(msg, "Keep at most 9 conversations going at once") {
+		t.Errorf("got %q, want it to contain %q and the 9 that fit", msg, want)
+	}
+	p := UpdatePeak(nil, s)
+	if p == nil || p.WindowSeconds != 300 || !strings.Contains(peakLine(*p), "11 sessions with a turn in the last 5m00s x 10.0k") {
+		t.Errorf("peak %+v does not keep the window: %q", p, peakLine(*p))
 	}
 }
 

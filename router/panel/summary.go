@@ -20,7 +20,8 @@ var summaryColumns = table.Row{
 
 // WriteSummary writes the exit summary: per replica and in total the
 // requests, sticky % (sticky turns / turns of known sessions served there,
-// i.e. requests less first turns and client-pinned ones), spills
+// i.e. requests less first turns, client-pinned ones and those a
+// non-affinity policy placed; in total Status.StickyShare), spills
 // (requests spilled onto it), client-pinned requests, the engines' prompt
 // and cached tokens with their hit % (prefix-cache counters since warden
 // start), the cached share from the usage reports, and the turns placed
@@ -41,10 +42,12 @@ func WriteSummary(w io.Writer, s schema.Status) {
 	t.AppendHeader(summaryColumns)
 	var all schema.Replica
 	for _, r := range s.Replicas {
-		t.AppendRow(summaryRow(strconv.Itoa(r.Rank), r, r.New))
+		t.AppendRow(summaryRow(strconv.Itoa(r.Rank), r, stickyShare(r), r.New))
 		addReplica(&all, r)
 	}
-	t.AppendFooter(summaryRow("all", all, all.New))
+	// The whole run's sticky share is the placer's own count (Status.
+	// StickyShare), the figure the panel's badge shows: one number.
+	t.AppendFooter(summaryRow("all", all, s.StickyShare, all.New))
 	var cc []table.ColumnConfig
 	for i := range summaryColumns {
 		cc = append(cc, table.ColumnConfig{Number: i + 1, Align: text.AlignRight, AlignHeader: text.AlignRight, AlignFooter: text.AlignRight})
@@ -52,7 +55,8 @@ func WriteSummary(w io.Writer, s schema.Status) {
 	t.SetColumnConfigs(cc)
 	t.SuppressTrailingSpaces()
 	t.Render()
-	fmt.Fprintf(w, "sticky share (turns of known sessions that stayed on their replica): %s\n", fmtPct(s.StickyShare))
+	fmt.Fprintln(w, "sticky: turns of known sessions (not a first turn, not client-pinned, placed by an affinity policy)")
+	fmt.Fprintln(w, "that stayed on their session's replica; the all row is the whole run's, as the panel's badge.")
 	fmt.Fprintln(w, "new turns: turns placed as new, each a conversation's first or a request without a session id")
 	fmt.Fprintln(w, "(a count of placements: the sessions seen are the head line's).")
 	fmt.Fprintln(w, "prompt tok, cached tok and hit: the engines' prefix-cache counters since warden start;")
@@ -170,18 +174,19 @@ func writeWrapped(w io.Writer, msg string, width int) {
 }
 
 // summaryRow is one summary row, in summaryColumns order.
-func summaryRow(name string, r schema.Replica, sessions uint64) table.Row {
+func summaryRow(name string, r schema.Replica, sticky float64, sessions uint64) table.Row {
 	return table.Row{
-		name, r.Requests, fmtPct(stickyShare(r)), r.SpilledIn, r.Pinned,
+		name, r.Requests, fmtPct(sticky), r.SpilledIn, r.Pinned,
 		fmtTokens(r.PrefixQueries), fmtTokens(r.PrefixHits), fmtPct(ratio(r.PrefixHits, r.PrefixQueries)),
 		fmtPct(ratio(float64(r.CachedTokens), float64(r.PromptTokens))), sessions,
 	}
 }
 
 // stickyShare is the share of a replica's turns of known sessions (its
-// requests less first turns and client-pinned ones) that were sticky.
+// requests less first turns, client-pinned ones and those a non-affinity
+// policy placed, as the placer counts Status.StickyShare) that were sticky.
 func stickyShare(r schema.Replica) float64 {
-	known := float64(r.Requests) - float64(r.New) - float64(r.Pinned)
+	known := float64(r.Requests) - float64(r.New) - float64(r.Pinned) - float64(r.Balanced)
 	if known <= 0 {
 		return 0
 	}

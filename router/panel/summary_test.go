@@ -25,7 +25,7 @@ func TestWriteSummaryRows(t *testing.T) {
 		"0":   {"0", "1200", "94.8%", "17", "0", "10.00M", "8.10M", "81.0%", "80.6%", "40"},
 		"1":   {"1", "1237", "94.7%", "18", "2", "10.13M", "8.18M", "80.7%", "80.6%", "41"},
 		"2":   {"2", "1274", "94.6%", "19", "4", "10.26M", "8.26M", "80.4%", "80.6%", "42"},
-		"all": {"all", "3711", "94.7%", "54", "6", "30.39M", "24.53M", "80.7%", "80.6%", "123"},
+		"all": {"all", "3711", "97.3%", "54", "6", "30.39M", "24.53M", "80.7%", "80.6%", "123"},
 	}
 	for first, w := range want {
 		if diff := cmp.Diff(w, rowFields(out, first)); diff != "" {
@@ -34,7 +34,7 @@ func TestWriteSummaryRows(t *testing.T) {
 	}
 	for _, sub := range []string{
 		"warden summary for Qwen/Qwen3-4B-Instruct-2507: policy sticky, up 1h02m05s, 241 sessions seen",
-		"sticky share (turns of known sessions that stayed on their replica): 97.3%",
+		"sticky: turns of known sessions (not a first turn, not client-pinned, placed by an affinity policy)",
 		"new turns: turns placed as new, each a conversation's first or a request without a session id",
 		"(24.00M of 29.77M prompt tokens cached)",
 	} {
@@ -58,7 +58,7 @@ func TestWriteSummaryPeakOvercommit(t *testing.T) {
 	want := "KV cache was overcommitted during the run (worst at 10:05:12): 26 active sessions x 58.1k " +
 		"tokens mean context = 1.51M tokens > 1.20M tokens of KV cache on all replicas; " +
 		"conversations evict each other's prefixes and are prefilled again. " +
-		"Run at most 20 concurrent sessions, or add replicas."
+		"Keep at most 20 conversations going at once, or add replicas."
 	if !strings.Contains(got, want) {
 		t.Errorf("summary lacks\n%s\nin\n%s", want, b.String())
 	}
@@ -93,6 +93,28 @@ func TestStickyShareGuards(t *testing.T) {
 		if got := stickyShare(c.r); got != c.want {
 			t.Errorf("stickyShare(%+v) = %v, want %v", c.r, got, c.want)
 		}
+	}
+}
+
+// The exit summary shows one sticky figure for the run (issue 45: the all
+// row and a line below it disagreed): the all row is Status.StickyShare,
+// and a replica's excludes the turns a non-affinity policy placed, as the
+// placer's count does (an A/B bench's off half would dilute it).
+func TestWriteSummaryOneStickyFigure(t *testing.T) {
+	s := schema.Status{Policy: "sticky", StickyShare: 0.9, Replicas: []schema.Replica{
+		// 100 requests: 10 first turns, 40 placed with affinity off, 45 of the other 50 sticky
+		{Rank: 0, Requests: 100, New: 10, Balanced: 40, Sticky: 45},
+	}}
+	var b bytes.Buffer
+	WriteSummary(&b, s)
+	if f := rowFields(b.String(), "0"); len(f) < 3 || f[2] != "90.0%" {
+		t.Errorf("replica 0's sticky %q, want 90.0%% (45 of 50 placed with affinity)\n%s", f, b.String())
+	}
+	if f := rowFields(b.String(), "all"); len(f) < 3 || f[2] != "90.0%" {
+		t.Errorf("all row's sticky %q, want the status' 90.0%%\n%s", f, b.String())
+	}
+	if strings.Contains(b.String(), "sticky share") {
+		t.Errorf("a second sticky figure:\n%s", b.String())
 	}
 }
 

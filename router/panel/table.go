@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"github.com/lmwarden/warden/router/schema"
 	"io"
+	"net"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -37,12 +39,52 @@ const offloadAt = 13
 // offloadLegend explains offloadColumns.
 const offloadLegend = "host = host KV tier (vLLM KV offloading), h.hit = tokens found there / GPU misses looked up"
 
-// columnsFor is the table's header row for s.
+// columnsFor is the table's header row for s: "port" becomes "endpoint"
+// when a replica is on another host (its cell then has the host too).
 func columnsFor(s schema.Status) table.Row {
-	if !s.HasOffload() {
-		return tableColumns
+	cols := tableColumns
+	if anyRemote(s.Replicas) {
+		cols = append(table.Row{}, tableColumns...)
+		cols[2] = "endpoint"
 	}
-	return withOffload(tableColumns, offloadColumns)
+	if !s.HasOffload() {
+		return cols
+	}
+	return withOffload(cols, offloadColumns)
+}
+
+// anyRemote reports whether a replica's URL names a host other than the
+// loopback: boxes of a farm behind `warden route` or `warden epp`.
+func anyRemote(rs []schema.Replica) bool {
+	for _, r := range rs {
+		if remoteHost(r) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// remoteHost is the host of r's URL when it is not a loopback address;
+// "" for an engine on this machine, or a URL that does not parse.
+func remoteHost(r schema.Replica) string {
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		return ""
+	}
+	h := u.Hostname()
+	if ip := net.ParseIP(h); h == "" || h == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return ""
+	}
+	return h
+}
+
+// endpointCell is the port column's cell: the port, with the host in front
+// for a replica on another host (two boxes often share a port).
+func endpointCell(r schema.Replica) any {
+	if h := remoteHost(r); h != "" {
+		return net.JoinHostPort(h, strconv.Itoa(r.Port))
+	}
+	return r.Port
 }
 
 // withOffload inserts the host tier's cells into a row at offloadAt.
@@ -161,7 +203,7 @@ func badgeLine(s schema.Status) string {
 // replicaRow is one table row, in tableColumns order.
 func replicaRow(r schema.Replica) table.Row {
 	return table.Row{
-		r.Rank, fmtDevices(r), r.Port, fmtUp(r), r.InFlight, r.Sticky, r.SpilledIn, r.Pinned,
+		r.Rank, fmtDevices(r), endpointCell(r), fmtUp(r), r.InFlight, r.Sticky, r.SpilledIn, r.Pinned,
 		fmtNum(r.Running), fmtNum(r.Waiting), fmtPct(r.KVUsed), fmtTokens(float64(r.KVCapacityTokens)),
 		fmtPct(r.HitRate), fmtSessions(r.ActiveSessions, r.ActiveSubagents), r.Restarts,
 	}

@@ -229,10 +229,7 @@ func stayOrMove(snap []ReplicaView, home int, s SessionView, cfg Config, rng Ran
 		return spillOr(snap, home, cfg, rng, stay)
 	}
 	r := snap[i]
-	reprefill := 0.0
-	if s.ResidentOn == h.Rank {
-		reprefill = float64(s.Footprint) * prefillRate(h, r)
-	}
+	reprefill := float64(s.atStake(h.Rank)) * prefillRate(h, r)
 	if waitAt(h) > moveMargin*(waitAt(r)+reprefill) {
 		return Decision{Rank: r.Rank, Reason: ReasonMove}
 	}
@@ -265,10 +262,7 @@ func balanceOr(snap []ReplicaView, home int, s SessionView, cfg Config, rng Rand
 	if h.InFlight <= r.InFlight {
 		return spillOr(snap, home, cfg, rng, stay)
 	}
-	reprefill := 0.0
-	if s.ResidentOn == h.Rank {
-		reprefill = float64(s.Footprint) * prefillRate(h, r)
-	}
+	reprefill := float64(s.atStake(h.Rank)) * prefillRate(h, r)
 	// Moving one conversation closes about half the gap (home gets lighter,
 	// the other heavier), and its re-prefill is paid twice: by the mover and
 	// by the conversations it delays there. So the move pays when half the
@@ -344,4 +338,18 @@ func mostRoom(snap []ReplicaView, footprint int, fill, slack float64) int {
 		}
 	}
 	return best
+}
+
+// atStake is the tokens a move off home would compute again: the
+// conversation's footprint when its prefix is resident there (the
+// engines' own count beyond the shared prefix where their KV events say,
+// SessionView.ResidentTokens), nothing when it is not.
+func (s SessionView) atStake(home int) int {
+	switch {
+	case s.ResidentOn != home:
+		return 0
+	case s.ResidentKnown:
+		return min(s.Footprint, s.ResidentTokens)
+	}
+	return s.Footprint
 }

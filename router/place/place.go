@@ -116,9 +116,15 @@ type SessionView struct {
 	Pin    int
 
 	// The adaptive policy's view (Memory.ViewSession).
-	Tokens         int     // expected prompt tokens of this request
-	Footprint      int     // KV tokens the conversation keeps beyond the shared prefix
-	ResidentOn     int     // rank that probably still holds its prefix; -1 noDecision
+	Tokens     int // expected prompt tokens of this request
+	Footprint  int // KV tokens the conversation keeps beyond the shared prefix
+	ResidentOn int // rank that probably still holds its prefix; -1 noDecision
+	// ResidentTokens is what the engines' KV events say ResidentOn holds of
+	// it beyond the prefix every conversation shares there (the system
+	// prompt, resident elsewhere too), when ResidentKnown (else no events
+	// there: the estimate's Footprint stands).
+	ResidentTokens int
+	ResidentKnown  bool
 	TurnsSinceMove int     // turns since it last moved (large if never)
 	Waited         float64 // seconds this request has already waited at the warden
 	Held           int     // requests held at the warden now (ReasonWait)

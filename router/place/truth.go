@@ -8,19 +8,28 @@ package place
 type Resident struct {
 	Rank   int
 	Tokens int
+	// Shared is the tokens of the prefix most conversations share on that
+	// engine (the system prompt): resident on the others too, it costs
+	// nothing to move.
+	Shared int
 }
 
 // applyTruth corrects the session view with the engines' truth:
-//   - where the prefix is: the replica holding most of it (none when no
-//     engine holds any: the conversation is free to move at no cost), over
-//     the estimate for the replicas the truth covers;
-//   - its home: a conversation the table does not know (a restarted
-//     picker, another picker placed its last turn) or whose home holds
-//     less of it than another replica does (another picker moved it, or
-//     a spill left its newest prefix there) is homed where its prefix is,
-//     so that every picker listening to the same engines agrees.
+//   - where the prefix is: a replica the estimate believes holds it but
+//     whose engine holds nothing of it is no longer believed (the
+//     conversation is free to move at no cost); where both agree, the
+//     engine's own count of what a move would compute again replaces the
+//     estimate's footprint. The truth does not make a prefix resident that
+//     the estimate believes gone: the estimate looks ahead (under overload a
+//     prefix resident at placement is evicted before its turn is
+//     scheduled), the engine's count is of now (measured: docs/routing.md);
+//   - its home: a conversation the session table does not know (a
+//     restarted picker, another picker placed its last turn) or whose
+//     home holds less of it than another replica (another picker moved it)
+//     is homed where the engines hold most of it, so that every picker
+//     listening to the same engines agrees; its prefix is then there.
 //
-// It returns the rank the truth homed it on (-1 when it changed nothing).
+// It returns the rank the truth homed it on (-1 when it changed no home).
 func applyTruth(sv *SessionView, truth []Resident) int {
 	if len(truth) == 0 || sv.Key == "" || sv.Pinned {
 		return -1
@@ -32,23 +41,30 @@ func applyTruth(sv *SessionView, truth []Resident) int {
 		}
 	}
 	if sv.ResidentOn >= 0 {
-		for _, t := range truth {
-			if t.Rank == sv.ResidentOn && t.Tokens == 0 {
-				sv.ResidentOn = -1 // the estimate believed it there; the engine says gone
+		if t, ok := truthOn(truth, sv.ResidentOn); ok {
+			sv.ResidentTokens, sv.ResidentKnown = max(t.Tokens-t.Shared, 0), true
+			if t.Tokens == 0 {
+				sv.ResidentOn, sv.ResidentKnown = -1, false // the estimate believed it there; the engine says gone
 			}
 		}
 	}
-	if best < 0 {
+	if best < 0 || (sv.Known && (sv.Home == best || tokensOn(truth, sv.Home) >= bestTok)) {
 		return -1
 	}
-	if sv.ResidentOn < 0 || tokensOn(truth, sv.ResidentOn) < bestTok {
-		sv.ResidentOn = best
+	sv.Known, sv.Home, sv.ResidentOn = true, best, best
+	t, _ := truthOn(truth, best)
+	sv.ResidentTokens, sv.ResidentKnown = max(t.Tokens-t.Shared, 0), true
+	return best
+}
+
+// truthOn is the truth's entry for rank (false: the truth does not cover it).
+func truthOn(truth []Resident, rank int) (Resident, bool) {
+	for _, t := range truth {
+		if t.Rank == rank {
+			return t, true
+		}
 	}
-	if !sv.Known || (sv.Home != best && tokensOn(truth, sv.Home) < bestTok) {
-		sv.Known, sv.Home = true, best
-		return best
-	}
-	return -1
+	return Resident{}, false
 }
 
 // tokensOn is the truth's tokens on rank (-1: the truth does not cover it).

@@ -117,11 +117,15 @@ func (s Status) ActiveSessionCount() int {
 // OvercommitPeak records a moment at which the active conversations needed
 // more KV cache than all replicas together have (see Overcommit).
 type OvercommitPeak struct {
-	At                time.Time `json:"at"`
-	Sessions          int       `json:"sessions"`            // active sessions then
-	MeanContextTokens int       `json:"mean_context_tokens"` // their mean context then
-	CapacityTokens    int       `json:"capacity_tokens"`     // total KV capacity then
-	Hint              string    `json:"hint,omitempty"`      // a further remedy (EngineSetup.OffloadHint)
+	At       time.Time `json:"at"`
+	Sessions int       `json:"sessions"` // active sessions then
+	// WindowSeconds is what made a session active then: a turn within
+	// this many seconds (Status.ActiveWindowSeconds); 0 when Sessions
+	// counts the remembered sessions (no window).
+	WindowSeconds     float64 `json:"window_seconds,omitempty"`
+	MeanContextTokens int     `json:"mean_context_tokens"` // their mean context then
+	CapacityTokens    int     `json:"capacity_tokens"`     // total KV capacity then
+	Hint              string  `json:"hint,omitempty"`      // a further remedy (EngineSetup.OffloadHint)
 }
 
 // Replica is one row of the panel.

@@ -92,9 +92,19 @@
   const anyTier = (s) => (s.replicas || []).some(hasTier);
   const tierSize = (r) => (r.offload_bytes > 0 ? fmt.bytes(r.offload_bytes) : hasTier(r) ? 'on' : '-');
 
+  // A replica on another host (a box of a farm behind route or epp) shows
+  // host:port, as `warden status` does: boxes often share a port.
+  const endpoint = (r) => {
+    try {
+      const h = new URL(r.url).hostname;
+      if (h && h !== 'localhost' && !h.startsWith('127.') && h !== '[::1]') return h + ':' + r.port;
+    } catch (e) { /* no URL: the port alone */ }
+    return String(r.port);
+  };
+
   function replicaCells(r, tier) {
     return [
-      ['rank', String(r.rank)], ['gpus', (!(r.gpus && r.gpus.length) && r.dp_rank != null) ? 'dp ' + r.dp_rank : fmt.gpus(r.gpus)], ['port', String(r.port)],
+      ['rank', String(r.rank)], ['gpus', (!(r.gpus && r.gpus.length) && r.dp_rank != null) ? 'dp ' + r.dp_rank : fmt.gpus(r.gpus)], ['port', endpoint(r)],
       ['up ' + (r.up ? 'is-up' : 'is-down'), fmt.up(r)], ['inflight', String(r.in_flight)],
       ['sticky', String(r.sticky)], ['spilled', String(r.spilled_in)], ['pinned', String(r.pinned)],
       ['running', fmt.num(r.running)], ['waiting', fmt.num(r.waiting)], ['kv', fmt.pct(r.kv_used)],
