@@ -176,7 +176,8 @@ static_resources:
     typed_extension_protocol_options:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
         "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {http2_protocol_options: {}}
+        explicit_http_config: # pings the picker: a picker gone without a FIN (a host down) is noticed in 40 s
+          http2_protocol_options: {connection_keepalive: {interval: 30s, timeout: 10s}}
     load_assignment:
       cluster_name: warden_epp
       endpoints:
