@@ -203,7 +203,8 @@ static_resources:
     typed_extension_protocol_options:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
         "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {http2_protocol_options: {}}
+        explicit_http_config: # pings the picker: a picker gone without a FIN (a host down) is noticed in 40 s
+          http2_protocol_options: {connection_keepalive: {interval: 30s, timeout: 10s}}
     common_lb_config: {update_merge_window: 0s} # a picker's health change reaches the balancing at once, not up to 1 s later
     health_checks: # gRPC readiness: a picker down, draining or still catching up leaves the picks until it passes
     - timeout: 1s

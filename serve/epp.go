@@ -56,6 +56,10 @@ type EPPConfig struct {
 	Core          router.Config
 	EPP           epp.Config
 	AdminToken    string
+	// Flagged are the --replica engines' URLs: an endpoints file's reload
+	// never removes them. FromFile are the endpoints file's at the start:
+	// the ones its reloads may remove.
+	Flagged, FromFile map[string]bool
 }
 
 // Config validates the options (reading the endpoints file).
@@ -93,6 +97,20 @@ func (o EPPOptions) Config() (EPPConfig, error) {
 	}
 	if err := o.KVEvents.apply(cfg.Replicas); err != nil {
 		return cfg, err
+	}
+	cfg.Flagged, cfg.FromFile = map[string]bool{}, map[string]bool{}
+	for _, b := range cfg.Replicas {
+		cfg.FromFile[b.URL] = true
+	}
+	if len(o.Replicas) > 0 {
+		flagged, err := parseReplicas(o.Replicas, o.MaxNumSeqs, -1)
+		if err != nil {
+			return cfg, err
+		}
+		for _, b := range flagged {
+			cfg.Flagged[b.URL] = true
+			delete(cfg.FromFile, b.URL)
+		}
 	}
 	for _, b := range cfg.Replicas {
 		u, _ := router.ParseReplica(b.URL)
@@ -206,7 +224,7 @@ func runEPP(ctx context.Context, stopSignals func(), cfg EPPConfig, core *router
 				"url", r.URL, "error", r.ScrapeError)
 		}
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(picker.ServerOptions()...) // buffered bodies up to the limit, keepalive
 	picker.Register(g)
 	grpcDone := make(chan error, 1)
 	go func() { grpcDone <- g.Serve(gln) }()
@@ -237,6 +255,7 @@ func runEPP(ctx context.Context, stopSignals func(), cfg EPPConfig, core *router
 		log.Error("gRPC server stopped", "err", err)
 	}
 	stopSignals()
+	picker.Drain() // readiness NOT_SERVING: the gateway sends new streams elsewhere
 	stopped := make(chan struct{})
 	go func() { g.GracefulStop(); close(stopped) }()
 	select {
@@ -260,20 +279,27 @@ func runEPP(ctx context.Context, stopSignals func(), cfg EPPConfig, core *router
 // watchEndpointsFile makes the core's replicas follow the endpoints file.
 func watchEndpointsFile(ctx context.Context, cfg EPPConfig, core *router.Core, log *slog.Logger) {
 	fallback := core.FallbackMaxNumSeqs()
+	owned := fileEndpoints{flagged: cfg.Flagged, owned: cfg.FromFile}
 	err := epp.WatchEndpoints(ctx, cfg.EndpointsFile, log, func(eps []epp.Endpoint) {
 		var specs []string
 		for _, e := range eps {
 			specs = append(specs, e.URL())
 		}
-		want, err := parseReplicas(specs, fallback, -1)
-		if err == nil {
-			err = cfg.KVEvents.apply(want) // an engine the file adds publishes where the templates say
-		}
-		if err != nil {
-			log.Error("endpoints file not reloaded", "error", err)
+		var want []router.Backend
+		if len(specs) > 0 {
+			var err error
+			if want, err = parseReplicas(specs, fallback, -1); err == nil {
+				err = cfg.KVEvents.apply(want) // an engine the file adds publishes where the templates say
+			}
+			if err != nil {
+				log.Error("endpoints file not reloaded", "error", err)
+				return
+			}
+		} else if len(cfg.Flagged) == 0 {
+			log.Error("endpoints file not reloaded: it names no endpoint, and no --replica is given; the endpoints stay as they were")
 			return
 		}
-		added, removed := syncReplicas(core, want, log)
+		added, removed := owned.reload(core, want, log)
 		log.Info("endpoints file reloaded", "added", added, "removed", removed, "endpoints", len(want))
 		for _, r := range core.Replicas() {
 			go core.CheckReplica(ctx, r.Rank()) // an added endpoint enters the picks once it answers
@@ -282,6 +308,49 @@ func watchEndpointsFile(ctx context.Context, cfg EPPConfig, core *router.Core, l
 	if err != nil {
 		log.Error("the endpoints file is not watched", "error", err)
 	}
+}
+
+// fileEndpoints is what an endpoints file contributed to the core. A
+// reload removes only endpoints the file itself had named and names no
+// longer: the --replica engines (flagged) and those added through POST
+// /warden/replicas are not the file's to remove.
+type fileEndpoints struct {
+	flagged map[string]bool // --replica URLs
+	owned   map[string]bool // URLs the file named at its last read
+}
+
+// reload makes the file's part of the core's replicas want; it returns
+// how many were added and removed.
+func (f *fileEndpoints) reload(core *router.Core, want []router.Backend, log *slog.Logger) (added, removed int) {
+	wanted := map[string]bool{}
+	for _, b := range want {
+		wanted[b.URL] = true
+	}
+	have := map[string]bool{}
+	for _, r := range core.Status().Replicas {
+		b, err := router.ParseReplica(r.URL)
+		if err != nil {
+			continue
+		}
+		have[b.URL] = true
+		if f.owned[b.URL] && !wanted[b.URL] && !f.flagged[b.URL] {
+			if _, err := core.RemoveReplica(b.URL, -1); err == nil {
+				removed++
+			}
+		}
+	}
+	for _, b := range want {
+		if have[b.URL] {
+			continue
+		}
+		if _, err := core.AddReplica(b); err != nil {
+			log.Warn("replica not added", "url", b.URL, "error", err)
+			continue
+		}
+		added++
+	}
+	f.owned = wanted
+	return added, removed
 }
 
 // printEPPReady prints the one line that says the picker is serving.

@@ -45,6 +45,7 @@ type Router struct {
 	MaxBodyBytes          string // a size such as 32MiB
 	ResponseHeaderTimeout time.Duration
 	StreamIdleTimeout     time.Duration
+	MaxReplays            int
 	DecisionLog           string
 	DecisionLogMaxMB      int
 	DrainTimeout          time.Duration
@@ -84,7 +85,7 @@ func (r Router) configs(servedName string) (router.Config, proxy.Config, string,
 	}
 	pc := proxy.Config{
 		KeepBillingHeader: r.KeepBillingHeader, AdminToken: r.AdminToken, APIKey: r.APIKey,
-		ResponseHeaderTimeout: r.ResponseHeaderTimeout, StreamIdleTimeout: r.StreamIdleTimeout,
+		ResponseHeaderTimeout: r.ResponseHeaderTimeout, StreamIdleTimeout: r.StreamIdleTimeout, MaxReplays: r.MaxReplays,
 	}
 	if err := cc.Validate(); err != nil {
 		return none, proxy.Config{}, "", err
