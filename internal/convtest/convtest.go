@@ -12,8 +12,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/lmwarden/warden/router/decision"
@@ -193,4 +195,40 @@ func Measure(turns []Turn, tolerance int) Accuracy {
 func (a Accuracy) String() string {
 	return fmt.Sprintf("%d of %d follow-up turns predicted within tolerance (%.0f%%); miss reasons %v",
 		a.Within, a.FollowUps, 100*float64(a.Within)/float64(max(a.FollowUps, 1)), a.Reasons)
+}
+
+// evictedMiss is a warden_prefix_miss_tokens_total series with the
+// evicted reason and a value above zero.
+var evictedMiss = regexp.MustCompile(`(?m)^warden_prefix_miss_tokens_total\{[^}]*reason="evicted"[^}]*\} [1-9]`)
+
+// Check is issue 42's bar over turns played and joined against the warden
+// at url: every follow-up turn logged, at least 90 % of them predicted
+// within tolerance tokens of the engine's cached tokens, some misses
+// labelled evicted, and warden_prefix_miss_tokens_total with that reason
+// in /metrics. It logs every turn.
+func Check(t testing.TB, url string, turns []Turn, followUps, tolerance int) {
+	t.Helper()
+	acc := Measure(turns, tolerance)
+	t.Log(acc)
+	for _, tr := range turns {
+		if l := tr.Line; l != nil {
+			t.Logf("conv %d turn %d replica %s: prompt %d cached %d predicted %d (%s) miss %q route %s",
+				tr.Conversation, tr.Turn, tr.Replica, tr.Prompt, tr.Cached, l.Predicted, l.PredFrom, l.MissReason, l.Route)
+		}
+	}
+	if acc.FollowUps != followUps || acc.Within*10 < acc.FollowUps*9 {
+		t.Errorf("%v: want at least 90 %% of the %d follow-ups within %d tokens", acc, followUps, tolerance)
+	}
+	if acc.Reasons["evicted"] == 0 {
+		t.Errorf("no follow-up turn's miss was labelled evicted: %v", acc.Reasons)
+	}
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !evictedMiss.Match(text) {
+		t.Errorf("/metrics has no warden_prefix_miss_tokens_total above 0 with reason=\"evicted\"")
+	}
 }
