@@ -87,6 +87,8 @@ func routerFlags() []cli.Flag {
 			Usage: "wait this long for an engine's response headers, then 504 naming the replica"},
 		&cli.DurationFlag{Name: "stream-idle-timeout", Value: proxy.DefaultStreamIdleTimeout, EnvVars: envVars("STREAM_IDLE_TIMEOUT"),
 			Usage: "end a stream silent this long after its first token (a wedged engine); <0: never"},
+		&cli.IntFlag{Name: "max-replays", Value: proxy.DefaultMaxReplays, EnvVars: envVars("MAX_REPLAYS"),
+			Usage: "replay a request on another replica at most this often after an engine closed the connection before answering; <0: never"},
 		&cli.StringFlag{Name: "decision-log", EnvVars: envVars("DECISION_LOG"),
 			Usage: "write one JSON line per routed request to `FILE` (docs/operations.md)"},
 		&cli.IntFlag{Name: "decision-log-max-mb", Value: router.DefaultDecisionLogMaxMB, EnvVars: envVars("DECISION_LOG_MAX_MB"),
@@ -253,7 +255,7 @@ func routerOptions(c *cli.Context) serve.Router {
 		KeepBillingHeader: c.Bool("keep-billing-header"), StrictModel: c.Bool("strict-model"),
 		AdminToken: c.String("admin-token"), APIKey: c.String("api-key"), MaxBodyBytes: c.String("max-body-bytes"),
 		ResponseHeaderTimeout: c.Duration("response-header-timeout"), StreamIdleTimeout: c.Duration("stream-idle-timeout"),
-		DecisionLog:      c.String("decision-log"),
+		MaxReplays: c.Int("max-replays"), DecisionLog: c.String("decision-log"),
 		DecisionLogMaxMB: c.Int("decision-log-max-mb"), DrainTimeout: c.Duration("drain-timeout"),
 	}
 }

@@ -160,6 +160,18 @@ type Container struct {
 	// Getenv reads the warden's environment, for the variables passed by
 	// name (HF_TOKEN...); os.Getenv when nil.
 	Getenv func(string) string
+	// CIDDir, when set, is where each rank's runtime writes its
+	// container's id (--cidfile), for the watchdog that removes the
+	// container when its CLI dies (launch.Container.CIDFile).
+	CIDDir string
+}
+
+// CIDFile is rank's --cidfile, "" without CIDDir.
+func (c Container) CIDFile(rank int) string {
+	if c.CIDDir == "" {
+		return ""
+	}
+	return filepath.Join(c.CIDDir, c.Name(rank)+".cid")
 }
 
 // Name is rank's container name: warden-<run>-rank<rank>.
@@ -192,6 +204,9 @@ func (c Container) Argv(rank, port int, dev RankDevices, args []string) []string
 		"--label", LabelRun + "=" + c.RunID, "--label", LabelRank + "=" + strconv.Itoa(rank),
 		"--label", LabelOwner + "=" + c.Owner,
 		"--ipc=host", "-p", "127.0.0.1:" + p + ":" + p}
+	if f := c.CIDFile(rank); f != "" {
+		argv = append(argv, "--cidfile", f)
+	}
 	if len(dev.GPUs) > 0 {
 		if IsPodman(c.Runtime) {
 			for _, g := range dev.GPUs {

@@ -44,6 +44,8 @@ func TestContainerArgv(t *testing.T) {
 		{"CPU: the rank's cores and binding", c, RankDevices{CPUs: []int{0, 1, 2, 3}, Env: []string{"VLLM_CPU_OMP_THREADS_BIND=0-3"}},
 			join(head("/usr/bin/docker"), []string{"--cpuset-cpus", "0-3", "-e", "VLLM_CPU_OMP_THREADS_BIND=0-3"}, hf,
 				[]string{"vllm/vllm-openai:v0.32.0"}, serve)},
+		{"the container's id written for the watchdog", func() Container { w := c; w.CIDDir = "/logs/run"; return w }(), RankDevices{},
+			join(head("/usr/bin/docker"), []string{"--cidfile", "/logs/run/warden-r1-rank1.cid"}, hf, []string{"vllm/vllm-openai:v0.32.0"}, serve)},
 		{"a local model folder, read-only at the same path", func() Container { m := c; m.ModelDir = "/models/q"; return m }(), RankDevices{},
 			join(head("/usr/bin/docker"), hf, []string{"-v", "/models/q:/models/q:ro", "vllm/vllm-openai:v0.32.0"}, serve)},
 	}

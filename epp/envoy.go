@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"text/template"
 	"time"
@@ -14,8 +15,13 @@ import (
 // EnvoyOptions shape the Envoy bootstrap that puts the picker in front of
 // the engines (`warden epp envoy-config`).
 type EnvoyOptions struct {
-	Listen    string     // host:port clients connect to
-	EPP       string     // host:port of the picker's gRPC
+	Listen string // host:port clients connect to
+	// EPP are the pickers' gRPC addresses (host:port), one or more: Envoy
+	// spreads the ext_proc streams over them (round robin), checks each
+	// one's gRPC readiness every second and leaves out one that fails it
+	// (a picker down, or one still catching up from the engines), and on a
+	// picker it cannot connect to retries the stream on another.
+	EPP       []string
 	Admin     string     // host:port of Envoy's admin interface; "" = 127.0.0.1:9901
 	Endpoints []Endpoint // the engines, as the picker knows them
 	// FailOpen lets a request through when the picker cannot be reached:
@@ -70,13 +76,14 @@ func WriteEnvoyConfig(w io.Writer, o EnvoyOptions) error {
 		return addr{host, n}, nil
 	}
 	var data struct {
-		Listen, EPP, Admin addr
-		Engines            []addr
-		FailOpen           bool
-		WithoutPicker      bool
-		Retries            int
-		Hold, StreamIdle   string
-		MaxBody            int64
+		Listen, Admin    addr
+		EPPs             []addr
+		Engines          []addr
+		FailOpen         bool
+		WithoutPicker    bool
+		Retries          int
+		Hold, StreamIdle string
+		MaxBody          int64
 	}
 	var err error
 	if data.Listen, err = split("--listen", o.Listen); err != nil {
@@ -86,8 +93,18 @@ func WriteEnvoyConfig(w io.Writer, o EnvoyOptions) error {
 		return fmt.Errorf("--fail-open is the picker's failure mode; without the picker there is none: drop one of them")
 	}
 	if data.WithoutPicker = o.WithoutPicker; !o.WithoutPicker {
-		if data.EPP, err = split("--epp", o.EPP); err != nil {
-			return err
+		if len(o.EPP) == 0 {
+			return fmt.Errorf("--epp: name the picker's gRPC address (HOST:PORT; repeat for several pickers)")
+		}
+		for _, e := range o.EPP {
+			a, err := split("--epp", e)
+			if err != nil {
+				return err
+			}
+			if slices.Contains(data.EPPs, a) {
+				return fmt.Errorf("--epp %s named twice", e)
+			}
+			data.EPPs = append(data.EPPs, a)
 		}
 	}
 	if data.Admin, err = split("--admin", o.Admin); err != nil {
@@ -112,7 +129,10 @@ func WriteEnvoyConfig(w io.Writer, o EnvoyOptions) error {
 var envoyTemplate = template.Must(template.New("envoy").Parse(`{{if .WithoutPicker}}# Envoy bootstrap WITHOUT the warden's endpoint picker (warden epp envoy-config --without-picker):
 # a baseline for comparisons. Clients -> this listener -> Envoy's least-request balancing over the engines;
 # no stickiness, so conversations do not find their prefix cached except by chance.{{else}}# Envoy bootstrap for the warden's endpoint picker (warden epp envoy-config).
-# Clients -> this listener -> ext_proc asks the picker at {{.EPP.Host}}:{{.EPP.Port}} -> the picked engine.
+# Clients -> this listener -> ext_proc asks a picker ({{range $i, $e := .EPPs}}{{if $i}}, {{end}}{{$e.Host}}:{{$e.Port}}{{end}}) -> the picked engine.{{if gt (len .EPPs) 1}}
+# Several pickers: each stream goes to one (round robin) among those whose gRPC readiness passes (checked every
+# second); a picker Envoy cannot connect to is skipped and the stream retried on another. Pickers that listen to
+# the engines' KV events agree on every conversation's home (docs/epp.md, "Several pickers").{{end}}
 # Fail-{{if .FailOpen}}open: with the picker unreachable, requests go to the least-loaded engine (no stickiness);
 # request bodies are buffered (up to {{.MaxBody}} bytes) since Envoy fails closed in full-duplex mode.{{else}}closed: with the picker unreachable, clients get 500 (full-duplex streamed, the protocol's mode).{{end}}{{end}}
 admin:
@@ -150,6 +170,13 @@ static_resources:
               "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
               grpc_service:
                 envoy_grpc: {cluster_name: warden_epp}
+                retry_policy: # a picker that cannot be reached (killed, restarting): the stream on another one
+                  retry_on: connect-failure,refused-stream,unavailable,reset-before-request
+                  num_retries: {{len .EPPs}}
+                  retry_back_off: {base_interval: 0.05s, max_interval: 0.2s}
+                  retry_host_predicate: [{name: envoy.retry_host_predicates.previous_hosts,
+                    typed_config: {"@type": type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate}}]
+                  host_selection_retry_max_attempts: 3
               failure_mode_allow: {{.FailOpen}}
               message_timeout: {{.Hold}} # the picker may hold a new conversation until a cache has room
               processing_mode:
@@ -176,14 +203,29 @@ static_resources:
     typed_extension_protocol_options:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
         "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {http2_protocol_options: {}}
+        explicit_http_config: # pings the picker: a picker gone without a FIN (a host down) is noticed in 40 s
+          http2_protocol_options: {connection_keepalive: {interval: 30s, timeout: 10s}}
+    common_lb_config: {update_merge_window: 0s} # a picker's health change reaches the balancing at once, not up to 1 s later
+    health_checks: # gRPC readiness: a picker down, draining or still catching up leaves the picks until it passes
+    - timeout: 1s
+      interval: 1s
+      no_traffic_interval: 1s
+      unhealthy_threshold: 1
+      healthy_threshold: 1
+      grpc_health_check: {service_name: readiness}
+    outlier_detection: # a picker that refuses connections leaves at once, before its next health check
+      consecutive_local_origin_failure: 1
+      split_external_local_origin_errors: true
+      interval: 1s
+      base_ejection_time: 2s
+      max_ejection_percent: 100
     load_assignment:
       cluster_name: warden_epp
       endpoints:
-      - lb_endpoints:
+      - lb_endpoints:{{range .EPPs}}
         - endpoint:
             address:
-              socket_address: {address: {{.EPP.Host}}, port_value: {{.EPP.Port}}}{{end}}
+              socket_address: {address: {{.Host}}, port_value: {{.Port}}}{{end}}{{end}}
   - name: warden_engines
     type: STATIC
     connect_timeout: 2s

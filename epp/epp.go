@@ -28,6 +28,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -38,6 +40,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -46,6 +49,7 @@ import (
 	"github.com/lmwarden/warden/router/identity"
 	"github.com/lmwarden/warden/router/modelname"
 	"github.com/lmwarden/warden/router/place"
+	"github.com/lmwarden/warden/router/reqedit"
 	"github.com/lmwarden/warden/router/tap"
 )
 
@@ -72,6 +76,12 @@ const (
 const (
 	// DefaultFallbacks is the fallbacks `warden epp` asks for (--fallbacks).
 	DefaultFallbacks = 2
+	// DefaultKeepalive is how long a gateway's connection may be silent
+	// before the picker pings it; DefaultKeepaliveTimeout how long it
+	// waits for the answer before it closes the connection (and ends its
+	// streams: their placements are released).
+	DefaultKeepalive        = 30 * time.Second
+	DefaultKeepaliveTimeout = 10 * time.Second
 	// bodyChunk is the size of the body pieces handed back to the gateway
 	// (well under gRPC's 4 MiB message limit).
 	bodyChunk = 64 << 10
@@ -83,6 +93,9 @@ type Config struct {
 	// Fallbacks is how many endpoints follow the pick, for the gateway to
 	// retry on; 0 = none.
 	Fallbacks int
+	// Keepalive and KeepaliveTimeout: the picker's pings of a silent
+	// gateway connection (ServerOptions); 0 = the defaults.
+	Keepalive, KeepaliveTimeout time.Duration
 }
 
 // Core is the view of the router core the endpoint picker needs:
@@ -111,6 +124,10 @@ type Server struct {
 	maxBody int64 // the core's MaxBodyBytes
 	log     *slog.Logger
 	health  *health.Server
+	// draining: readiness stays NOT_SERVING (Drain); the periodic update
+	// no longer reads the core.
+	draining    atomic.Bool
+	toolsLogged sync.Map // server tool types dropped and logged once
 }
 
 // New returns a picker over core. Every replica's URL must name its host
@@ -118,6 +135,12 @@ type Server struct {
 func New(core Core, cfg Config) (*Server, error) {
 	if cfg.Fallbacks < 0 {
 		return nil, fmt.Errorf("--fallbacks must be >= 0, got %d", cfg.Fallbacks)
+	}
+	if cfg.Keepalive <= 0 {
+		cfg.Keepalive = DefaultKeepalive
+	}
+	if cfg.KeepaliveTimeout <= 0 {
+		cfg.KeepaliveTimeout = DefaultKeepaliveTimeout
 	}
 	for _, r := range core.Replicas() {
 		if err := CheckEndpoint(r.URL().Host); err != nil {
@@ -137,6 +160,36 @@ func CheckEndpoint(hostport string) error {
 		return fmt.Errorf("the endpoint picker names endpoints as ip:port (Envoy's override_host takes no host names); got %q", hostport)
 	}
 	return nil
+}
+
+// ServerOptions are the gRPC server's settings the picker needs:
+//
+//   - the largest message: in buffered mode (a fail-open gateway) the whole
+//     request body is one message, so gRPC's default 4 MiB would refuse a
+//     body the picker takes, and a fail-open gateway would then pass it on
+//     without a pick. Messages up to max(2 x MaxBodyBytes, 64 MiB) are
+//     read, so that a body over MaxBodyBytes reaches the picker and gets
+//     its 413 (keep the gateway's buffer limit at or below that);
+//   - keepalive: a gateway connection silent for Keepalive is pinged, and
+//     closed when no answer comes within KeepaliveTimeout (a gateway whose
+//     host vanished, no FIN): its streams end and their placements are
+//     released. Gateways may ping every 10 s or more (Envoy's bootstrap
+//     here: 30 s).
+func (s *Server) ServerOptions() []grpc.ServerOption {
+	limit := max(2*s.maxBody, 64<<20) + 1<<20
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(int(min(limit, 1<<30))),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.cfg.Keepalive, Timeout: s.cfg.KeepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: min(10*time.Second, s.cfg.Keepalive), PermitWithoutStream: true}),
+	}
+}
+
+// Drain reports the picker NOT_SERVING on its readiness services from now
+// on (liveness stays SERVING), so that the gateway sends new streams
+// elsewhere while those in flight end. Idempotent.
+func (s *Server) Drain() {
+	s.draining.Store(true)
+	s.updateHealth()
 }
 
 // Register adds the ext_proc service and the health services to g.
@@ -165,10 +218,10 @@ func (s *Server) WatchHealth(ctx context.Context, interval time.Duration) {
 
 // updateHealth sets the health services: liveness is SERVING while the
 // process runs; readiness, the ext_proc service's and the overall ("")
-// status while a replica is in rotation.
+// status while a replica is in rotation and the picker is not draining.
 func (s *Server) updateHealth() {
 	ready := healthpb.HealthCheckResponse_NOT_SERVING
-	if s.core.Ready() {
+	if !s.draining.Load() && s.core.Ready() {
 		ready = healthpb.HealthCheckResponse_SERVING
 	}
 	s.health.SetServingStatus("liveness", healthpb.HealthCheckResponse_SERVING)
@@ -212,7 +265,11 @@ type exchange struct {
 	path    string
 	subset  []string // the gateway's subset hint; nil = none
 	body    []byte
-	decided bool // the pick (or an immediate answer) was given
+	hasBody bool // the request has a body (maybe empty: an empty chunked POST)
+	// trailers: the request's trailers came before the pick (full-duplex
+	// mode); the pick then answers them too.
+	trailers bool
+	decided  bool // the pick (or an immediate answer) was given
 	// The gateway's body modes, from its first message: full-duplex (the
 	// protocol's) hands the request body back and streams the answer
 	// back; buffered/streamed bodies only get answers to let them pass.
@@ -222,6 +279,7 @@ type exchange struct {
 	id      string // the client's X-Request-Id, for the decision log
 	kind    tap.Kind
 	stream  bool
+	strip   bool // the picker asked for the usage chunk: the client does not get it
 	pr      place.Request
 	pl      router.Placement
 	placed  bool // pl is in flight and must be finished
@@ -252,31 +310,37 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) ([]*extprocv3.Proces
 		return nil, nil
 	case *extprocv3.ProcessingRequest_RequestBody:
 		if x.decided {
-			return nil, nil // a body after an immediate answer: nothing to do
+			// After an immediate answer; or the last piece again (Envoy
+			// 1.35+ may re-deliver it, envoyproxy/envoy#46237): handled once.
+			return nil, nil
 		}
+		x.hasBody = true
 		if int64(len(x.body)+len(v.RequestBody.Body)) > x.s.maxBody {
 			return x.refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf(
 				"request body exceeds the endpoint picker's limit of %d bytes (warden epp --max-body-bytes)", x.s.maxBody))
 		}
 		x.body = append(x.body, v.RequestBody.Body...)
-		if v.RequestBody.EndOfStream {
+		// Buffered mode sends the whole body in one message, whose
+		// end_of_stream is false when trailers follow (which that mode
+		// does not send): it is the end either way.
+		if v.RequestBody.EndOfStream || !x.reqDuplex {
 			return x.decide()
 		}
 		return nil, nil
 	case *extprocv3.ProcessingRequest_RequestTrailers:
-		out := []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_RequestTrailers{
-			RequestTrailers: &extprocv3.TrailersResponse{}}}}
-		if !x.decided { // the trailers end the body
-			more, err := x.decide()
-			return append(more, out...), err
+		if !x.decided { // the trailers end the body: the pick answers both
+			x.trailers = true
+			return x.decide()
 		}
-		return out, nil
+		return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+			RequestTrailers: &extprocv3.TrailersResponse{}}}}, nil
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return x.responseHeaders(v.ResponseHeaders, req.MetadataContext), nil
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		b := v.ResponseBody
+		out := b.Body
 		if x.tap != nil {
-			x.tap.Write(b.Body)
+			out = x.tap.Pass(b.Body, b.EndOfStream) // the usage read; the chunk the picker asked for dropped
 		}
 		if b.EndOfStream {
 			x.end(nil)
@@ -284,7 +348,7 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) ([]*extprocv3.Proces
 		br := &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}}
 		if x.respDuplex { // full-duplex: only what comes back goes on to the client
 			br.Response.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
-				StreamedResponse: &extprocv3.StreamedBodyResponse{Body: b.Body, EndOfStream: b.EndOfStream}}}
+				StreamedResponse: &extprocv3.StreamedBodyResponse{Body: out, EndOfStream: b.EndOfStream}}}
 		}
 		return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: br}}}, nil
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
@@ -339,11 +403,15 @@ func subsetHint(md *corev3.Metadata) []string {
 	return out
 }
 
-// decide identifies the request and places it: the headers' answer with the
-// pick and the body handed back, or an immediate answer.
+// decide identifies the request and places it: the pick with the body
+// handed back, or an immediate answer. A request that is no conversation
+// turn (GET /v1/models, /tokenize, ...) is passed on without a placement.
 func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 	x.decided = true
 	core := x.s.core
+	if tap.KindOf(x.path) == tap.None {
+		return x.passOn()
+	}
 	req, err := core.Identify(x.header, x.path, x.body)
 	if err != nil {
 		return x.refuse(http.StatusBadRequest, err.Error())
@@ -354,13 +422,8 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 	}
 	x.kind, x.stream, x.key, x.id, x.pr = req.Kind, req.Stream, req.Key, req.ID, req.Place
 	sessionField := req.Fields.SessionID.Exists() // read before the body is edited
-	rewritten := req.Model == modelname.Rewrite
-	if rewritten {
-		// Every requested name is served by the one model, as `warden serve`
-		// does: a client's own names (Claude Code's) reach the engines.
-		x.body = core.RewriteModel(x.body)
-		x.pr.BodyBytes = len(x.body)
-	}
+	edited := x.edit(req)
+	x.pr.BodyBytes = len(x.body)
 	if x.subset != nil {
 		x.pr.Skip = x.outside(x.subset)
 		if len(x.pr.Skip) == len(core.Replicas()) {
@@ -385,22 +448,85 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 	x.pl, x.placed = pl, true
 	body, label := core.ForEngine(&pl, x.kind, sessionField, x.body)
 	if len(body) > 0 && len(x.body) > 0 && &body[0] != &x.body[0] { // ForEngine edited a copy
-		x.body, rewritten = body, true
+		x.body, edited = body, true
 	}
-	eps := strings.Join(append([]string{pl.Replica.URL().Host}, x.fallbacks(pl.Replica)...), ",")
+	return x.pick(append([]string{pl.Replica.URL().Host}, x.fallbacks(pl.Replica)...), edited, label), nil
+}
+
+// edit makes the body edits `warden serve` makes, in its order, after the
+// request was identified (the key is a copy; the edits move bytes under
+// req.Fields, read here before each edit): an OpenAI stream is asked for
+// its usage chunk, Anthropic server tools are dropped, the model name is
+// mapped. It reports whether the body changed.
+func (x *exchange) edit(req router.Request) (edited bool) {
+	f := &req.Fields
+	var drop reqedit.ToolDrop
+	if strings.HasPrefix(x.path, "/v1/messages") {
+		drop = reqedit.ServerTools(f.Tools)
+	}
+	if x.stream && x.kind == tap.OpenAI && !f.StreamOptions.Get("include_usage").Bool() {
+		if b, ok := reqedit.IncludeUsage(x.body, f.StreamOptions); ok {
+			x.body, edited, x.strip = b, true, true
+		}
+	}
+	if b, dropped := reqedit.DropTools(x.body, drop); len(dropped) > 0 {
+		x.body, edited = b, true
+		for _, k := range dropped {
+			if _, seen := x.s.toolsLogged.LoadOrStore(k, true); !seen {
+				x.s.log.Info("server tool removed from requests (vLLM's Anthropic endpoint needs input_schema; Anthropic runs these tools, the engine cannot)",
+					"tool_type", k)
+			}
+		}
+	}
+	if req.Model == modelname.Rewrite {
+		// Every requested name is served by the one model, as `warden serve`
+		// does: a client's own names (Claude Code's) reach the engines.
+		x.body, edited = x.s.core.RewriteModel(x.body), true
+	}
+	return edited
+}
+
+// passOn names endpoints for a request that is no conversation turn: the
+// least loaded in rotation (within the subset hint) and fallbacks, with no
+// placement, so it is neither held, nor counted, nor does it move a
+// conversation.
+func (x *exchange) passOn() ([]*extprocv3.ProcessingResponse, error) {
+	if x.subset != nil {
+		x.pr.Skip = x.outside(x.subset)
+	}
+	eps := x.inRotation(nil, x.s.cfg.Fallbacks+1)
+	if len(eps) == 0 {
+		return x.refuse(http.StatusServiceUnavailable, "no endpoint is ready")
+	}
+	return x.pick(eps, false, ""), nil
+}
+
+// pick is the answer that names eps (the pick first) and hands the body
+// back in the form the mode wants: buffered, with the body's answer (the
+// body replaced when edited); full-duplex, with the headers' answer and
+// the body streamed back after it, or, when the request's trailers came
+// before the pick, in one headers answer that replaces the body
+// (CONTINUE_AND_REPLACE: with trailers pending, Envoy 1.40 passes a body
+// streamed back on twice when the route has a retry policy, its retry
+// buffer re-sent when the trailers continue); a request without a body,
+// the headers' answer alone. label is the conversation's for the engines'
+// KV events ("" none).
+func (x *exchange) pick(eps []string, edited bool, label string) []*extprocv3.ProcessingResponse {
+	dest := strings.Join(eps, ",")
 	cr := &extprocv3.CommonResponse{
 		ClearRouteCache: true,
 		HeaderMutation: &extprocv3.HeaderMutation{
 			SetHeaders: []*corev3.HeaderValueOption{{
-				Header:       &corev3.HeaderValue{Key: DestinationHeader, RawValue: []byte(eps)},
+				Header:       &corev3.HeaderValue{Key: DestinationHeader, RawValue: []byte(dest)},
 				AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 			}},
 			RemoveHeaders: []string{strings.ToLower(identity.PinHeader)},
 		},
 	}
 	labelHeader(cr.HeaderMutation, label)
-	if !x.reqDuplex && x.body != nil { // a buffered body: the pick comes with the body's answer
-		if rewritten {
+	switch {
+	case !x.reqDuplex && x.hasBody:
+		if edited {
 			cr.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: x.body}}
 			cr.HeaderMutation.SetHeaders = append(cr.HeaderMutation.SetHeaders, &corev3.HeaderValueOption{
 				Header:       &corev3.HeaderValue{Key: "content-length", RawValue: []byte(strconv.Itoa(len(x.body)))},
@@ -408,17 +534,27 @@ func (x *exchange) decide() ([]*extprocv3.ProcessingResponse, error) {
 		}
 		return []*extprocv3.ProcessingResponse{{
 			Response:        &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: cr}},
-			DynamicMetadata: pickMetadata(eps),
-		}}, nil
+			DynamicMetadata: pickMetadata(dest),
+		}}
+	case x.trailers:
+		cr.Status = extprocv3.CommonResponse_CONTINUE_AND_REPLACE
+		cr.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: x.body}}
+		return []*extprocv3.ProcessingResponse{{
+			Response:        &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: cr}},
+			DynamicMetadata: pickMetadata(dest),
+		}}
 	}
-	if rewritten { // the body handed back has another length: chunked on to the engine
+	if edited { // the body handed back has another length: chunked on to the engine
 		cr.HeaderMutation.RemoveHeaders = append(cr.HeaderMutation.RemoveHeaders, "content-length")
 	}
 	out := []*extprocv3.ProcessingResponse{{
 		Response:        &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: cr}},
-		DynamicMetadata: pickMetadata(eps),
+		DynamicMetadata: pickMetadata(dest),
 	}}
-	return append(out, bodyBack(x.body)...), nil
+	if !x.hasBody {
+		return out
+	}
+	return append(out, bodyBack(x.body)...)
 }
 
 // labelHeader sets the conversation's label for the engines' KV events
@@ -442,14 +578,11 @@ func pickMetadata(eps string) *structpb.Struct {
 	}}
 }
 
-// bodyBack hands the buffered body back to the gateway (its model name
-// mapped, nothing else changed), in
-// pieces, the last one ending the stream (full-duplex mode forwards only
-// what the picker sends back). A request without a body gets none.
+// bodyBack hands the buffered body back to the gateway (its edits made),
+// in pieces, the last one ending the stream (full-duplex mode forwards
+// only what the picker sends back); an empty body is one empty piece that
+// ends it.
 func bodyBack(body []byte) []*extprocv3.ProcessingResponse {
-	if body == nil {
-		return nil
-	}
 	var out []*extprocv3.ProcessingResponse
 	for i := 0; ; i += bodyChunk {
 		end := min(i+bodyChunk, len(body))
@@ -477,15 +610,21 @@ func (x *exchange) outside(eps []string) []int {
 // fallbacks are up to Config.Fallbacks other endpoints in rotation (and in
 // the subset hint), least loaded first, for the gateway's retries.
 func (x *exchange) fallbacks(primary *router.Replica) []string {
+	return x.inRotation(primary, x.s.cfg.Fallbacks)
+}
+
+// inRotation is up to n endpoints in rotation other than exclude (and not
+// skipped by the subset hint), least loaded first.
+func (x *exchange) inRotation(exclude *router.Replica, n int) []string {
 	var reps []*router.Replica
 	for _, r := range x.s.core.Replicas() {
-		if r != primary && r.Healthy() && !slices.Contains(x.pr.Skip, r.Rank()) {
+		if r != exclude && r.Healthy() && !slices.Contains(x.pr.Skip, r.Rank()) {
 			reps = append(reps, r)
 		}
 	}
 	slices.SortStableFunc(reps, func(a, b *router.Replica) int { return a.InFlight() - b.InFlight() })
 	var out []string
-	for _, r := range reps[:min(len(reps), x.s.cfg.Fallbacks)] {
+	for _, r := range reps[:min(len(reps), n)] {
 		out = append(out, r.URL().Host)
 	}
 	return out
@@ -511,13 +650,17 @@ func (x *exchange) refuse(code int, msg string) ([]*extprocv3.ProcessingResponse
 // client where it went (X-Warden-Replica, X-Warden-Route).
 func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders, md *corev3.Metadata) []*extprocv3.ProcessingResponse {
 	x.replied = true
+	sse := false
 	for _, kv := range h.GetHeaders().GetHeaders() {
-		if kv.GetKey() == ":status" {
-			v := kv.GetValue()
-			if v == "" {
-				v = string(kv.GetRawValue())
-			}
+		v := kv.GetValue()
+		if v == "" {
+			v = string(kv.GetRawValue())
+		}
+		switch strings.ToLower(kv.GetKey()) {
+		case ":status":
 			x.status, _ = strconv.Atoi(v)
+		case "content-type":
+			sse = strings.HasPrefix(v, "text/event-stream")
 		}
 	}
 	served := md.GetFilterMetadata()[LBNamespace].GetFields()[ServedKey].GetStringValue()
@@ -527,12 +670,18 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders, md *corev3.Metadata
 	var set []*corev3.HeaderValueOption
 	if x.placed {
 		if x.status == http.StatusOK && x.kind != tap.None {
-			x.tap = tap.New(nil, x.kind, tap.Options{Stream: x.stream, Now: x.s.core.Now})
+			// The usage chunk the picker asked for is dropped from what the
+			// client gets, as serve does; only where the picker hands the
+			// answer on (full-duplex), not where the gateway streams it.
+			x.tap = tap.New(nil, x.kind, tap.Options{Stream: x.stream, Strip: x.strip && x.respDuplex && sse, Now: x.s.core.Now})
 		}
 		set = []*corev3.HeaderValueOption{
 			{Header: &corev3.HeaderValue{Key: strings.ToLower(identity.PinHeader), RawValue: []byte(strconv.Itoa(x.pl.Rank))}},
 			{Header: &corev3.HeaderValue{Key: "x-warden-route", RawValue: []byte(x.pl.Reason)}},
 		}
+	}
+	if h.GetEndOfStream() { // headers only (a 500 with no body): the answer is whole
+		x.end(nil)
 	}
 	return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
@@ -556,16 +705,14 @@ func (x *exchange) end(err error) {
 	}
 	x.finish = true
 	o := router.Outcome{Status: x.status, Start: x.start, Key: x.key, RequestID: x.id}
-	switch {
-	case err == nil:
-	case !x.replied:
-		if status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
-			o.Status = 499 // the client or the gateway went away before an answer
-		} else {
-			o.Status, o.Cause = http.StatusBadGateway, "no answer through the gateway: "+err.Error()
-		}
-	default: // the answer broke off: the client saw the status already
+	if err != nil {
+		// The stream ended before the answer did: the client gave up (the
+		// gateway half-closes or resets the stream) or the gateway went
+		// away. The client's 499, as `warden serve` records it: an engine
+		// that fails answers through the gateway with a status (Envoy's own
+		// 503 for one it cannot reach), which is accounted as the engine's.
 		o.Status = 499
+		x.s.log.Debug("the stream ended before the answer", "replied", x.replied, "error", err)
 	}
 	if x.tap != nil {
 		x.tap.End(nil)

@@ -184,8 +184,14 @@ func answer(t *testing.T, st extprocv3.ExternalProcessor_ProcessClient, served s
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sb := resp.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse(); string(sb.GetBody()) != c {
-			t.Fatalf("answer chunk %d handed back as %q, want it unchanged", i, sb.GetBody())
+		// The usage chunk the picker asked for (chat has no include_usage)
+		// is read, and not handed on to the client, as serve does.
+		want := c
+		if i == 1 {
+			want = "data: [DONE]\n\n"
+		}
+		if sb := resp.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse(); string(sb.GetBody()) != want {
+			t.Fatalf("answer chunk %d handed back as %q, want %q", i, sb.GetBody(), want)
 		}
 	}
 	st.CloseSend()
@@ -203,8 +209,8 @@ func TestPickSticksAndAccounts(t *testing.T) {
 	for turn := range 3 {
 		st, out := r.request(t, nil, chat, "x-claude-code-session-id", "conv-1", "x-request-id", fmt.Sprint(turn))
 		eps, body := pick(t, out)
-		if body != chat {
-			t.Fatalf("body handed back as %q", body)
+		if want := chat[:len(chat)-1] + `,"stream_options":{"include_usage":true}}`; body != want { // asked for its usage, as serve does
+			t.Fatalf("body handed back as %q, want %q", body, want)
 		}
 		first, rest, _ := strings.Cut(eps, ",")
 		if rest == "" || rest == first {
@@ -298,6 +304,44 @@ func TestHealthServices(t *testing.T) {
 		resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
 		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 			t.Errorf("health %q: %v %v", svc, resp.GetStatus(), err)
+		}
+	}
+
+	// With no engine in rotation (the only one is gone), readiness and the
+	// ext_proc service say NOT_SERVING; liveness stays SERVING.
+	gone := healthyEngine(t)
+	gone.Close()
+	core, err := router.New(router.Config{Policy: place.PolicySticky, Logger: slog.New(slog.DiscardHandler)},
+		[]router.Backend{{Rank: 0, URL: gone.URL, MaxNumSeqs: 32}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // engine.CheckFailsDown failed checks take it out
+		core.CheckNow(context.Background())
+	}
+	s, err := New(core, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	s.Register(g)
+	go g.Serve(ln)
+	defer g.Stop()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	down := healthpb.NewHealthClient(conn)
+	for svc, want := range map[string]healthpb.HealthCheckResponse_ServingStatus{"liveness": healthpb.HealthCheckResponse_SERVING,
+		"readiness": healthpb.HealthCheckResponse_NOT_SERVING, ServiceName: healthpb.HealthCheckResponse_NOT_SERVING} {
+		resp, err := down.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || resp.GetStatus() != want {
+			t.Errorf("no engine in rotation: health %q: %v %v, want %v", svc, resp.GetStatus(), err, want)
 		}
 	}
 }

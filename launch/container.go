@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +38,40 @@ import (
 type Container struct {
 	Runtime string // the docker or podman executable
 	Name    string // the container's name
+	// CIDFile is where the CLI writes the container's id (its --cidfile);
+	// "" = no watchdog.
+	CIDFile string
+}
+
+// watchdogScript outlives the CLI it watches: once the CLI process ($1) is
+// gone, it removes the container whose id the CLI wrote to $2, with the
+// runtime $3. It reads the id while the CLI lives, so a container that a
+// restart starts under the same name is never the one removed; a CLI that
+// dies before writing an id leaves nothing running to remove.
+const watchdogScript = `cli=$1 f=$2 rt=$3
+while [ ! -s "$f" ]; do kill -0 "$cli" 2>/dev/null || exit 0; sleep 0.2; done
+id=$(cat "$f")
+while kill -0 "$cli" 2>/dev/null; do sleep 1; done
+exec "$rt" rm -f "$id" >/dev/null 2>&1`
+
+// watch starts the container's watchdog for the CLI process cli: a shell
+// in a session of its own, not tied to the warden (no Pdeathsig, another
+// process group), so that when the CLI is SIGKILLed together with the
+// warden (kill -9 of both, the OOM killer, a process-group kill) the
+// container is removed at once instead of holding its GPU and port until
+// the next start. With the warden alive, afterExit removes the container
+// first and the watchdog's removal finds nothing.
+func (c *Container) watch(cli int) error {
+	if c.CIDFile == "" {
+		return nil
+	}
+	cmd := exec.Command("/bin/sh", "-c", watchdogScript, "warden-watchdog", strconv.Itoa(cli), c.CIDFile, c.Runtime)
+	cmd.SysProcAttr = watchdogAttr()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the container's watchdog: %w", err)
+	}
+	go cmd.Wait() // reaped while the warden lives; init's after
+	return nil
 }
 
 // runtimeTimeout bounds every runtime command the supervisor runs.
@@ -93,6 +128,11 @@ func (r *rank) beforeStart() error {
 		if err := c.remove(); err != nil {
 			return fmt.Errorf("removing the old container %s: %w", c.Name, err)
 		}
+		if c.CIDFile != "" { // the runtime refuses to overwrite it
+			if err := os.Remove(c.CIDFile); err != nil && !os.IsNotExist(err) {
+				return fmt.Errorf("removing the old container's id file: %w", err)
+			}
+		}
 	}
 	return nil
 }
@@ -143,11 +183,7 @@ func Owner() string {
 }
 
 func startMillis(pid int) int64 {
-	p, err := process.NewProcess(int32(pid))
-	if err != nil {
-		return 0
-	}
-	ms, _ := p.CreateTime()
+	ms, _ := hostProcs.start(pid)
 	return ms
 }
 
@@ -155,19 +191,73 @@ func startMillis(pid int) int64 {
 // running on this host; a container of another host (a shared daemon) is
 // never taken for a leftover.
 func ownerGone(owner string) bool {
-	f := strings.Split(owner, "/")
 	host, _ := os.Hostname()
+	return ownerGoneBy(owner, host, os.Getpid(), hostProcs)
+}
+
+// procProbe is what the owner check reads of a process, a seam for tests.
+type procProbe struct {
+	// exists: the pid names a process (even one we may not read); an
+	// error when that cannot be told.
+	exists func(pid int) (bool, error)
+	// start is the process's start time in ms; an error when it cannot be
+	// read (/proc mounted with hidepid, another user's process).
+	start func(pid int) (int64, error)
+	// zombie: the process has exited and waits to be reaped.
+	zombie func(pid int) (bool, error)
+}
+
+// hostProcs reads this host's processes.
+var hostProcs = procProbe{
+	exists: pidExists,
+	start: func(pid int) (int64, error) {
+		p, err := process.NewProcess(int32(pid))
+		if err != nil {
+			return 0, err
+		}
+		ms, err := p.CreateTime()
+		if err == nil && ms <= 0 {
+			err = fmt.Errorf("no start time for pid %d", pid)
+		}
+		return ms, err
+	},
+	zombie: func(pid int) (bool, error) {
+		p, err := process.NewProcess(int32(pid))
+		if err != nil {
+			return false, err
+		}
+		st, err := p.Status()
+		return slices.Contains(st, process.Zombie), err
+	},
+}
+
+// ownerGoneBy is ownerGone's rule, failing safe: a container is a
+// leftover only when its owner provably is not running: no process has its
+// pid, the process there is a zombie (it exited; its containers are
+// orphans), or a process started at another time holds the pid (reused).
+// Whatever cannot be read (the start time behind a hidden /proc, an
+// unknown label) counts as a live owner: removing a live warden's engines
+// is worse than leaving a dead one's until the next start.
+func ownerGoneBy(owner, host string, self int, p procProbe) bool {
+	f := strings.Split(owner, "/")
 	if len(f) != 3 || f[0] != host {
 		return false
 	}
 	pid, err := strconv.Atoi(f[1])
-	if err != nil || pid <= 0 {
+	if err != nil || pid <= 0 || pid == self {
 		return false
 	}
-	if pid == os.Getpid() {
+	if ok, err := p.exists(pid); err != nil || !ok {
+		return err == nil
+	}
+	if z, err := p.zombie(pid); err == nil && z {
+		return true
+	}
+	ms, err := p.start(pid)
+	if err != nil {
 		return false
 	}
-	return strconv.FormatInt(startMillis(pid), 10) != f[2]
+	return strconv.FormatInt(ms, 10) != f[2]
 }
 
 // RemoveLeftovers removes the containers that wardens which are gone left

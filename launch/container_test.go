@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"strconv"
@@ -31,5 +32,36 @@ func TestOwnerGone(t *testing.T) {
 		if got := ownerGone(tc.owner); got != tc.gone {
 			t.Errorf("%s (%s): gone %v, want %v", tc.name, tc.owner, got, tc.gone)
 		}
+	}
+}
+
+// TestOwnerGoneFailsSafe: what cannot be read of the owner counts as a
+// live owner; only proof of its end makes its containers leftovers.
+func TestOwnerGoneFailsSafe(t *testing.T) {
+	const owner = "h/42/1000"
+	hidden := errors.New("permission denied")
+	for _, tc := range []struct {
+		name  string
+		probe procProbe
+		gone  bool
+	}{
+		{"running, same start", probe(true, nil, 1000, nil, false), false},
+		{"no such process", probe(false, nil, 0, hidden, false), true},
+		{"existence unknown", probe(false, hidden, 0, hidden, false), false},
+		{"start time unreadable (hidden /proc)", probe(true, nil, 0, hidden, false), false},
+		{"pid reused (another start)", probe(true, nil, 2000, nil, false), true},
+		{"a zombie", probe(true, nil, 1000, nil, true), true},
+	} {
+		if got := ownerGoneBy(owner, "h", 1, tc.probe); got != tc.gone {
+			t.Errorf("%s: gone %v, want %v", tc.name, got, tc.gone)
+		}
+	}
+}
+
+func probe(exists bool, existsErr error, start int64, startErr error, zombie bool) procProbe {
+	return procProbe{
+		exists: func(int) (bool, error) { return exists, existsErr },
+		start:  func(int) (int64, error) { return start, startErr },
+		zombie: func(int) (bool, error) { return zombie, nil },
 	}
 }

@@ -215,6 +215,11 @@ func (g *Group) launch(r *rank, what string) error {
 	if err != nil {
 		return fail("cannot start "+s.Argv[0]+": "+err.Error(), nil)
 	}
+	if c := s.Container; c != nil {
+		if err := c.watch(p.pid); err != nil { // the container then lives only as long as the warden does
+			r.log.Warn("the engine's container has no watchdog", "container", c.Name, "err", err)
+		}
+	}
 	r.mu.Lock()
 	r.cur = p
 	r.mu.Unlock()

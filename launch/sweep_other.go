@@ -4,6 +4,8 @@ package launch
 
 import (
 	"context"
+	"errors"
+	"syscall"
 
 	"github.com/shirou/gopsutil/v4/process"
 )
@@ -15,3 +17,8 @@ func killTree(ctx context.Context, pgid int, extra []*process.Process) []*proces
 }
 
 type processT = process.Process
+
+// pidExists cannot tell here: the owner counts as alive (fail safe).
+func pidExists(pid int) (bool, error) { return false, errors.ErrUnsupported }
+
+func watchdogAttr() *syscall.SysProcAttr { return nil }

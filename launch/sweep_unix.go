@@ -4,6 +4,7 @@ package launch
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"syscall"
 	"time"
@@ -86,3 +87,21 @@ func killTree(ctx context.Context, pgid int, extra []*process.Process) []*proces
 }
 
 type processT = process.Process
+
+// pidExists reports whether pid names a process, by signal 0: ESRCH says
+// none, EPERM one of another user (it exists). It reads no /proc, so a
+// hidden /proc does not make a live process look gone.
+func pidExists(pid int) (bool, error) {
+	switch err := syscall.Kill(pid, 0); {
+	case err == nil, errors.Is(err, syscall.EPERM):
+		return true, nil
+	case errors.Is(err, syscall.ESRCH):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// watchdogAttr puts a container's watchdog in a session of its own: no
+// signal to the warden's group or terminal reaches it.
+func watchdogAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true} }

@@ -21,6 +21,9 @@ import (
 // layer gives its flags these values; a zero field means the same).
 const (
 	DefaultResponseHeaderTimeout = 10 * time.Minute
+	// DefaultMaxReplays is how often a request that reached an engine which
+	// then closed the connection before answering is replayed elsewhere.
+	DefaultMaxReplays = 1
 	// DefaultStreamIdleTimeout is longer than any pause of a healthy
 	// stream: a decode step takes well under a second, but a request that
 	// vLLM preempts mid-stream (its KV cache full) goes silent until it is
@@ -55,6 +58,13 @@ type Config struct {
 	// engine's running/waiting counters tell a queue from a wedge). 0 =
 	// DefaultStreamIdleTimeout, < 0 = never.
 	StreamIdleTimeout time.Duration
+	// MaxReplays bounds how often one request is replayed on another
+	// replica after an engine closed or reset the connection before any
+	// answer byte (it may have crashed on the request itself: a request
+	// that kills engines must not visit every replica). A refused
+	// connection is no replay (the request never left) and is tried
+	// elsewhere without a bound. 0 = DefaultMaxReplays, < 0 = none.
+	MaxReplays int
 }
 
 // Validate checks the settings a user gives (each named by the warden flag
@@ -82,6 +92,7 @@ type Core interface {
 	RetryAfter() int
 	Finish(pl *router.Placement, o router.Outcome) router.Placement
 	ForEngine(pl *router.Placement, kind tap.Kind, sessionField bool, body []byte) ([]byte, string)
+	ReplayRefused()
 }
 
 // Proxy is the HTTP data plane over a router core: it reads a client's
@@ -111,6 +122,12 @@ func New(core Core, cfg Config) (*Proxy, error) {
 	}
 	if cfg.StreamIdleTimeout == 0 {
 		cfg.StreamIdleTimeout = DefaultStreamIdleTimeout
+	}
+	switch {
+	case cfg.MaxReplays == 0:
+		cfg.MaxReplays = DefaultMaxReplays
+	case cfg.MaxReplays < 0:
+		cfg.MaxReplays = 0
 	}
 	cc := core.Config()
 	p := &Proxy{core: core, cfg: cfg, maxBody: cc.MaxBodyBytes, served: cc.ServedModel, log: core.Logger(), clock: cc.Clock}

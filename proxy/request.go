@@ -164,6 +164,9 @@ type request struct {
 	refuse string // a model name refused in strict mode: answer 404
 	id     string // the client's X-Request-Id, for the decision log
 	sessID bool   // the body has a top-level session_id (the engine's label replaces it)
+	// replays is how often the request was replayed after an engine closed
+	// the connection before answering (Config.MaxReplays bounds it).
+	replays int
 }
 
 // prepare identifies the request (router.Core.Identify: its API, model
@@ -393,24 +396,30 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 }
 
 // idleBody ends a stream whose engine stopped sending: after the first
-// byte (a queued request, still before its first token, is never cut), no
-// byte for idle calls stalled, which cancels the attempt; the tap then ends
-// the client's stream with the error event of a broken stream.
+// byte (a queued request, still before its first token, is never cut), a
+// Read that waits idle for the engine calls stalled, which cancels the
+// attempt; the tap then ends the client's stream with the error event of a
+// broken stream. The clock runs only while the proxy waits on the engine
+// (inside Read): while it is blocked writing to a client that stopped
+// reading, the engine is not silent, it is held up, and is not blamed.
 type idleBody struct {
 	io.ReadCloser
 	idle    time.Duration
 	stalled func()
-	timer   *time.Timer
+	timer   *time.Timer // nil until the first byte
 }
 
 func (b *idleBody) Read(p []byte) (int, error) {
+	if b.timer != nil {
+		b.timer.Reset(b.idle) // waiting on the engine from now
+	}
 	n, err := b.ReadCloser.Read(p)
-	if n > 0 {
-		if b.timer == nil {
-			b.timer = time.AfterFunc(b.idle, b.stalled)
-		} else {
-			b.timer.Reset(b.idle)
-		}
+	switch {
+	case b.timer != nil:
+		b.timer.Stop() // the wait is over: the client's turn
+	case n > 0:
+		b.timer = time.AfterFunc(b.idle, b.stalled)
+		b.timer.Stop()
 	}
 	return n, err
 }
@@ -457,6 +466,18 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		// has seen nothing yet; a request that got any answer byte is
 		// never replayed (its errors come through the tap). The health
 		// checks decide whether the replica is down.
+		cause := "the engine closed the connection before answering: " + err.Error()
+		if at.req.replays >= p.cfg.MaxReplays {
+			// The replays are used up: the request may be what takes the
+			// engines down. The engine's failure is the answer.
+			p.core.ReplayRefused()
+			at.status, at.cause = http.StatusBadGateway, cause
+			at.rep.Log().Warn("not replayed again", "replays", at.req.replays, "error", err)
+			writeError(w, r, http.StatusBadGateway, fmt.Sprintf("replica %d: %s (the request was replayed %d times already, --max-replays)",
+				at.rep.Rank(), cause, at.req.replays))
+			return
+		}
+		at.req.replays++
 		at.retry, at.err = router.Reset, err
 		return
 	}

@@ -26,6 +26,7 @@ func TestEnvoyConfigsValidate(t *testing.T) {
 		{"fail-closed", nil},
 		{"fail-open", []string{"--fail-open"}},
 		{"without-picker", []string{"--without-picker"}},
+		{"two-pickers", []string{"--epp", "127.0.0.1:18010", "--epp", "127.0.0.1:18011"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append(append([]string{"epp", "envoy-config", "--listen", "127.0.0.1:18000", "--admin", "127.0.0.1:18009"}, engines...), tc.flags...)
@@ -36,6 +37,11 @@ func TestEnvoyConfigsValidate(t *testing.T) {
 			picker := strings.Contains(string(cfg), "envoy.filters.http.ext_proc") || strings.Contains(string(cfg), "warden_epp")
 			if want := tc.name != "without-picker"; picker != want {
 				t.Errorf("%s: the picker in the bootstrap: %v, want %v\n%s", tc.name, picker, want, cfg)
+			}
+			if tc.name == "two-pickers" && (!strings.Contains(string(cfg), "port_value: 18010") ||
+				!strings.Contains(string(cfg), "port_value: 18011") || strings.Contains(string(cfg), "9002") ||
+				!strings.Contains(string(cfg), "service_name: readiness")) {
+				t.Errorf("two pickers: want both in the picker cluster, health-checked, and not the default one\n%s", cfg)
 			}
 			path := filepath.Join(t.TempDir(), "envoy.yaml")
 			if err := os.WriteFile(path, cfg, 0o644); err != nil {

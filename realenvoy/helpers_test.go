@@ -65,7 +65,9 @@ type farm struct {
 	eppHTTP  string // http://127.0.0.1:port
 	envoyURL string // http://127.0.0.1:port
 	envoyOut *simproc.SyncBuffer
-	model    string // what claudeTurn asks for; "" = Claude Code's name, mapped by the picker
+	admin    string   // Envoy's admin interface, http://127.0.0.1:port
+	model    string   // what claudeTurn asks for; "" = Claude Code's name, mapped by the picker
+	eppFlags []string // more flags for warden epp (after the defaults: they win)
 }
 
 // simArgs: fast engines that report cached prompt tokens, as `warden serve`
@@ -96,6 +98,7 @@ func (f *farm) startEPP(t *testing.T, replicas []string) {
 	f.eppGRPC, f.eppHTTP = fmt.Sprintf("127.0.0.1:%d", grpcPort), fmt.Sprintf("http://127.0.0.1:%d", httpPort)
 	args := append([]string{"epp", "--grpc-port", strconv.Itoa(grpcPort), "--port", strconv.Itoa(httpPort),
 		"--scrape-interval", "200ms", "--max-body-bytes", "1MiB"}, replicas...)
+	args = append(args, f.eppFlags...)
 	f.epp = exec.Command(simproc.Binary(t), args...)
 	f.eppOut = &simproc.SyncBuffer{}
 	f.epp.Stdout, f.epp.Stderr = f.eppOut, f.eppOut
@@ -140,7 +143,7 @@ func (f *farm) startEnvoy(t *testing.T, replicas, configFlags []string) {
 			t.Logf("envoy output:\n%s", f.envoyOut.String())
 		}
 	})
-	f.envoyURL = fmt.Sprintf("http://127.0.0.1:%d", port)
+	f.envoyURL, f.admin = fmt.Sprintf("http://127.0.0.1:%d", port), fmt.Sprintf("http://127.0.0.1:%d", admin)
 	simproc.Poll(t, "Envoy live", func() bool {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/ready", admin))
 		if err != nil {

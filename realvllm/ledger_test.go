@@ -2,19 +2,12 @@ package realvllm_test
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"path/filepath"
-	"regexp"
 	"testing"
 	"time"
 
 	"github.com/lmwarden/warden/internal/convtest"
 )
-
-// evictedMiss is a warden_prefix_miss_tokens_total series with the
-// evicted reason and a value above zero.
-var evictedMiss = regexp.MustCompile(`(?m)^warden_prefix_miss_tokens_total\{[^}]*reason="evicted"[^}]*\} [1-9]`)
 
 // TestLedgerOnRealVLLM is issue 42's check on vLLM 0.32's CPU build:
 // `warden serve --device cpu --dp 2` (KV events on by default) with
@@ -44,26 +37,5 @@ func TestLedgerOnRealVLLM(t *testing.T) {
 	if err := convtest.Join(turns, log, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	acc := convtest.Measure(turns, 64)
-	t.Log(acc)
-	for _, tr := range turns {
-		l := tr.Line
-		t.Logf("conv %d turn %d replica %s: prompt %d cached %d predicted %d (%s) miss %q route %s",
-			tr.Conversation, tr.Turn, tr.Replica, tr.Prompt, tr.Cached, l.Predicted, l.PredFrom, l.MissReason, l.Route)
-	}
-	if acc.FollowUps != 32 || acc.Within*10 < acc.FollowUps*9 {
-		t.Errorf("%v: want at least 90 %% of the 32 follow-ups within 64 tokens", acc)
-	}
-	if acc.Reasons["evicted"] == 0 {
-		t.Errorf("no follow-up turn's miss was labelled evicted: %v", acc.Reasons)
-	}
-	resp, err := http.Get(w.url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !evictedMiss.Match(text) {
-		t.Errorf("/metrics has no warden_prefix_miss_tokens_total above 0 with reason=\"evicted\"")
-	}
+	convtest.Check(t, w.url, turns, 32, 64)
 }

@@ -258,6 +258,7 @@ type Core struct {
 	decisions    *decisionLog   // --decision-log; nil = off
 	admit        *admission     // the admission queue (admit.go); nil = FairShare off
 	feeds        feeds          // the engines' KV-event subscribers (truth.go)
+	catchUp      catchUp        // the feeds' first catch-up, which readiness waits for (truth.go)
 	truthMetrics *truthMetrics
 	timeScale    atomic.Uint64 // the engines' time scale as float64 bits (noteTimeScale); 0 = not said
 }
@@ -352,14 +353,17 @@ func (c *Core) SetStarting(on bool) { c.starting.Store(on) }
 // Starting reports whether the engines' start is under way.
 func (c *Core) Starting() bool { return c.starting.Load() }
 
-// Ready reports whether the start is over and a replica is in rotation.
+// Ready reports whether the start is over, a replica is in rotation, and
+// the engines' truth has been caught up (caughtUp: every answering replica
+// whose engine publishes KV events has replayed its history, or
+// CatchUpLimit has passed since Run started the feeds).
 func (c *Core) Ready() bool {
 	if c.starting.Load() {
 		return false
 	}
 	for _, r := range c.Replicas() {
 		if r.Healthy() {
-			return true
+			return c.caughtUp()
 		}
 	}
 	return false

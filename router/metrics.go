@@ -16,6 +16,8 @@ type metrics struct {
 	ttfb       *prometheus.HistogramVec
 	ttft       *prometheus.HistogramVec
 	retries    *prometheus.CounterVec
+	// replaysRefused: requests not replayed again (the replay budget)
+	replaysRefused prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -55,10 +57,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: "warden_retries_total",
 		Help: "Requests that never reached an engine (a refused connection, or one closed or reset before any answer byte) and were placed again elsewhere, by the replica that failed them and why.",
 	}, []string{"replica", "reason"})
-	for _, c := range []prometheus.Collector{m.requests, m.inFlight, m.prompt, m.cached, m.completion, m.ttfb, m.ttft, m.retries} {
+	m.replaysRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "warden_replays_refused_total",
+		Help: "Requests an engine closed or reset before answering that were not replayed again: they had used their replays (--max-replays; a request that crashes engines visits no more replicas) and the client got 502.",
+	})
+	for _, c := range []prometheus.Collector{m.requests, m.inFlight, m.prompt, m.cached, m.completion, m.ttfb, m.ttft, m.retries, m.replaysRefused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
 }
+
+// ReplayRefused counts a request that was not replayed again: it had used
+// its replays (warden_replays_refused_total).
+func (c *Core) ReplayRefused() { c.metrics.replaysRefused.Inc() }

@@ -115,10 +115,62 @@ type feeds struct {
 	run map[*Replica]context.CancelFunc
 }
 
+// CatchUpLimit bounds how long a starting core waits for its feeds to
+// replay the engines' history before it says it is ready without them
+// (Ready; what was not recovered is logged).
+const CatchUpLimit = 30 * time.Second
+
+// catchUp is the feeds' first catch-up: since when Run has run them (unix
+// nanoseconds; 0: not yet), and whether it is over (it is never waited
+// for again: a replica added later does not take readiness away).
+type catchUp struct {
+	since atomic.Int64
+	done  atomic.Bool
+}
+
+// CaughtUp reports whether the feeds' first catch-up is over (caughtUp).
+func (c *Core) CaughtUp() bool { return c.caughtUp() }
+
+// caughtUp reports whether every replica in rotation whose engine
+// publishes KV events has had its feed catch up (the engine's replay
+// applied), so that placement knows what the engines hold before the
+// core claims readiness: a restarted picker or router finds every
+// conversation's home as the others know it. After CatchUpLimit it gives
+// up waiting and logs, per replica behind, what placement lacks there.
+func (c *Core) caughtUp() bool {
+	if c.catchUp.done.Load() {
+		return true
+	}
+	var behind []*Replica
+	for _, r := range c.Replicas() {
+		if r.kv.cfg.On() && r.Healthy() && !r.kv.started.Load() {
+			behind = append(behind, r)
+		}
+	}
+	since := c.catchUp.since.Load()
+	switch {
+	case len(behind) == 0:
+	case since == 0 || c.clock().Sub(time.Unix(0, since)) < CatchUpLimit:
+		return false
+	default:
+		for _, r := range behind {
+			r.log.Warn("KV events: the engine's history was not replayed in time; ready without it: conversations "+
+				"placed here before this start are found only as their next turns' full reports arrive",
+				"endpoint", r.kv.cfg.Endpoint, "replay", r.kv.cfg.Replay, "waited", CatchUpLimit)
+		}
+	}
+	if c.catchUp.done.CompareAndSwap(false, true) && since != 0 {
+		c.log.Info("KV events: caught up", "took", c.clock().Sub(time.Unix(0, since)).Round(time.Millisecond),
+			"behind", len(behind))
+	}
+	return true
+}
+
 // syncFeeds starts a feed for each replica with events that has none and
 // stops those of replicas removed. Run calls it every scrape interval.
 func (c *Core) syncFeeds(ctx context.Context) {
 	reps := c.Replicas()
+	c.catchUp.since.CompareAndSwap(0, c.clock().UnixNano())
 	c.feeds.mu.Lock()
 	defer c.feeds.mu.Unlock()
 	if c.feeds.run == nil {
@@ -199,6 +251,10 @@ func (c *Core) apply(r *Replica, u kvevents.Update) {
 		l.SetLive(true)
 		if r.kv.started.CompareAndSwap(false, true) {
 			st := l.Stats()
+			if r.kv.cfg.Replay == "" {
+				r.log.Warn("KV events: live without a replay endpoint: what the engine held before this start is " +
+					"unknown here until its conversations' next turns report it in full (kv_replay=, --kv-events-replay)")
+			}
 			r.log.Info("KV events: live", "batches_replayed", st.Batches, "conversations", st.Sessions)
 		}
 	}
@@ -234,7 +290,7 @@ func (c *Core) residency(label string) []place.Resident {
 			continue
 		}
 		if res := r.kv.ledger.Resident(label); res.Known {
-			out = append(out, place.Resident{Rank: r.rank, Tokens: res.Tokens, Shared: r.kv.ledger.Shared()})
+			out = append(out, place.Resident{Rank: r.rank, Tokens: res.Tokens, Shared: r.kv.ledger.Shared(), Key: r.Key()})
 		}
 	}
 	return out

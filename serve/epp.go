@@ -35,6 +35,11 @@ type EPPOptions struct {
 	GRPCPort      int      // the ext_proc and health services, on Router.Host
 	Fallbacks     int      // endpoints after the pick for the gateway's retries
 	KVEvents      KVEventsOptions
+	// StateFile is where the session table is saved and reloaded from
+	// (""/"none": not saved; the engines' KV events are then the picker's
+	// memory across restarts); StateInterval how often while running.
+	StateFile     string
+	StateInterval time.Duration
 	Router        Router // placement, the HTTP port of the panel and metrics, the admin token
 }
 
@@ -42,17 +47,31 @@ type EPPOptions struct {
 type EPPConfig struct {
 	Replicas      []router.Backend
 	EndpointsFile string
+	KVEvents      KVEventsOptions // the templates, for engines the endpoints file adds later
+	StateFile     string          // "": not saved
+	StateInterval time.Duration
 	GRPCAddr      string
 	HTTPAddr      string
 	DrainTimeout  time.Duration
 	Core          router.Config
 	EPP           epp.Config
 	AdminToken    string
+	// Flagged are the --replica engines' URLs: an endpoints file's reload
+	// never removes them. FromFile are the endpoints file's at the start:
+	// the ones its reloads may remove.
+	Flagged, FromFile map[string]bool
 }
 
 // Config validates the options (reading the endpoints file).
 func (o EPPOptions) Config() (EPPConfig, error) {
-	cfg := EPPConfig{EndpointsFile: o.EndpointsFile, DrainTimeout: o.Router.DrainTimeout}
+	cfg := EPPConfig{EndpointsFile: o.EndpointsFile, DrainTimeout: o.Router.DrainTimeout, StateInterval: o.StateInterval,
+		KVEvents: o.KVEvents}
+	if o.StateFile != "none" {
+		cfg.StateFile = o.StateFile
+	}
+	if cfg.StateFile != "" && cfg.StateInterval <= 0 {
+		return cfg, fmt.Errorf("--state-interval must be positive (got %v)", cfg.StateInterval)
+	}
 	cc, pc, addr, err := o.Router.configs(o.ServedName)
 	if err != nil {
 		return cfg, err
@@ -78,6 +97,20 @@ func (o EPPOptions) Config() (EPPConfig, error) {
 	}
 	if err := o.KVEvents.apply(cfg.Replicas); err != nil {
 		return cfg, err
+	}
+	cfg.Flagged, cfg.FromFile = map[string]bool{}, map[string]bool{}
+	for _, b := range cfg.Replicas {
+		cfg.FromFile[b.URL] = true
+	}
+	if len(o.Replicas) > 0 {
+		flagged, err := parseReplicas(o.Replicas, o.MaxNumSeqs, -1)
+		if err != nil {
+			return cfg, err
+		}
+		for _, b := range flagged {
+			cfg.Flagged[b.URL] = true
+			delete(cfg.FromFile, b.URL)
+		}
 	}
 	for _, b := range cfg.Replicas {
 		u, _ := router.ParseReplica(b.URL)
@@ -168,6 +201,9 @@ func EPP(ctx context.Context, o EPPOptions, stdout io.Writer) error {
 	}
 	cfg.Core.Registry, cfg.Core.Logger = newRegistry(), log
 	core, err := router.New(cfg.Core, cfg.Replicas)
+	if err == nil && cfg.StateFile != "" {
+		err = reloadSessions(core, cfg.StateFile, log)
+	}
 	if err == nil {
 		var picker *epp.Server
 		if picker, err = epp.New(core, cfg.EPP); err == nil {
@@ -188,7 +224,7 @@ func runEPP(ctx context.Context, stopSignals func(), cfg EPPConfig, core *router
 				"url", r.URL, "error", r.ScrapeError)
 		}
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(picker.ServerOptions()...) // buffered bodies up to the limit, keepalive
 	picker.Register(g)
 	grpcDone := make(chan error, 1)
 	go func() { grpcDone <- g.Serve(gln) }()
@@ -200,10 +236,14 @@ func runEPP(ctx context.Context, stopSignals func(), cfg EPPConfig, core *router
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	go core.Run(runCtx)
-	go picker.WatchHealth(runCtx, time.Second) // SERVING from the first check on
+	go picker.WatchHealth(runCtx, 200*time.Millisecond) // SERVING once the core is ready: engines up, their history replayed
 	if cfg.EndpointsFile != "" {
 		go watchEndpointsFile(runCtx, cfg, core, log)
 	}
+	if cfg.StateFile != "" {
+		go core.PersistSessions(runCtx, cfg.StateFile, cfg.StateInterval)
+	}
+	awaitTruth(ctx, core)
 	printEPPReady(stdout, cfg, core.Status())
 
 	select {
@@ -215,6 +255,7 @@ func runEPP(ctx context.Context, stopSignals func(), cfg EPPConfig, core *router
 		log.Error("gRPC server stopped", "err", err)
 	}
 	stopSignals()
+	picker.Drain() // readiness NOT_SERVING: the gateway sends new streams elsewhere
 	stopped := make(chan struct{})
 	go func() { g.GracefulStop(); close(stopped) }()
 	select {
@@ -227,6 +268,9 @@ func runEPP(ctx context.Context, stopSignals func(), cfg EPPConfig, core *router
 	if err := core.CloseDecisionLog(); err != nil {
 		log.Warn("the decision log was not written completely", "error", err)
 	}
+	if cfg.StateFile != "" {
+		saveSessions(core, cfg.StateFile, log)
+	}
 	core.CheckNow(context.Background())
 	panel.WriteSummary(os.Stderr, core.Status())
 	return nil
@@ -235,17 +279,27 @@ func runEPP(ctx context.Context, stopSignals func(), cfg EPPConfig, core *router
 // watchEndpointsFile makes the core's replicas follow the endpoints file.
 func watchEndpointsFile(ctx context.Context, cfg EPPConfig, core *router.Core, log *slog.Logger) {
 	fallback := core.FallbackMaxNumSeqs()
+	owned := fileEndpoints{flagged: cfg.Flagged, owned: cfg.FromFile}
 	err := epp.WatchEndpoints(ctx, cfg.EndpointsFile, log, func(eps []epp.Endpoint) {
 		var specs []string
 		for _, e := range eps {
 			specs = append(specs, e.URL())
 		}
-		want, err := parseReplicas(specs, fallback, -1)
-		if err != nil {
-			log.Error("endpoints file not reloaded", "error", err)
+		var want []router.Backend
+		if len(specs) > 0 {
+			var err error
+			if want, err = parseReplicas(specs, fallback, -1); err == nil {
+				err = cfg.KVEvents.apply(want) // an engine the file adds publishes where the templates say
+			}
+			if err != nil {
+				log.Error("endpoints file not reloaded", "error", err)
+				return
+			}
+		} else if len(cfg.Flagged) == 0 {
+			log.Error("endpoints file not reloaded: it names no endpoint, and no --replica is given; the endpoints stay as they were")
 			return
 		}
-		added, removed := syncReplicas(core, want, log)
+		added, removed := owned.reload(core, want, log)
 		log.Info("endpoints file reloaded", "added", added, "removed", removed, "endpoints", len(want))
 		for _, r := range core.Replicas() {
 			go core.CheckReplica(ctx, r.Rank()) // an added endpoint enters the picks once it answers
@@ -254,6 +308,49 @@ func watchEndpointsFile(ctx context.Context, cfg EPPConfig, core *router.Core, l
 	if err != nil {
 		log.Error("the endpoints file is not watched", "error", err)
 	}
+}
+
+// fileEndpoints is what an endpoints file contributed to the core. A
+// reload removes only endpoints the file itself had named and names no
+// longer: the --replica engines (flagged) and those added through POST
+// /warden/replicas are not the file's to remove.
+type fileEndpoints struct {
+	flagged map[string]bool // --replica URLs
+	owned   map[string]bool // URLs the file named at its last read
+}
+
+// reload makes the file's part of the core's replicas want; it returns
+// how many were added and removed.
+func (f *fileEndpoints) reload(core *router.Core, want []router.Backend, log *slog.Logger) (added, removed int) {
+	wanted := map[string]bool{}
+	for _, b := range want {
+		wanted[b.URL] = true
+	}
+	have := map[string]bool{}
+	for _, r := range core.Status().Replicas {
+		b, err := router.ParseReplica(r.URL)
+		if err != nil {
+			continue
+		}
+		have[b.URL] = true
+		if f.owned[b.URL] && !wanted[b.URL] && !f.flagged[b.URL] {
+			if _, err := core.RemoveReplica(b.URL, -1); err == nil {
+				removed++
+			}
+		}
+	}
+	for _, b := range want {
+		if have[b.URL] {
+			continue
+		}
+		if _, err := core.AddReplica(b); err != nil {
+			log.Warn("replica not added", "url", b.URL, "error", err)
+			continue
+		}
+		added++
+	}
+	f.owned = wanted
+	return added, removed
 }
 
 // printEPPReady prints the one line that says the picker is serving.

@@ -2,10 +2,7 @@ package serve
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +10,6 @@ import (
 	"github.com/lmwarden/warden/internal/convtest"
 	"github.com/lmwarden/warden/internal/simproc"
 )
-
-var evictedMetric = regexp.MustCompile(`(?m)^warden_prefix_miss_tokens_total\{[^}]*reason="evicted"[^}]*\} [1-9]`)
 
 // TestServeLedgerPredictsCachedTokens is issue 42's check on the
 // simulator: two engines whose caches hold about 2,560 tokens each, eight
@@ -37,29 +32,7 @@ func TestServeLedgerPredictsCachedTokens(t *testing.T) {
 	if err := convtest.Join(turns, log, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	acc := convtest.Measure(turns, 64)
-	t.Log(acc)
-	for _, tr := range turns {
-		l := tr.Line
-		t.Logf("conv %d turn %d replica %s: prompt %d cached %d predicted %d (%s) miss %q route %s",
-			tr.Conversation, tr.Turn, tr.Replica, tr.Prompt, tr.Cached, l.Predicted, l.PredFrom, l.MissReason, l.Route)
-	}
-	if acc.FollowUps != 32 || acc.Within*10 < acc.FollowUps*9 {
-		t.Errorf("%v: want at least 90 %% of the 32 follow-ups within 64 tokens", acc)
-	}
-	if acc.Reasons["evicted"] == 0 {
-		t.Errorf("no follow-up turn's miss was labelled evicted: %v", acc.Reasons)
-	}
-	resp, err := http.Get(w.url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !evictedMetric.Match(text) {
-		t.Errorf("/metrics has no warden_prefix_miss_tokens_total above 0 with reason=\"evicted\":\n%s", text)
-	}
-	w.stop(t)
+	convtest.Check(t, w.url, turns, 32, 64)
 }
 
 // TestRouteEventsThatNeverComeFallBackToTheEstimate: a replica named with

@@ -266,16 +266,13 @@ func Route(ctx context.Context, o RouteOptions, stdout io.Writer) error {
 		go core.PersistSessions(runCtx, cfg.StateFile, cfg.StateInterval)
 	}
 	go reloadOnHangup(runCtx, o, core, log)
+	awaitTruth(ctx, core) // /health says 503 until then
 	printRouteReady(stdout, cfg, core.Status())
 
 	final := drain(ctx, stopSignals, srv, served, core, cfg.DrainTimeout, log)
 	stopRun()
 	if cfg.StateFile != "" {
-		if n, err := core.SaveSessions(cfg.StateFile); err != nil {
-			log.Error("the session table was not saved", "path", cfg.StateFile, "error", err)
-		} else {
-			log.Info("session table saved", "path", cfg.StateFile, "sessions", n)
-		}
+		saveSessions(core, cfg.StateFile, log)
 	}
 	panel.WriteSummary(os.Stderr, final)
 	return nil
@@ -293,13 +290,8 @@ func newRouteProxy(ctx context.Context, cfg RouteConfig, log *slog.Logger) (*rou
 		return nil, nil, err
 	}
 	if cfg.StateFile != "" {
-		res, err := core.LoadSessions(cfg.StateFile)
-		if err != nil {
+		if err := reloadSessions(core, cfg.StateFile, log); err != nil {
 			return nil, nil, err
-		}
-		if !res.SavedAt.IsZero() {
-			log.Info("session table reloaded", "path", cfg.StateFile, "saved_at", res.SavedAt.Format(time.RFC3339),
-				"restored", res.Restored, "expired", res.Expired, "on_unknown_replicas", res.Unknown)
 		}
 	}
 	core.CheckNow(ctx)

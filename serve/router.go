@@ -48,6 +48,7 @@ type Router struct {
 	MaxBodyBytes          string // a size such as 32MiB
 	ResponseHeaderTimeout time.Duration
 	StreamIdleTimeout     time.Duration
+	MaxReplays            int
 	DecisionLog           string
 	DecisionLogMaxMB      int
 	DrainTimeout          time.Duration
@@ -88,7 +89,7 @@ func (r Router) configs(servedName string) (router.Config, proxy.Config, string,
 	}
 	pc := proxy.Config{
 		KeepBillingHeader: r.KeepBillingHeader, AdminToken: r.AdminToken, APIKey: r.APIKey,
-		ResponseHeaderTimeout: r.ResponseHeaderTimeout, StreamIdleTimeout: r.StreamIdleTimeout,
+		ResponseHeaderTimeout: r.ResponseHeaderTimeout, StreamIdleTimeout: r.StreamIdleTimeout, MaxReplays: r.MaxReplays,
 	}
 	if err := cc.Validate(); err != nil {
 		return none, proxy.Config{}, "", err
@@ -155,4 +156,43 @@ func drain(ctx context.Context, stopSignals func(), srv *http.Server, served <-c
 	}
 	core.CheckNow(context.Background())
 	return core.Status()
+}
+
+// awaitTruth blocks until the core has caught up from the engines' KV
+// events (their replay applied; at most router.CatchUpLimit after Run
+// started) or ctx ends: a data plane claims readiness only then, so a
+// restarted picker or router finds the homes the others know.
+func awaitTruth(ctx context.Context, core *router.Core) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for !core.CaughtUp() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// reloadSessions loads the session table saved at path (none there yet:
+// nothing to load) and logs what came back.
+func reloadSessions(core *router.Core, path string, log *slog.Logger) error {
+	res, err := core.LoadSessions(path)
+	if err != nil {
+		return err
+	}
+	if !res.SavedAt.IsZero() {
+		log.Info("session table reloaded", "path", path, "saved_at", res.SavedAt.Format(time.RFC3339),
+			"restored", res.Restored, "expired", res.Expired, "on_unknown_replicas", res.Unknown)
+	}
+	return nil
+}
+
+// saveSessions saves the session table at path, logging the outcome.
+func saveSessions(core *router.Core, path string, log *slog.Logger) {
+	if n, err := core.SaveSessions(path); err != nil {
+		log.Error("the session table was not saved", "path", path, "error", err)
+	} else {
+		log.Info("session table saved", "path", path, "sessions", n)
+	}
 }

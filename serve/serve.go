@@ -281,7 +281,7 @@ func engineSpecs(cfg Options, d engineplan.Devices, tools engineplan.ToolsChoice
 				dev.Env, dev.CPUs = specs[i].Env, specs[i].CPUs
 			}
 			specs[i].Argv = cont.Argv(i, free[i], dev, eng.ServeArgs(free[i]))
-			specs[i].Container = &launch.Container{Runtime: cont.Runtime, Name: cont.Name(i)}
+			specs[i].Container = &launch.Container{Runtime: cont.Runtime, Name: cont.Name(i), CIDFile: cont.CIDFile(i)}
 		}
 	}
 	return specs, backends, nil
@@ -379,7 +379,7 @@ func dpSpec(cfg Options, d engineplan.Devices, eng engineplan.Engine, port int, 
 	if cont != nil {
 		dev := engineplan.RankDevices{GPUs: spec.GPUs, Env: spec.Env, CPUs: spec.CPUs}
 		spec.Argv = cont.Argv(0, port, dev, eng.ServeArgs(port))
-		spec.Container = &launch.Container{Runtime: cont.Runtime, Name: cont.Name(0)}
+		spec.Container = &launch.Container{Runtime: cont.Runtime, Name: cont.Name(0), CIDFile: cont.CIDFile(0)}
 	}
 	return spec, backends
 }
@@ -545,7 +545,12 @@ func engineContainer(ctx context.Context, cfg Options, facts engineplan.Facts, l
 		return nil, err
 	}
 	run := strings.ToLower(time.Now().UTC().Format("20060102t150405")) + "-" + strconv.Itoa(os.Getpid())
-	return &engineplan.Container{Runtime: facts.Runtime, Image: cfg.Image, RunID: run, Owner: launch.Owner(), HFCache: hf}, nil
+	cid := cfg.LogDir // the watchdogs read each container's id there (docs/container.md)
+	if cid == "" {
+		cid = os.TempDir()
+	}
+	return &engineplan.Container{Runtime: facts.Runtime, Image: cfg.Image, RunID: run, Owner: launch.Owner(), HFCache: hf,
+		CIDDir: cid}, nil
 }
 
 // stopEngines stops every engine (SIGTERM to each process group, SIGKILL

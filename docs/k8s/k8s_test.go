@@ -35,7 +35,7 @@ func (o object) String() string     { return fmt.Sprintf("%s: %s %s", o.file, o.
 
 // withoutSchema are the kinds checked here by hand (their schemas live in
 // the Kubernetes API server, not in a CRD): names and cross-references.
-var withoutSchema = []string{"Deployment", "Service", "ServiceAccount", "Role", "RoleBinding"}
+var withoutSchema = []string{"Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "PodDisruptionBudget", "NetworkPolicy"}
 
 // TestManifestsMatchTheirSchemas: every manifest of a kind with a CRD in
 // testdata/ is valid against that CRD's openAPIV3Schema, unknown fields

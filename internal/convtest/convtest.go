@@ -12,8 +12,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/lmwarden/warden/router/decision"
@@ -29,6 +31,13 @@ type Plan struct {
 	FirstWords    int // words of each conversation's first message
 	TurnWords     int // words of each follow-up message
 	MaxTokens     int
+	// Routers, when set, are several wardens in front of the same
+	// engines, the clients alternating between them: conversation c's
+	// turn n goes to Routers[(c+n) % len(Routers)] (URL is not used).
+	Routers []string
+	// BeforeRound, when set, runs before each round of turns after the
+	// first (turn is the round about to be played): a restart, say.
+	BeforeRound func(turn int) error
 }
 
 // Turn is one played turn, with its decision-log line once joined.
@@ -36,6 +45,7 @@ type Turn struct {
 	Conversation, Turn int
 	RequestID          string
 	Replica            string // X-Warden-Replica of the answer
+	Via                string // the warden's URL it was sent to
 	Prompt, Cached     int    // the engine's usage
 	Line               *decision.Line
 }
@@ -47,6 +57,11 @@ func Play(ctx context.Context, p Plan) ([]Turn, error) {
 	history := make([][]map[string]string, p.Conversations)
 	var out []Turn
 	for turn := 1; turn <= p.Turns; turn++ {
+		if turn > 1 && p.BeforeRound != nil {
+			if err := p.BeforeRound(turn); err != nil {
+				return out, err
+			}
+		}
 		for c := range p.Conversations {
 			n := p.TurnWords
 			if turn == 1 {
@@ -66,9 +81,12 @@ func Play(ctx context.Context, p Plan) ([]Turn, error) {
 }
 
 func send(ctx context.Context, hc *http.Client, p Plan, c, turn int, msgs []map[string]string) (Turn, string, error) {
-	t := Turn{Conversation: c, Turn: turn, RequestID: fmt.Sprintf("conv%d-turn%d", c, turn)}
+	t := Turn{Conversation: c, Turn: turn, RequestID: fmt.Sprintf("conv%d-turn%d", c, turn), Via: p.URL}
+	if len(p.Routers) > 0 {
+		t.Via = p.Routers[(c+turn)%len(p.Routers)]
+	}
 	body, _ := json.Marshal(map[string]any{"model": p.Model, "messages": msgs, "max_tokens": p.MaxTokens, "temperature": 0})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.URL+"/v1/chat/completions", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.Via+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		return t, "", err
 	}
@@ -177,4 +195,40 @@ func Measure(turns []Turn, tolerance int) Accuracy {
 func (a Accuracy) String() string {
 	return fmt.Sprintf("%d of %d follow-up turns predicted within tolerance (%.0f%%); miss reasons %v",
 		a.Within, a.FollowUps, 100*float64(a.Within)/float64(max(a.FollowUps, 1)), a.Reasons)
+}
+
+// evictedMiss is a warden_prefix_miss_tokens_total series with the
+// evicted reason and a value above zero.
+var evictedMiss = regexp.MustCompile(`(?m)^warden_prefix_miss_tokens_total\{[^}]*reason="evicted"[^}]*\} [1-9]`)
+
+// Check is issue 42's bar over turns played and joined against the warden
+// at url: every follow-up turn logged, at least 90 % of them predicted
+// within tolerance tokens of the engine's cached tokens, some misses
+// labelled evicted, and warden_prefix_miss_tokens_total with that reason
+// in /metrics. It logs every turn.
+func Check(t testing.TB, url string, turns []Turn, followUps, tolerance int) {
+	t.Helper()
+	acc := Measure(turns, tolerance)
+	t.Log(acc)
+	for _, tr := range turns {
+		if l := tr.Line; l != nil {
+			t.Logf("conv %d turn %d replica %s: prompt %d cached %d predicted %d (%s) miss %q route %s",
+				tr.Conversation, tr.Turn, tr.Replica, tr.Prompt, tr.Cached, l.Predicted, l.PredFrom, l.MissReason, l.Route)
+		}
+	}
+	if acc.FollowUps != followUps || acc.Within*10 < acc.FollowUps*9 {
+		t.Errorf("%v: want at least 90 %% of the %d follow-ups within %d tokens", acc, followUps, tolerance)
+	}
+	if acc.Reasons["evicted"] == 0 {
+		t.Errorf("no follow-up turn's miss was labelled evicted: %v", acc.Reasons)
+	}
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !evictedMiss.Match(text) {
+		t.Errorf("/metrics has no warden_prefix_miss_tokens_total above 0 with reason=\"evicted\"")
+	}
 }

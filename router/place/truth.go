@@ -12,6 +12,24 @@ type Resident struct {
 	// engine (the system prompt): resident on the others too, it costs
 	// nothing to move.
 	Shared int
+	// Key is the replica's identity as every picker names it (its URL,
+	// router.Replica.Key): ties between replicas holding as much go to
+	// the smaller key, so that pickers with their own ranks or their own
+	// homes agree. "": the rank breaks the tie.
+	Key string
+}
+
+// better reports whether a holds more of the conversation than b, ties
+// broken by the smaller key, then the smaller rank: an order every picker
+// computes alike.
+func (a Resident) better(b Resident) bool {
+	if a.Tokens != b.Tokens {
+		return a.Tokens > b.Tokens
+	}
+	if a.Key != b.Key {
+		return a.Key < b.Key
+	}
+	return a.Rank < b.Rank
 }
 
 // applyTruth corrects the session view with the engines' truth:
@@ -25,21 +43,25 @@ type Resident struct {
 //     scheduled), the engine's count is of now (measured: docs/routing.md);
 //   - its home: a conversation the session table does not know (a
 //     restarted picker, another picker placed its last turn) or whose
-//     home holds less of it than another replica (another picker moved it)
-//     is homed where the engines hold most of it, so that every picker
-//     listening to the same engines agrees; its prefix is then there.
+//     home is not the replica holding most of it (another picker moved it;
+//     on a tie the smaller key, as every picker breaks it: two pickers that
+//     each homed the conversation's first turns by load before any event
+//     came, on two replicas, agree from the next turn on) is homed where
+//     the engines hold most of it, so that every picker listening to the
+//     same engines agrees; its prefix is then there.
 //
 // It returns the rank the truth homed it on (-1 when it changed no home).
 func applyTruth(sv *SessionView, truth []Resident) int {
 	if len(truth) == 0 || sv.Key == "" || sv.Pinned {
 		return -1
 	}
-	best, bestTok := -1, 0
+	top := Resident{Rank: -1}
 	for _, t := range truth {
-		if t.Tokens > bestTok {
-			best, bestTok = t.Rank, t.Tokens
+		if t.Tokens > 0 && (top.Rank < 0 || t.better(top)) {
+			top = t
 		}
 	}
+	best := top.Rank
 	if sv.ResidentOn >= 0 {
 		if t, ok := truthOn(truth, sv.ResidentOn); ok {
 			sv.ResidentTokens, sv.ResidentKnown = max(t.Tokens-t.Shared, 0), true
@@ -48,7 +70,7 @@ func applyTruth(sv *SessionView, truth []Resident) int {
 			}
 		}
 	}
-	if best < 0 || (sv.Known && (sv.Home == best || tokensOn(truth, sv.Home) >= bestTok)) {
+	if best < 0 || (sv.Known && sv.Home == best) {
 		return -1
 	}
 	sv.Known, sv.Home, sv.ResidentOn = true, best, best
@@ -65,14 +87,4 @@ func truthOn(truth []Resident, rank int) (Resident, bool) {
 		}
 	}
 	return Resident{}, false
-}
-
-// tokensOn is the truth's tokens on rank (-1: the truth does not cover it).
-func tokensOn(truth []Resident, rank int) int {
-	for _, t := range truth {
-		if t.Rank == rank {
-			return t.Tokens
-		}
-	}
-	return -1
 }

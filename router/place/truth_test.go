@@ -37,10 +37,31 @@ func TestTruthOverridesAStaleHome(t *testing.T) {
 	if pl := p.Decide(Request{Key: "a"}); pl.Rank != other {
 		t.Fatalf("the table follows the truth's home: %+v, want %d", pl, other)
 	}
-	// Equal residency keeps the home (no flapping between copies).
-	truth = []Resident{{Rank: home, Tokens: 2048}, {Rank: other, Tokens: 2048}}
+	// Equal residency keeps the home where it already is the replica
+	// every picker breaks the tie to (no flapping between copies).
+	truth = []Resident{{Rank: home, Tokens: 2048, Key: "http://b"}, {Rank: other, Tokens: 2048, Key: "http://a"}}
 	if pl := p.Decide(Request{Key: "a", Resident: truth}); pl.Rank != other || pl.Adopted {
-		t.Fatalf("a tie keeps the home: %+v", pl)
+		t.Fatalf("a tie keeps the home the tie goes to: %+v", pl)
+	}
+}
+
+// TestTruthBreaksTiesAlikeOnEveryPicker: two pickers each placed a new
+// conversation's first turns by load before any event arrived, on two
+// replicas, so both engines hold as much of it; from the next turn on
+// both pickers home it on the same one (the smaller replica key), whatever
+// each one's table said.
+func TestTruthBreaksTiesAlikeOnEveryPicker(t *testing.T) {
+	truth := []Resident{{Rank: 0, Tokens: 1024, Key: "http://10.0.0.2:8000"}, {Rank: 1, Tokens: 1024, Key: "http://10.0.0.1:8000"}}
+	for home := range 2 {
+		sv := SessionView{Key: "a", Known: true, Home: home, ResidentOn: home}
+		applyTruth(&sv, truth)
+		if sv.Home != 1 {
+			t.Errorf("a picker that homed it on %d: home %d after the truth, want 1 (the smaller key)", home, sv.Home)
+		}
+	}
+	sv := SessionView{Key: "a", ResidentOn: -1}
+	if applyTruth(&sv, truth) != 1 || !sv.Known || sv.Home != 1 {
+		t.Errorf("a picker that never saw it: %+v, want homed on 1", sv)
 	}
 }
 

@@ -242,6 +242,29 @@ func (t *Tap) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// Pass feeds b like Write and returns the bytes to hand on to the client:
+// b itself, or in strip mode (Options.Strip) whole SSE events without the
+// usage-only chunk; an event is held until its blank line arrives, and
+// end (the answer's last piece) hands on what is left as it is. The
+// returned slice is the caller's.
+func (t *Tap) Pass(b []byte, end bool) []byte {
+	if !t.strip {
+		t.Write(b)
+		return b
+	}
+	if len(b) > 0 {
+		t.first()
+		t.splitEvents(b)
+	}
+	if end {
+		t.out = append(append(t.out, t.event...), t.buf...)
+		t.buf, t.event = t.buf[:0], t.event[:0]
+	}
+	out := bytes.Clone(t.out)
+	t.out = t.out[:0]
+	return out
+}
+
 // End marks the end of an answer fed with Write: a whole JSON answer is
 // parsed for its usage now; err, when not nil, is what broke it off.
 func (t *Tap) End(err error) {
