@@ -322,34 +322,11 @@ type fileEndpoints struct {
 // reload makes the file's part of the core's replicas want; it returns
 // how many were added and removed.
 func (f *fileEndpoints) reload(core *router.Core, want []router.Backend, log *slog.Logger) (added, removed int) {
-	wanted := map[string]bool{}
+	added, removed = applyReplicas(core, want, func(url string) bool { return f.owned[url] && !f.flagged[url] }, log)
+	f.owned = map[string]bool{}
 	for _, b := range want {
-		wanted[b.URL] = true
+		f.owned[b.URL] = true
 	}
-	have := map[string]bool{}
-	for _, r := range core.Status().Replicas {
-		b, err := router.ParseReplica(r.URL)
-		if err != nil {
-			continue
-		}
-		have[b.URL] = true
-		if f.owned[b.URL] && !wanted[b.URL] && !f.flagged[b.URL] {
-			if _, err := core.RemoveReplica(b.URL, -1); err == nil {
-				removed++
-			}
-		}
-	}
-	for _, b := range want {
-		if have[b.URL] {
-			continue
-		}
-		if _, err := core.AddReplica(b); err != nil {
-			log.Warn("replica not added", "url", b.URL, "error", err)
-			continue
-		}
-		added++
-	}
-	f.owned = wanted
 	return added, removed
 }
 

@@ -358,6 +358,13 @@ func reloadOnHangup(ctx context.Context, o RouteOptions, core *router.Core, log 
 // is the truth). Sessions homed on a removed replica fail over on their
 // next turn.
 func syncReplicas(core *router.Core, want []router.Backend, log *slog.Logger) (added, removed int) {
+	return applyReplicas(core, want, func(string) bool { return true }, log)
+}
+
+// applyReplicas adds the wanted replicas the core lacks and removes the
+// replicas not wanted that removable allows (by URL); it returns how many
+// were added and removed.
+func applyReplicas(core *router.Core, want []router.Backend, removable func(url string) bool, log *slog.Logger) (added, removed int) {
 	wanted := map[string]bool{}
 	for _, b := range want {
 		wanted[b.URL] = true
@@ -369,7 +376,7 @@ func syncReplicas(core *router.Core, want []router.Backend, log *slog.Logger) (a
 			continue
 		}
 		have[b.URL] = true
-		if !wanted[b.URL] {
+		if !wanted[b.URL] && removable(b.URL) {
 			if _, err := core.RemoveReplica(b.URL, -1); err == nil {
 				removed++
 			}
