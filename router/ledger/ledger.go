@@ -89,8 +89,10 @@ type Engine struct {
 	lru       ilist.List[sess] // most recently stored or asked first
 	max       int
 	blockSize int
-	peak      int    // the block map's largest size since it was last rebuilt
-	epoch     uint64 // bumped by a clear or a reset: what was resident before is gone
+	peak      int       // the block map's largest size since it was last rebuilt
+	shared    int       // Shared's last answer, in tokens
+	sharedAt  time.Time // when it was computed (zero: never)
+	epoch     uint64    // bumped by a clear or a reset: what was resident before is gone
 	clock     func() time.Time
 
 	// live: events are known to flow (the subscriber caught up and no gap
@@ -424,6 +426,18 @@ func (e *Engine) Shared() int {
 	if !e.live {
 		return 0
 	}
+	if now := e.clock(); e.sharedAt.IsZero() || now.Sub(e.sharedAt) >= sharedEvery {
+		e.shared, e.sharedAt = e.sharedPrefix(), now
+	}
+	return e.shared
+}
+
+// sharedEvery bounds how often Shared walks the chains (placement asks on
+// every request; the system prompt's length changes rarely).
+const sharedEvery = 100 * time.Millisecond
+
+// sharedPrefix is Shared's walk. The caller holds e.mu.
+func (e *Engine) sharedPrefix() int {
 	best := 0
 	n := 0
 	for s := e.lru.Front(); s != nil && n < 4; s = e.lru.Next(s) {
