@@ -191,3 +191,25 @@ func TestPydanticDetailIsTheReason(t *testing.T) {
 		t.Errorf("context %q, want the header just before the detail", d.Context)
 	}
 }
+
+// TestPydanticTypedDetailIsTheReason: vLLM 0.32 refusing a field of a JSON
+// flag (`-- --kv-events-config '{"enable_kv_cache_events": true, "bogus": 1}'`
+// on its CPU build, 2026-12-06) prints argparse's line with pydantic's
+// header, the field, and indented the error with its [type=...]; the
+// reason is that error, with the field and the header before it.
+func TestPydanticTypedDetailIsTheReason(t *testing.T) {
+	lines := []string{
+		`usage: vllm serve [model_tag] [options]`,
+		`vllm serve: error: argument --kv-events-config: 1 validation error for KVEventsConfig`,
+		`bogus`,
+		`  Unexpected keyword argument [type=unexpected_keyword_argument, input_value=1, input_type=int]`,
+		`    For further information visit https://errors.pydantic.dev/2.14/v/unexpected_keyword_argument`,
+	}
+	d := fed(strings.Join(lines, "\n")+"\n").Diagnose(0, 0)
+	if !strings.HasPrefix(d.Reason, "Unexpected keyword argument [type=unexpected_keyword_argument") {
+		t.Errorf("reason %q, want pydantic's detail line", d.Reason)
+	}
+	if n := len(d.Context); n < 3 || d.Context[n-2] != "bogus" || !strings.Contains(d.Context[n-3], "validation error for KVEventsConfig") {
+		t.Errorf("context %q, want the header and the field before the detail", d.Context)
+	}
+}

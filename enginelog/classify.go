@@ -56,8 +56,11 @@ var (
 	// rePydanticDetail is the indented detail line pydantic prints under
 	// "ValidationError: 1 validation error for ModelConfig": vLLM's config
 	// checks raise ValueError inside a validator ("Value error, User-specified
-	// max_model_len (999999) is greater than the derived max_model_len ...").
-	rePydanticDetail = regexp.MustCompile(`^(?:Value|Assertion|Type) error, `)
+	// max_model_len (999999) is greater than the derived max_model_len ..."),
+	// and pydantic's own checks end the line with the error's type
+	// ("Unexpected keyword argument [type=unexpected_keyword_argument, ...]"
+	// under the field's name, for -- --kv-events-config '{"bogus": 1}').
+	rePydanticDetail = regexp.MustCompile(`^(?:Value|Assertion|Type) error, |\[type=\w+[,\]]`)
 	// reWarning is a warning that is not a logged one: Python's warnings
 	// module ("/x.py:254: UserWarning: ..."), PyTorch's C++ ("[W1201 ...").
 	reWarning = regexp.MustCompile(`^\S*:\d+: \w*Warning: |^\[W\d{4} |^\w*Warning: `)

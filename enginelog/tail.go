@@ -230,6 +230,12 @@ func (t *Tail) Diagnose(port, within int) Diagnosis {
 		if pick == nil {
 			pick = first(lines, func(*keptLine) bool { return true })
 		}
+		// A rule's line that is pydantic's header ("argument --X: 1
+		// validation error for C") says which flag; the detail under it
+		// says what is wrong with it.
+		if d := first(kept, func(k *keptLine) bool { return k.seq > pick.seq && rePydanticDetail.MatchString(k.msg) }); d != nil {
+			pick = d
+		}
 		var all []string
 		for _, k := range kept {
 			all = append(all, k.text)
